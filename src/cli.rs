@@ -1,0 +1,53 @@
+//! The command line: one clap subcommand per job. Each command module owns its flags and its
+//! `run`; this file only dispatches and turns errors into one line and an exit code.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "perfbench", version, about = "Load generator and latency profiler for KServe v2 / Triton servers")]
+pub struct Cli {
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `perfbench=debug`.
+    #[arg(long, global = true, default_value = "warn", env = "PERFBENCH_LOG")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {}
+
+/// Exit code for bad input (a bad flag, a missing file, an unreachable server).
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version to stdout with exit 0, and usage errors to stderr.
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_BAD_INPUT) } else { ExitCode::SUCCESS };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+/// The error and its causes on one line.
+pub fn one_line(e: &anyhow::Error) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {}
+}

@@ -1,0 +1,113 @@
+//! How to send: one trait over every transport (HTTP, gRPC, in-process). The load engine is
+//! generic over [`InferClient`] and never sees a wire format.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics};
+use crate::tensor::{DataType, Tensor};
+
+/// Client-side failures, each with a one-line reason.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The server could not be reached, or the connection broke: the run cannot go on.
+    #[error("server unreachable at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    /// The server answered this request with an error; the run goes on and counts it.
+    #[error("server error: {0}")]
+    Server(String),
+    /// A response we could not make sense of.
+    #[error("bad response: {0}")]
+    Protocol(String),
+    /// The request itself is wrong (shape, shm setup, ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ClientError {
+    /// True when the server is gone and further requests are pointless.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, ClientError::Unreachable { .. })
+    }
+}
+
+pub type ClientResult<T> = Result<T, ClientError>;
+
+/// Server metadata as the profiler needs it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<String>,
+}
+
+/// Where one input's data comes from in each request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputSource {
+    /// Sent inline with every request (HTTP binary extension, gRPC raw contents).
+    Inline(Tensor),
+    /// Already in a registered system shared-memory region.
+    SystemShm { region: String, offset: u64, byte_size: u64, dtype: DataType, shape: Vec<i64> },
+}
+
+/// Where one requested output goes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputTarget {
+    /// Returned in the response body.
+    Inline,
+    /// Written by the server into a registered region of `byte_size` bytes.
+    SystemShm { region: String, offset: u64, byte_size: u64 },
+}
+
+/// Everything needed to build one inference request, independent of the transport.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestSpec {
+    pub model_name: String,
+    pub model_version: String,
+    pub inputs: Vec<(String, InputSource)>,
+    pub outputs: Vec<(String, OutputTarget)>,
+}
+
+/// Client-side timing of one completed request.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RequestTiming {
+    /// Building and writing the request (serialisation, headers, body).
+    pub send: Duration,
+    /// Reading and decoding the response.
+    pub recv: Duration,
+    /// From the start of send to the end of recv.
+    pub total: Duration,
+}
+
+/// A decoded response: output name, dtype, shape and bytes (empty for shm outputs).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InferResult {
+    pub outputs: Vec<(String, Tensor)>,
+}
+
+/// One transport. `Prepared` is a request encoded once and sent many times, so the hot loop
+/// does no per-request encoding work beyond what the wire demands.
+pub trait InferClient: Send + Sync + 'static {
+    type Prepared: Send + Sync + 'static;
+
+    fn server_metadata(&self) -> impl Future<Output = ClientResult<ServerInfo>> + Send;
+    fn model_metadata(&self, model: &str, version: &str) -> impl Future<Output = ClientResult<ModelMetadataResponse>> + Send;
+    fn model_config(&self, model: &str, version: &str) -> impl Future<Output = ClientResult<ModelConfig>> + Send;
+    /// Statistics of one model; an empty `model` asks for all models.
+    fn statistics(&self, model: &str, version: &str) -> impl Future<Output = ClientResult<Vec<ModelStatistics>>> + Send;
+
+    fn prepare(&self, spec: &RequestSpec) -> ClientResult<Self::Prepared>;
+    /// Sends one request and waits for its response. `keep_outputs` asks for decoded outputs
+    /// (tests, validation); the load loop passes false and only times the exchange.
+    fn infer(
+        &self,
+        request: &Self::Prepared,
+        keep_outputs: bool,
+    ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send;
+
+    fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> impl Future<Output = ClientResult<()>> + Send;
+    /// Unregisters one region, or all with an empty name.
+    fn unregister_system_shm(&self, name: &str) -> impl Future<Output = ClientResult<()>> + Send;
+    /// Unregisters CUDA regions (perf_analyzer always calls this, even for system shm).
+    fn unregister_cuda_shm(&self, name: &str) -> impl Future<Output = ClientResult<()>> + Send;
+}

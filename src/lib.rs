@@ -1,0 +1,9 @@
+//! perfbench: a load generator and latency profiler for KServe v2 / Triton inference servers,
+//! with its own reference server. See ARCHITECTURE.md for the path of one request.
+
+pub mod cli;
+pub mod client;
+pub mod proto;
+pub mod report;
+pub mod server;
+pub mod tensor;

@@ -1,0 +1,5 @@
+//! How a run reads: perf_analyzer's CSV, the seeds' report CSV and Markdown, plots.
+
+pub mod row;
+
+pub use row::{LoadPoint, ReportRow};

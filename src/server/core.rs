@@ -1,0 +1,131 @@
+//! `InferenceServer`: the protocol-neutral server API. The HTTP and gRPC front ends and the
+//! in-process client all call these methods, so every path shares one behaviour.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::config;
+use super::error::ServerResult;
+use super::infer::{admit, InferRequest, InferResponse};
+use super::repository::{IndexEntry, ModelRepository, MODEL_VERSION};
+use super::shm::SharedMemoryManager;
+use crate::proto::inference::{model_metadata_response::TensorMetadata, ModelConfig, ModelMetadataResponse, ModelStatistics};
+use crate::tensor::DataType;
+
+pub const SERVER_NAME: &str = "perfbench";
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Extensions listed in server metadata. perf_analyzer reads server statistics only when
+/// `statistics` is listed.
+pub const EXTENSIONS: &[&str] = &[
+    "model_repository",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "statistics",
+];
+
+/// What the server serves, before any socket is opened.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// `None`: the bundled model zoo.
+    pub model_repository: Option<PathBuf>,
+    /// Load only these models; empty loads all.
+    pub models: Vec<String>,
+    /// Largest request body accepted, in bytes (HTTP body, gRPC message).
+    pub max_request_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions { model_repository: None, models: vec![], max_request_bytes: 256 << 20 }
+    }
+}
+
+pub struct InferenceServer {
+    pub options: ServerOptions,
+    pub repository: ModelRepository,
+    pub shm: SharedMemoryManager,
+}
+
+impl InferenceServer {
+    pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
+        let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
+        Ok(Arc::new(InferenceServer { options, repository, shm: SharedMemoryManager::default() }))
+    }
+
+    pub fn is_live(&self) -> bool {
+        true
+    }
+
+    pub fn is_ready(&self) -> bool {
+        true
+    }
+
+    pub fn model_ready(&self, name: &str, version: &str) -> bool {
+        self.repository.get(name, version).is_ok()
+    }
+
+    pub fn model_config(&self, name: &str, version: &str) -> ServerResult<ModelConfig> {
+        Ok(self.repository.get(name, version)?.config.clone())
+    }
+
+    /// Model metadata. Shapes of batching models carry a leading -1 for the batch dimension.
+    pub fn model_metadata(&self, name: &str, version: &str) -> ServerResult<ModelMetadataResponse> {
+        let model = self.repository.get(name, version)?;
+        let c = &model.config;
+        let batch_dim: &[i64] = if c.max_batch_size > 0 { &[-1] } else { &[] };
+        let tensor = |name: &str, dtype: i32, dims: &[i64]| TensorMetadata {
+            name: name.to_string(),
+            datatype: DataType::from_config_enum(dtype).map(|d| d.as_str()).unwrap_or("").to_string(),
+            shape: batch_dim.iter().chain(dims).copied().collect(),
+        };
+        Ok(ModelMetadataResponse {
+            name: c.name.clone(),
+            versions: vec![MODEL_VERSION.to_string()],
+            platform: c.backend.clone(),
+            inputs: c.input.iter().map(|i| tensor(&i.name, i.data_type, &i.dims)).collect(),
+            outputs: c.output.iter().map(|o| tensor(&o.name, o.data_type, &o.dims)).collect(),
+        })
+    }
+
+    /// Config JSON as Triton prints it.
+    pub fn model_config_json(&self, name: &str, version: &str) -> ServerResult<serde_json::Value> {
+        Ok(config::to_json(&self.model_config(name, version)?))
+    }
+
+    /// Runs one inference through the model's batcher.
+    pub async fn infer(&self, request: InferRequest) -> ServerResult<InferResponse> {
+        let received = Instant::now();
+        let model = self.repository.get(&request.model_name, &request.model_version)?;
+        let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, received)?;
+        model.scheduler.infer(admitted).await
+    }
+
+    /// Statistics of one model (all its versions) or, with an empty name, of every model.
+    pub fn statistics(&self, name: &str, version: &str) -> ServerResult<Vec<ModelStatistics>> {
+        if name.is_empty() {
+            return Ok(self
+                .repository
+                .loaded()
+                .iter()
+                .map(|m| m.stats.snapshot(&m.config.name, MODEL_VERSION))
+                .collect());
+        }
+        let model = self.repository.get(name, version)?;
+        Ok(vec![model.stats.snapshot(name, MODEL_VERSION)])
+    }
+
+    pub fn repository_index(&self, ready_only: bool) -> ServerResult<Vec<IndexEntry>> {
+        self.repository.index(ready_only)
+    }
+
+    pub fn load_model(&self, name: &str, config_json: Option<&str>) -> ServerResult<()> {
+        self.repository.load(name, config_json)
+    }
+
+    pub fn unload_model(&self, name: &str) -> ServerResult<()> {
+        self.repository.unload(name)
+    }
+}

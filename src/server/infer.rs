@@ -1,0 +1,287 @@
+//! Protocol-neutral inference requests and responses, and their admission checks. The HTTP and
+//! gRPC front ends translate their wire formats into [`InferRequest`]; [`admit`] validates it
+//! against the model config, with Triton's error texts, before it reaches the batcher.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::error::{ServerError, ServerResult};
+use super::shm::{Region, SharedMemoryManager};
+use crate::proto::inference::ModelConfig;
+use crate::tensor::{byte_size, bytes_tensor_is_valid, element_count, shape_matches, DataType};
+
+/// A reference into a registered shared-memory region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmRef {
+    pub region: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputData {
+    Raw(Bytes),
+    Shm(ShmRef),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputTensor {
+    pub name: String,
+    /// The protocol string as sent; checked against the config in [`admit`].
+    pub datatype: String,
+    pub shape: Vec<i64>,
+    pub data: InputData,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestedOutput {
+    pub name: String,
+    pub shm: Option<ShmRef>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InferRequest {
+    pub model_name: String,
+    /// Empty means the latest version.
+    pub model_version: String,
+    pub id: String,
+    pub inputs: Vec<InputTensor>,
+    /// Empty means every model output.
+    pub outputs: Vec<RequestedOutput>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputData {
+    Raw(Bytes),
+    /// Written into the requested shared-memory region; only the shape travels back.
+    InShm,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputTensor {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub data: OutputData,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferResponse {
+    pub model_name: String,
+    pub model_version: String,
+    pub id: String,
+    pub outputs: Vec<OutputTensor>,
+}
+
+/// Where an admitted input's bytes live until the batcher gathers them.
+pub enum InputBytes {
+    Raw(Bytes),
+    Shm { region: Arc<Region>, offset: u64, len: usize },
+}
+
+impl InputBytes {
+    pub fn len(&self) -> usize {
+        match self {
+            InputBytes::Raw(b) => b.len(),
+            InputBytes::Shm { len, .. } => *len,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Appends the bytes to `dst` (the batch buffer).
+    pub fn gather_into(&self, dst: &mut Vec<u8>) -> ServerResult<()> {
+        match self {
+            InputBytes::Raw(b) => dst.extend_from_slice(b),
+            InputBytes::Shm { region, offset, len } => {
+                let start = dst.len();
+                dst.resize(start + len, 0);
+                region.read_into(*offset, &mut dst[start..])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An admitted input, in model-config order.
+pub struct AdmittedInput {
+    pub shape: Vec<i64>,
+    pub bytes: InputBytes,
+}
+
+/// An output to return, in the order the client asked for them.
+pub struct OutputPlan {
+    pub config_index: usize,
+    pub shm: Option<(Arc<Region>, u64, u64)>,
+}
+
+/// A request that passed every check and is ready to queue.
+pub struct AdmittedRequest {
+    pub id: String,
+    pub model_version: String,
+    /// Batch dimension of this request (1 when the model does not batch).
+    pub batch_size: usize,
+    pub inputs: Vec<AdmittedInput>,
+    pub outputs: Vec<OutputPlan>,
+    /// When the server took the request in; `success.ns` counts from here.
+    pub received: Instant,
+}
+
+impl AdmittedRequest {
+    /// Requests can share a batch only when their per-item shapes agree. BYTES outputs cannot be
+    /// split back per request by size, so such models never merge requests.
+    pub fn batch_key(&self) -> Vec<i64> {
+        let mut key = Vec::new();
+        for input in &self.inputs {
+            key.push(input.shape.len() as i64);
+            key.extend_from_slice(input.shape.get(1..).unwrap_or(&[]));
+        }
+        key
+    }
+}
+
+/// Checks a request against `config` and resolves its shared-memory references.
+pub fn admit(
+    config: &ModelConfig,
+    version: &str,
+    request: InferRequest,
+    shm: &SharedMemoryManager,
+    received: Instant,
+) -> ServerResult<AdmittedRequest> {
+    let model = &config.name;
+    let batching = config.max_batch_size > 0;
+    let mut slots: Vec<Option<AdmittedInput>> = config.input.iter().map(|_| None).collect();
+    let mut batch_size: Option<usize> = None;
+
+    for input in request.inputs {
+        let Some(index) = config.input.iter().position(|c| c.name == input.name) else {
+            return Err(ServerError::invalid(format!("unexpected inference input '{}' for model '{model}'", input.name)));
+        };
+        if slots[index].is_some() {
+            return Err(ServerError::invalid(format!("input '{}' appears more than once in the request", input.name)));
+        }
+        let spec = &config.input[index];
+        let expected = DataType::from_config_enum(spec.data_type).expect("config validated at load");
+        if input.datatype != expected.as_str() {
+            return Err(ServerError::invalid(format!(
+                "inference input '{}' data-type is '{}', but model '{model}' expects '{expected}'",
+                input.name, input.datatype
+            )));
+        }
+        if input.shape.iter().any(|&d| d < 0) {
+            return Err(ServerError::invalid(format!("input '{}' has a negative dimension in shape {:?}", input.name, input.shape)));
+        }
+        let item_shape = if batching {
+            let Some((&b, rest)) = input.shape.split_first() else {
+                return Err(ServerError::invalid(format!(
+                    "input '{}' has shape [] but model '{model}' batches: the first dimension is the batch size",
+                    input.name
+                )));
+            };
+            if b < 1 || b > config.max_batch_size as i64 {
+                return Err(ServerError::invalid(format!(
+                    "inference request batch-size must be <= {} for '{model}'",
+                    config.max_batch_size
+                )));
+            }
+            match batch_size {
+                None => batch_size = Some(b as usize),
+                Some(prev) if prev != b as usize => {
+                    return Err(ServerError::invalid(format!(
+                        "input '{}' has batch size {b}, but another input has {prev}",
+                        input.name
+                    )))
+                }
+                _ => {}
+            }
+            rest
+        } else {
+            &input.shape[..]
+        };
+        if !shape_matches(&spec.dims, item_shape) {
+            let full: Vec<i64> = if batching { std::iter::once(-1).chain(spec.dims.iter().copied()).collect() } else { spec.dims.clone() };
+            return Err(ServerError::invalid(format!(
+                "unexpected shape for input '{}' for model '{model}'. Expected {full:?}, got {:?}",
+                input.name, input.shape
+            )));
+        }
+        let expected_bytes = byte_size(expected, &input.shape);
+        let bytes = match input.data {
+            InputData::Raw(data) => {
+                let ok = match expected_bytes {
+                    Some(n) => data.len() == n,
+                    None => element_count(&input.shape).is_some_and(|n| bytes_tensor_is_valid(&data, n)),
+                };
+                if !ok {
+                    return Err(ServerError::invalid(match expected_bytes {
+                        Some(n) => format!(
+                            "unexpected size for input '{}', expecting {n} bytes but got {} bytes for model '{model}'",
+                            input.name,
+                            data.len()
+                        ),
+                        None => format!("input '{}': BYTES data does not hold {:?} length-prefixed elements", input.name, input.shape),
+                    }));
+                }
+                InputBytes::Raw(data)
+            }
+            InputData::Shm(r) => {
+                if let Some(n) = expected_bytes {
+                    if r.byte_size as usize != n {
+                        return Err(ServerError::invalid(format!(
+                            "unexpected shared memory byte size for input '{}': expecting {n} bytes but got {} bytes for model '{model}'",
+                            input.name, r.byte_size
+                        )));
+                    }
+                }
+                let region = shm.get(&r.region)?;
+                region.check(r.offset, r.byte_size)?;
+                InputBytes::Shm { region, offset: r.offset, len: r.byte_size as usize }
+            }
+        };
+        slots[index] = Some(AdmittedInput { shape: input.shape, bytes });
+    }
+
+    let mut inputs = Vec::with_capacity(slots.len());
+    for (spec, slot) in config.input.iter().zip(slots) {
+        match slot {
+            Some(i) => inputs.push(i),
+            None => {
+                return Err(ServerError::invalid(format!(
+                    "expected {} inputs but got fewer for model '{model}': input '{}' is missing",
+                    config.input.len(),
+                    spec.name
+                )))
+            }
+        }
+    }
+
+    let mut outputs = Vec::new();
+    if request.outputs.is_empty() {
+        outputs.extend((0..config.output.len()).map(|config_index| OutputPlan { config_index, shm: None }));
+    }
+    for wanted in request.outputs {
+        let Some(config_index) = config.output.iter().position(|o| o.name == wanted.name) else {
+            return Err(ServerError::invalid(format!("unexpected inference output '{}' for model '{model}'", wanted.name)));
+        };
+        let shm = match wanted.shm {
+            None => None,
+            Some(r) => {
+                let region = shm.get(&r.region)?;
+                region.check(r.offset, r.byte_size)?;
+                Some((region, r.offset, r.byte_size))
+            }
+        };
+        outputs.push(OutputPlan { config_index, shm });
+    }
+
+    Ok(AdmittedRequest {
+        id: request.id,
+        model_version: version.to_string(),
+        batch_size: batch_size.unwrap_or(1),
+        inputs,
+        outputs,
+        received,
+    })
+}

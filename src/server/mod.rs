@@ -1,0 +1,15 @@
+//! The bundled KServe v2 inference server: a protocol-neutral core ([`InferenceServer`]) with a
+//! real dynamic batcher, statistics and shared memory, served over HTTP, gRPC and Prometheus.
+
+pub mod config;
+pub mod core;
+pub mod error;
+pub mod infer;
+pub mod models;
+pub mod repository;
+pub mod scheduler;
+pub mod shm;
+pub mod stats;
+
+pub use self::core::{InferenceServer, ServerOptions};
+pub use error::{ErrorKind, ServerError, ServerResult};

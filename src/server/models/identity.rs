@@ -1,0 +1,36 @@
+//! `identity`: each output is the input of the same position, bytes and shape unchanged.
+//! Any dtype and any shape the config allows.
+
+use super::Model;
+use crate::proto::inference::ModelConfig;
+use crate::server::error::{ServerError, ServerResult};
+use crate::tensor::Tensor;
+
+pub struct IdentityModel;
+
+impl IdentityModel {
+    pub fn new(config: &ModelConfig) -> ServerResult<Self> {
+        if config.input.len() != config.output.len() {
+            return Err(ServerError::invalid(format!(
+                "model '{}': identity needs as many outputs as inputs",
+                config.name
+            )));
+        }
+        for (i, o) in config.input.iter().zip(&config.output) {
+            if i.data_type != o.data_type {
+                return Err(ServerError::invalid(format!(
+                    "model '{}': identity output '{}' must have the dtype of input '{}'",
+                    config.name, o.name, i.name
+                )));
+            }
+        }
+        Ok(IdentityModel)
+    }
+}
+
+impl Model for IdentityModel {
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        // `Bytes` clones share the buffer: the output is the input, with no copy.
+        Ok(inputs.to_vec())
+    }
+}

@@ -1,0 +1,168 @@
+//! The model repository: where configs come from (a directory of `<model>/config.pbtxt`, or the
+//! bundled zoo), which models are loaded, and the repository extension's index/load/unload.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::config;
+use super::error::{ServerError, ServerResult};
+use super::models;
+use super::scheduler::Scheduler;
+use super::stats::ModelStats;
+use crate::proto::inference::ModelConfig;
+
+/// The bundled model zoo: name and `config.pbtxt` text.
+pub const ZOO: &[(&str, &str)] = &[
+    ("identity", include_str!("zoo/identity.pbtxt")),
+    ("identity_bytes", include_str!("zoo/identity_bytes.pbtxt")),
+    ("identity_fp16", include_str!("zoo/identity_fp16.pbtxt")),
+    ("delay", include_str!("zoo/delay.pbtxt")),
+];
+
+/// Every model is served as version "1".
+pub const MODEL_VERSION: &str = "1";
+
+/// A loaded, ready model.
+pub struct LoadedModel {
+    pub config: ModelConfig,
+    pub stats: Arc<ModelStats>,
+    pub scheduler: Scheduler,
+}
+
+/// One entry of the repository index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub name: String,
+    pub version: String,
+    pub state: String,
+    pub reason: String,
+}
+
+pub struct ModelRepository {
+    dir: Option<PathBuf>,
+    models: RwLock<BTreeMap<String, Arc<LoadedModel>>>,
+}
+
+impl ModelRepository {
+    /// Opens the repository and loads `only` (or every model it holds when empty).
+    pub fn open(dir: Option<PathBuf>, only: &[String]) -> ServerResult<Self> {
+        let repo = ModelRepository { dir, models: RwLock::new(BTreeMap::new()) };
+        let available = repo.available()?;
+        for name in only {
+            if !available.contains(name) {
+                return Err(ServerError::not_found(format!(
+                    "model '{name}' is not in the repository (it has: {})",
+                    available.join(", ")
+                )));
+            }
+        }
+        let names = if only.is_empty() { available } else { only.to_vec() };
+        for name in names {
+            repo.load(&name, None)?;
+        }
+        Ok(repo)
+    }
+
+    /// Names of every model the source holds, loaded or not.
+    pub fn available(&self) -> ServerResult<Vec<String>> {
+        match &self.dir {
+            None => Ok(ZOO.iter().map(|(n, _)| n.to_string()).collect()),
+            Some(dir) => {
+                let entries = std::fs::read_dir(dir).map_err(|e| {
+                    ServerError::invalid(format!("cannot read model repository '{}': {e}", dir.display()))
+                })?;
+                let mut names: Vec<String> = entries
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.path().join("config.pbtxt").is_file())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect();
+                names.sort();
+                Ok(names)
+            }
+        }
+    }
+
+    fn config_text(&self, name: &str) -> ServerResult<String> {
+        match &self.dir {
+            None => ZOO
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, text)| text.to_string())
+                .ok_or_else(|| ServerError::not_found(format!("failed to load '{name}', no version is available"))),
+            Some(dir) => {
+                let path = dir.join(name).join("config.pbtxt");
+                std::fs::read_to_string(&path).map_err(|_| {
+                    ServerError::not_found(format!("failed to load '{name}', no version is available"))
+                })
+            }
+        }
+    }
+
+    /// Loads (or reloads) a model, from its source or from a JSON config override.
+    pub fn load(&self, name: &str, config_json: Option<&str>) -> ServerResult<()> {
+        let config = match config_json {
+            Some(json) => config::parse_json(json, name)?,
+            None => config::parse_pbtxt(&self.config_text(name)?, name)?,
+        };
+        if config.name != name {
+            return Err(ServerError::invalid(format!(
+                "model '{name}': config names the model '{}'",
+                config.name
+            )));
+        }
+        let model = models::build(&config)?;
+        let stats = Arc::new(ModelStats::default());
+        let scheduler = Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config));
+        let loaded = Arc::new(LoadedModel { config, stats, scheduler });
+        tracing::info!(model = name, "loaded");
+        self.models.write().insert(name.to_string(), loaded);
+        Ok(())
+    }
+
+    pub fn unload(&self, name: &str) -> ServerResult<()> {
+        match self.models.write().remove(name) {
+            Some(_) => {
+                tracing::info!(model = name, "unloaded");
+                Ok(())
+            }
+            None => Err(ServerError::invalid(format!("failed to unload '{name}', model is not loaded"))),
+        }
+    }
+
+    /// A ready model. `version` may be empty (latest) or "1".
+    pub fn get(&self, name: &str, version: &str) -> ServerResult<Arc<LoadedModel>> {
+        let model = self.models.read().get(name).cloned();
+        match model {
+            Some(m) if version.is_empty() || version == MODEL_VERSION => Ok(m),
+            Some(_) => Err(ServerError::not_found(format!(
+                "Request for unknown model: '{name}' version {version} is not found"
+            ))),
+            None => Err(ServerError::not_found(format!("Request for unknown model: '{name}' is not found"))),
+        }
+    }
+
+    pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
+        self.models.read().values().cloned().collect()
+    }
+
+    pub fn index(&self, ready_only: bool) -> ServerResult<Vec<IndexEntry>> {
+        let loaded = self.models.read();
+        let mut entries = Vec::new();
+        for name in self.available()? {
+            let ready = loaded.contains_key(&name);
+            if ready_only && !ready {
+                continue;
+            }
+            entries.push(IndexEntry {
+                name,
+                version: MODEL_VERSION.into(),
+                state: if ready { "READY" } else { "UNAVAILABLE" }.into(),
+                reason: if ready { "" } else { "unloaded" }.into(),
+            });
+        }
+        Ok(entries)
+    }
+}

@@ -1,0 +1,211 @@
+//! Tensor data types and layouts shared by the client and the server (KSERVE_V2.md §2).
+
+use std::fmt;
+
+/// A KServe v2 datatype. `BYTES` is spelled `TYPE_STRING` in model configs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataType {
+    Bool,
+    Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Fp16,
+    Fp32,
+    Fp64,
+    Bytes,
+    Bf16,
+}
+
+impl DataType {
+    pub const ALL: [DataType; 14] = [
+        DataType::Bool,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Fp16,
+        DataType::Fp32,
+        DataType::Fp64,
+        DataType::Bytes,
+        DataType::Bf16,
+    ];
+
+    /// The protocol string (`"FP32"`), as used in metadata, infer requests and statistics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataType::Bool => "BOOL",
+            DataType::Uint8 => "UINT8",
+            DataType::Uint16 => "UINT16",
+            DataType::Uint32 => "UINT32",
+            DataType::Uint64 => "UINT64",
+            DataType::Int8 => "INT8",
+            DataType::Int16 => "INT16",
+            DataType::Int32 => "INT32",
+            DataType::Int64 => "INT64",
+            DataType::Fp16 => "FP16",
+            DataType::Fp32 => "FP32",
+            DataType::Fp64 => "FP64",
+            DataType::Bytes => "BYTES",
+            DataType::Bf16 => "BF16",
+        }
+    }
+
+    /// Parses a protocol string. Case-sensitive, as the protocol is.
+    pub fn parse(s: &str) -> Option<DataType> {
+        DataType::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+
+    /// The model-config enum value (`model_config.proto` `DataType`).
+    pub fn config_enum(self) -> i32 {
+        match self {
+            DataType::Bool => 1,
+            DataType::Uint8 => 2,
+            DataType::Uint16 => 3,
+            DataType::Uint32 => 4,
+            DataType::Uint64 => 5,
+            DataType::Int8 => 6,
+            DataType::Int16 => 7,
+            DataType::Int32 => 8,
+            DataType::Int64 => 9,
+            DataType::Fp16 => 10,
+            DataType::Fp32 => 11,
+            DataType::Fp64 => 12,
+            DataType::Bytes => 13,
+            DataType::Bf16 => 14,
+        }
+    }
+
+    pub fn from_config_enum(v: i32) -> Option<DataType> {
+        DataType::ALL.into_iter().find(|d| d.config_enum() == v)
+    }
+
+    /// Bytes per element; `None` for the variable-size `BYTES`.
+    pub fn element_size(self) -> Option<usize> {
+        match self {
+            DataType::Bool | DataType::Uint8 | DataType::Int8 => Some(1),
+            DataType::Uint16 | DataType::Int16 | DataType::Fp16 | DataType::Bf16 => Some(2),
+            DataType::Uint32 | DataType::Int32 | DataType::Fp32 => Some(4),
+            DataType::Uint64 | DataType::Int64 | DataType::Fp64 => Some(8),
+            DataType::Bytes => None,
+        }
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Number of elements of a fully specified shape; `None` if a dim is negative or it overflows.
+pub fn element_count(shape: &[i64]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| {
+        if d < 0 {
+            None
+        } else {
+            acc.checked_mul(d as usize)
+        }
+    })
+}
+
+/// Byte size of a fixed-size tensor; `None` for `BYTES` or a bad shape.
+pub fn byte_size(dtype: DataType, shape: &[i64]) -> Option<usize> {
+    element_count(shape)?.checked_mul(dtype.element_size()?)
+}
+
+/// Checks that `data` is a well-formed BYTES tensor of `count` length-prefixed elements (§2.2).
+pub fn bytes_tensor_is_valid(data: &[u8], count: usize) -> bool {
+    let mut pos = 0usize;
+    for _ in 0..count {
+        let Some(len) = data.get(pos..pos + 4) else { return false };
+        let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
+        pos += 4;
+        if pos + len > data.len() {
+            return false;
+        }
+        pos += len;
+    }
+    pos == data.len()
+}
+
+/// Does `shape` fit the config `dims` (where -1 matches any size)?
+pub fn shape_matches(dims: &[i64], shape: &[i64]) -> bool {
+    dims.len() == shape.len() && dims.iter().zip(shape).all(|(&d, &s)| d == -1 || d == s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datatype_strings_round_trip() {
+        for d in DataType::ALL {
+            assert_eq!(DataType::parse(d.as_str()), Some(d));
+            assert_eq!(DataType::from_config_enum(d.config_enum()), Some(d));
+        }
+        assert_eq!(DataType::parse("fp32"), None);
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(byte_size(DataType::Fp32, &[2, 3]), Some(24));
+        assert_eq!(byte_size(DataType::Bytes, &[2]), None);
+        assert_eq!(byte_size(DataType::Int8, &[-1]), None);
+        assert_eq!(element_count(&[]), Some(1));
+    }
+
+    #[test]
+    fn bytes_tensor_walk() {
+        let mut v = vec![];
+        for s in ["ab", ""] {
+            v.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            v.extend_from_slice(s.as_bytes());
+        }
+        assert!(bytes_tensor_is_valid(&v, 2));
+        assert!(!bytes_tensor_is_valid(&v, 3));
+        assert!(!bytes_tensor_is_valid(&v[..5], 1));
+    }
+}
+
+/// A dense tensor as the models see it: row-major little-endian bytes (§2.2).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub dtype: DataType,
+    pub shape: Vec<i64>,
+    pub data: bytes::Bytes,
+}
+
+macro_rules! typed_access {
+    ($get:ident, $from:ident, $t:ty, $dt:expr) => {
+        /// Decodes the elements (the bytes need not be aligned).
+        pub fn $get(&self) -> Vec<$t> {
+            self.data
+                .chunks_exact(std::mem::size_of::<$t>())
+                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        }
+        /// Encodes `values` with `shape`.
+        pub fn $from(shape: Vec<i64>, values: &[$t]) -> Tensor {
+            let mut data = Vec::with_capacity(values.len() * std::mem::size_of::<$t>());
+            for v in values {
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+            Tensor { dtype: $dt, shape, data: data.into() }
+        }
+    };
+}
+
+impl Tensor {
+    typed_access!(to_f32, from_f32, f32, DataType::Fp32);
+    typed_access!(to_i32, from_i32, i32, DataType::Int32);
+    typed_access!(to_i64, from_i64, i64, DataType::Int64);
+}
