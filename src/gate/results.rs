@@ -1,6 +1,7 @@
 //! Reads a results CSV into [`ReportRow`]s: perf_analyzer's `-f` format or perfbench's
 //! `report.csv`. Columns are found by name (case and surrounding spaces ignored), so their order
-//! and any extra columns do not matter. Values are microseconds and inferences/second.
+//! and any extra columns do not matter. Values are microseconds and inferences/second; a column
+//! named with a unit, like the seeds' `p99 latency (ms)`, is converted to microseconds.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -40,8 +41,10 @@ const COMPONENTS: [&str; 7] = [
 /// Reads the results CSV at `path`. `default_batch` is the batch size of files without a
 /// `Batch` column (perf_analyzer's CSV does not record it).
 pub fn read_results(path: &Path, default_batch: u64) -> Result<Vec<ReportRow>, GateError> {
-    let bytes =
-        std::fs::read(path).map_err(|source| GateError::Read { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| GateError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     parse_results(&bytes, default_batch).map_err(|problem| GateError::Results {
         path: path.to_path_buf(),
         problem,
@@ -61,7 +64,9 @@ pub fn parse_results(bytes: &[u8], default_batch: u64) -> Result<Vec<ReportRow>,
     if frame.height() == 0 {
         return Err("has a header but no data rows".into());
     }
-    (0..frame.height()).map(|row| table.row(row, default_batch)).collect()
+    (0..frame.height())
+        .map(|row| table.row(row, default_batch))
+        .collect()
 }
 
 /// A parsed CSV with lookups by column name.
@@ -71,21 +76,55 @@ struct Table<'a> {
 
 impl Table<'_> {
     fn find(&self, name: &str) -> Option<&Column> {
-        self.frame.columns().iter().find(|c| c.name().trim().eq_ignore_ascii_case(name))
+        self.find_scaled(name).map(|(column, _)| column)
+    }
+
+    /// The column called `name`, or `name (ms)` / `name (us)` / `name (µs)`, with the factor that
+    /// turns its values into microseconds.
+    fn find_scaled(&self, name: &str) -> Option<(&Column, f64)> {
+        self.frame.columns().iter().find_map(|column| {
+            let header = column.name().trim();
+            let (base, unit) = match header.rsplit_once(" (") {
+                Some((base, unit)) => (base.trim_end(), unit.strip_suffix(')')),
+                None => (header, None),
+            };
+            if header.eq_ignore_ascii_case(name) {
+                return Some((column, 1.0));
+            }
+            let scale = match unit? {
+                "ms" => 1000.0,
+                "us" | "µs" => 1.0,
+                _ => return None,
+            };
+            base.eq_ignore_ascii_case(name).then_some((column, scale))
+        })
     }
 
     /// Every column the gate needs is present, or an error listing the missing ones.
     fn check_columns(&self) -> Result<(), String> {
         let mut missing: Vec<&str> = Vec::new();
-        match (self.find(CONCURRENCY).is_some(), self.find(REQUEST_RATE).is_some()) {
-            (true, true) => return Err(format!("has both `{CONCURRENCY}` and `{REQUEST_RATE}` columns")),
+        match (
+            self.find(CONCURRENCY).is_some(),
+            self.find(REQUEST_RATE).is_some(),
+        ) {
+            (true, true) => {
+                return Err(format!(
+                    "has both `{CONCURRENCY}` and `{REQUEST_RATE}` columns"
+                ))
+            }
             (false, false) => missing.push("Concurrency` or `Request Rate"),
             _ => {}
         }
-        missing.extend([THROUGHPUT, P99].into_iter().filter(|name| self.find(name).is_none()));
+        missing.extend(
+            [THROUGHPUT, P99]
+                .into_iter()
+                .filter(|name| self.find(name).is_none()),
+        );
         if self.find(AVG).is_none() {
-            let absent: Vec<&str> =
-                COMPONENTS.into_iter().filter(|name| self.find(name).is_none()).collect();
+            let absent: Vec<&str> = COMPONENTS
+                .into_iter()
+                .filter(|name| self.find(name).is_none())
+                .collect();
             if !absent.is_empty() {
                 missing.push(AVG);
             }
@@ -93,17 +132,28 @@ impl Table<'_> {
         if missing.is_empty() {
             return Ok(());
         }
-        let found: Vec<&str> = self.frame.columns().iter().map(|c| c.name().as_str()).collect();
+        let found: Vec<&str> = self
+            .frame
+            .columns()
+            .iter()
+            .map(|c| c.name().as_str())
+            .collect();
         Err(format!(
             "lacks column(s) `{}` (found: {})",
             missing.join("`, `"),
-            if found.is_empty() { "none".to_string() } else { found.join(", ") }
+            if found.is_empty() {
+                "none".to_string()
+            } else {
+                found.join(", ")
+            }
         ))
     }
 
     /// The number in `name` at `row`; an error names the line and the column.
     fn number(&self, name: &str, row: usize) -> Result<Option<f64>, String> {
-        let Some(column) = self.find(name) else { return Ok(None) };
+        let Some((column, scale)) = self.find_scaled(name) else {
+            return Ok(None);
+        };
         let bad = |why: &str| format!("line {}: `{}` {why}", row + 2, column.name());
         let value = column
             .cast(&DataType::Float64)
@@ -113,26 +163,30 @@ impl Table<'_> {
         if !value.is_finite() || value < 0.0 {
             return Err(bad(&format!("is {value}, expected a non-negative number")));
         }
-        Ok(Some(value))
+        Ok(Some(value * scale))
     }
 
     fn required(&self, name: &str, row: usize) -> Result<f64, String> {
-        self.number(name, row)?.ok_or_else(|| format!("lacks column `{name}`"))
+        self.number(name, row)?
+            .ok_or_else(|| format!("lacks column `{name}`"))
     }
 
     /// Counts (batch, concurrency, failures) are whole numbers.
     fn count(&self, name: &str, row: usize) -> Result<Option<u64>, String> {
         match self.number(name, row)? {
-            Some(v) if v.fract() != 0.0 => {
-                Err(format!("line {}: `{name}` is {v}, expected a whole number", row + 2))
-            }
+            Some(v) if v.fract() != 0.0 => Err(format!(
+                "line {}: `{name}` is {v}, expected a whole number",
+                row + 2
+            )),
             other => Ok(other.map(|v| v as u64)),
         }
     }
 
     /// A spread cell may be empty (a row measured in one window): no recorded noise.
     fn spread(&self, name: &str, row: usize) -> Result<f64, String> {
-        let Some(column) = self.find(name) else { return Ok(0.0) };
+        let Some(column) = self.find(name) else {
+            return Ok(0.0);
+        };
         if column.get(row).map(|v| v.is_null()).unwrap_or(true) {
             return Ok(0.0);
         }
@@ -140,11 +194,14 @@ impl Table<'_> {
     }
 
     fn stable(&self, row: usize) -> Result<bool, String> {
-        let Some(column) = self.find(STABLE) else { return Ok(true) };
-        let text = column
-            .cast(&DataType::String)
-            .ok()
-            .and_then(|c| c.str().ok().and_then(|values| values.get(row).map(str::to_ascii_lowercase)));
+        let Some(column) = self.find(STABLE) else {
+            return Ok(true);
+        };
+        let text = column.cast(&DataType::String).ok().and_then(|c| {
+            c.str()
+                .ok()
+                .and_then(|values| values.get(row).map(str::to_ascii_lowercase))
+        });
         match text.as_deref().map(str::trim) {
             Some("true" | "yes" | "1") => Ok(true),
             Some("false" | "no" | "0") => Ok(false),
@@ -230,6 +287,15 @@ mod tests {
     }
 
     #[test]
+    fn millisecond_columns_become_microseconds() {
+        let text = "Batch,Concurrency,Inferences/Second,p99 latency (ms),avg latency (ms),Throughput Spread (%)\n\
+            8,1,2053.9,3.9,3.5,4\n";
+        let rows = parse_results(text.as_bytes(), 1).unwrap();
+        assert_eq!((rows[0].p99_us, rows[0].avg_us), (3900.0, 3500.0));
+        assert_eq!(rows[0].throughput_spread_pct, 4.0);
+    }
+
+    #[test]
     fn wrong_columns_are_named() {
         let err = parse_results(b"a,b,c\n1,2,3\n", 1).unwrap_err();
         assert!(err.contains("Concurrency` or `Request Rate"), "{err}");
@@ -241,12 +307,17 @@ mod tests {
     fn non_numeric_cell_names_line_and_column() {
         let text = "Concurrency,Inferences/Second,p99 latency,avg latency\n1,fast,10,5\n";
         let err = parse_results(text.as_bytes(), 1).unwrap_err();
-        assert!(err.contains("line 2") && err.contains("Inferences/Second"), "{err}");
+        assert!(
+            err.contains("line 2") && err.contains("Inferences/Second"),
+            "{err}"
+        );
     }
 
     #[test]
     fn header_without_rows_is_an_error() {
         let text = "Concurrency,Inferences/Second,p99 latency,avg latency\n";
-        assert!(parse_results(text.as_bytes(), 1).unwrap_err().contains("no data rows"));
+        assert!(parse_results(text.as_bytes(), 1)
+            .unwrap_err()
+            .contains("no data rows"));
     }
 }
