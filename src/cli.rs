@@ -21,6 +21,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the bundled KServe v2 inference server (HTTP, gRPC, metrics).
+    Serve(crate::server::serve::ServeArgs),
     /// Compare a run with a baseline and fail on a regression beyond thresholds and noise.
     Gate(crate::gate::GateArgs),
 }
@@ -67,6 +69,7 @@ pub fn one_line(e: &anyhow::Error) -> String {
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Serve(args) => crate::server::serve::run(args),
         Command::Gate(args) => Ok(crate::gate::run(&args)?),
     }
 }
