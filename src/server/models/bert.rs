@@ -99,9 +99,16 @@ struct Scratch {
     ctx: Vec<f32>,
     tmp: Vec<f32>,
     ffn: Vec<f32>,
+    heads_ctx: Vec<f32>,
+    attention: Vec<AttentionScratch>,
+    logits: Vec<f32>,
+}
+
+/// One attention worker's buffers.
+#[derive(Default)]
+struct AttentionScratch {
     scores: Vec<f32>,
     mask_bias: Vec<f32>,
-    logits: Vec<f32>,
 }
 
 pub struct BertModel {
@@ -113,6 +120,8 @@ pub struct BertModel {
     embed_norm: LayerNorm,
     layers: Vec<EncoderLayer>,
     qa: Linear,
+    /// Threads sharing the attention of one execution (the cores available to the process).
+    attention_threads: usize,
     scratch: ScratchPool<Scratch>,
 }
 
@@ -144,6 +153,7 @@ impl BertModel {
             qa: Linear::random(&mut init, dims.hidden, 2, INIT_STD),
             dims,
             signature,
+            attention_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             scratch: ScratchPool::new(),
         })
     }
@@ -217,27 +227,15 @@ impl BertModel {
 
         let qkv = sized(&mut s.qkv, rows * 3 * hidden);
         layer.qkv.forward(x, rows, qkv);
+        let heads_ctx = sized(&mut s.heads_ctx, rows * hidden);
+        self.attend(qkv, mask, batch, heads_ctx, &mut s.attention);
+        // Back from one block per (sequence, head) to rows of `hidden`, heads side by side.
         let ctx = sized(&mut s.ctx, rows * hidden);
-        let scores = sized(&mut s.scores, seq * seq);
-        let mask_bias = sized(&mut s.mask_bias, seq);
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        for b in 0..batch {
-            for (bias, &m) in mask_bias.iter_mut().zip(&mask[b * seq..(b + 1) * seq]) {
-                *bias = if m != 0 { 0.0 } else { MASKED_SCORE_BIAS };
-            }
-            // This sequence's rows of [Q | K | V]; head h owns columns h·head_dim.. of each part.
-            let item = &qkv[b * seq * 3 * hidden..(b + 1) * seq * 3 * hidden];
-            let item_ctx = &mut ctx[b * seq * hidden..(b + 1) * seq * hidden];
-            for h in 0..heads {
-                let part = |p: usize| Mat::strided(&item[p * hidden + h * head_dim..], seq, head_dim, 3 * hidden, 1);
-                let (q, k, v) = (part(0), part(1), part(2));
-                gemm(scale, q, k.t(), 0.0, MatMut::new(scores, seq, seq));
-                for row in scores.chunks_exact_mut(seq) {
-                    add_in_place(row, mask_bias);
-                    softmax_in_place(row);
-                }
-                let out = MatMut::strided(&mut item_ctx[h * head_dim..], seq, head_dim, hidden);
-                gemm(1.0, Mat::new(scores, seq, seq), v, 0.0, out);
+        for (pair, block) in heads_ctx.chunks_exact(seq * head_dim).enumerate() {
+            let (b, h) = (pair / heads, pair % heads);
+            for (pos, head_row) in block.chunks_exact(head_dim).enumerate() {
+                let at = (b * seq + pos) * hidden + h * head_dim;
+                ctx[at..at + head_dim].copy_from_slice(head_row);
             }
         }
 
@@ -252,6 +250,60 @@ impl BertModel {
         layer.ffn_out.forward(inner, rows, tmp);
         add_in_place(x, tmp);
         layer.ffn_norm.apply(x);
+    }
+}
+
+impl BertModel {
+    /// Self-attention of every (sequence, head) pair: softmax(Q·Kᵀ/√d + mask)·V. The pairs are
+    /// independent, so they are spread over scoped threads (the per-head products are too small
+    /// for `matrixmultiply` to thread); pair `p`'s context lands in block `p` of `heads_ctx`.
+    fn attend(&self, qkv: &[f32], mask: &[i32], batch: usize, heads_ctx: &mut [f32], scratch: &mut Vec<AttentionScratch>) {
+        let block = self.dims.seq * self.dims.head_dim();
+        let pairs = batch * self.dims.heads;
+        if pairs == 0 {
+            return;
+        }
+        let workers = self.attention_threads.clamp(1, pairs);
+        let pairs_per_worker = pairs.div_ceil(workers);
+        if scratch.len() < workers {
+            scratch.resize_with(workers, AttentionScratch::default);
+        }
+        let jobs = heads_ctx[..pairs * block].chunks_mut(pairs_per_worker * block).zip(scratch.iter_mut());
+        let run = |(w, (blocks, scratch)): (usize, (&mut [f32], &mut AttentionScratch))| {
+            for (i, out) in blocks.chunks_exact_mut(block).enumerate() {
+                self.attend_pair(qkv, mask, w * pairs_per_worker + i, out, scratch);
+            }
+        };
+        if workers == 1 {
+            jobs.enumerate().for_each(run);
+        } else {
+            std::thread::scope(|scope| {
+                for job in jobs.enumerate() {
+                    scope.spawn(move || run(job));
+                }
+            });
+        }
+    }
+
+    fn attend_pair(&self, qkv: &[f32], mask: &[i32], pair: usize, out: &mut [f32], s: &mut AttentionScratch) {
+        let BertDims { seq, hidden, heads, .. } = self.dims;
+        let head_dim = self.dims.head_dim();
+        let (b, h) = (pair / heads, pair % heads);
+        let mask_bias = sized(&mut s.mask_bias, seq);
+        for (bias, &m) in mask_bias.iter_mut().zip(&mask[b * seq..(b + 1) * seq]) {
+            *bias = if m != 0 { 0.0 } else { MASKED_SCORE_BIAS };
+        }
+        // This sequence's rows of [Q | K | V]; head h owns columns h·head_dim.. of each part.
+        let item = &qkv[b * seq * 3 * hidden..(b + 1) * seq * 3 * hidden];
+        let part = |p: usize| Mat::strided(&item[p * hidden + h * head_dim..], seq, head_dim, 3 * hidden, 1);
+        let (q, k, v) = (part(0), part(1), part(2));
+        let scores = sized(&mut s.scores, seq * seq);
+        gemm(1.0 / (head_dim as f32).sqrt(), q, k.t(), 0.0, MatMut::new(scores, seq, seq));
+        for row in scores.chunks_exact_mut(seq) {
+            add_in_place(row, mask_bias);
+            softmax_in_place(row);
+        }
+        gemm(1.0, Mat::new(scores, seq, seq), v, 0.0, MatMut::new(out, seq, head_dim));
     }
 }
 
@@ -411,6 +463,15 @@ mod tests {
     fn bert_execute_timings() {
         let zoo = parse_pbtxt(include_str!("../zoo/bert.pbtxt"), "bert").unwrap();
         let m = BertModel::new(&zoo).unwrap();
+        // The machine's GEMM ceiling right now (it is shared): one FFN-sized product.
+        let (rows, k, n) = (16 * 384, 288, 1152);
+        let (a, b, mut c) = (vec![0.5f32; rows * k], vec![0.25f32; k * n], vec![0.0f32; rows * n]);
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            gemm(1.0, Mat::new(&a, rows, k), Mat::new(&b, k, n), 0.0, MatMut::new(&mut c, rows, n));
+        }
+        let secs = t0.elapsed().as_secs_f64() / 3.0;
+        println!("sgemm {rows}x{k}x{n}: {:6.1} GFLOP/s", 2.0 * (rows * k * n) as f64 / secs / 1e9);
         for batch in [1, 8, 16] {
             let x = inputs(batch, 384, 30522, &vec![384; batch]);
             m.execute(&x).unwrap(); // warm-up: sizes the scratch buffers
