@@ -81,7 +81,7 @@ async fn compute_models_serve_through_the_batcher() {
 
     for (model, categorical) in [("wide_deep", 16), ("dlrm", 26)] {
         let num = Tensor::from_f32(vec![2, 13], &[0.5; 26]);
-        let cat: Vec<i64> = (0..2 * categorical as i64).map(|i| i * 1_000_003).collect();
+        let cat: Vec<i64> = (0..2 * categorical).map(|i| i * 1_000_003).collect();
         let cat = Tensor::from_i64(vec![2, categorical], &cat);
         let inputs = [("numerical_features", num), ("categorical_features", cat)];
         let response = server.infer(request(model, &inputs)).await.unwrap();
