@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod input;
 pub mod proto;
 pub mod report;
 pub mod server;
