@@ -114,17 +114,17 @@ async fn statistics_count_requests<C: InferClient>(client: &C) {
     let before = client.statistics("identity", "").await.expect("stats");
     let count = |s: &[perfbench::proto::inference::ModelStatistics]| {
         let s = s.iter().find(|m| m.name == "identity").expect("identity stats");
-        let success = s.inference_stats.as_ref().and_then(|i| i.success).map_or(0, |d| d.count);
+        let success = s.inference_stats.as_ref().and_then(|i| i.success.as_ref()).map_or(0, |d| d.count);
         (s.inference_count, success)
     };
-    let (inferences_before, success_before) = count(&before);
+    let (inferences_before, success_before) = count(&before[..]);
     let spec = specs_for(client, "identity", &random_input("INPUT0:8", 2)).await.remove(0);
     let prepared = client.prepare(&spec).unwrap();
     for _ in 0..5 {
         client.infer(&prepared, false).await.0.expect("infer");
     }
     let after = client.statistics("identity", "").await.expect("stats");
-    let (inferences_after, success_after) = count(&after);
+    let (inferences_after, success_after) = count(&after[..]);
     assert!(
         inferences_after >= inferences_before + 10,
         "batch 2 × 5 requests: {inferences_before} → {inferences_after}"
