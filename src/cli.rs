@@ -6,10 +6,14 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "perfbench", version, about = "Load generator and latency profiler for KServe v2 / Triton servers")]
+#[command(
+    name = "perfbench",
+    version,
+    about = "Load generator and latency profiler for KServe v2 / Triton servers"
+)]
 pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `perfbench=debug`.
-    #[arg(long, global = true, default_value = "warn", env = "PERFBENCH_LOG")]
+    #[arg(long, global = true, default_value = "warn")]
     pub log: String,
     #[command(subcommand)]
     pub command: Command,
@@ -27,11 +31,17 @@ pub fn main() -> ExitCode {
         Err(e) => {
             // clap prints help/version to stdout with exit 0, and usage errors to stderr.
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(EXIT_BAD_INPUT) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_BAD_INPUT)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(cli.command) {
@@ -45,7 +55,11 @@ pub fn main() -> ExitCode {
 
 /// The error and its causes on one line.
 pub fn one_line(e: &anyhow::Error) -> String {
-    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
+    e.chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+        .replace('\n', " ")
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {

@@ -126,7 +126,9 @@ pub fn byte_size(dtype: DataType, shape: &[i64]) -> Option<usize> {
 pub fn bytes_tensor_is_valid(data: &[u8], count: usize) -> bool {
     let mut pos = 0usize;
     for _ in 0..count {
-        let Some(len) = data.get(pos..pos + 4) else { return false };
+        let Some(len) = data.get(pos..pos + 4) else {
+            return false;
+        };
         let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
         pos += 4;
         if pos + len > data.len() {
@@ -199,7 +201,11 @@ macro_rules! typed_access {
             for v in values {
                 data.extend_from_slice(&v.to_le_bytes());
             }
-            Tensor { dtype: $dt, shape, data: data.into() }
+            Tensor {
+                dtype: $dt,
+                shape,
+                data: data.into(),
+            }
         }
     };
 }

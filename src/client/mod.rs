@@ -86,7 +86,13 @@ pub enum InputSource {
     /// Sent inline with every request (HTTP binary extension, gRPC raw contents).
     Inline(Tensor),
     /// Already in a registered system shared-memory region.
-    SystemShm { region: String, offset: u64, byte_size: u64, dtype: DataType, shape: Vec<i64> },
+    SystemShm {
+        region: String,
+        offset: u64,
+        byte_size: u64,
+        dtype: DataType,
+        shape: Vec<i64>,
+    },
 }
 
 /// Where one requested output goes.
@@ -95,7 +101,11 @@ pub enum OutputTarget {
     /// Returned in the response body.
     Inline,
     /// Written by the server into a registered region of `byte_size` bytes.
-    SystemShm { region: String, offset: u64, byte_size: u64 },
+    SystemShm {
+        region: String,
+        offset: u64,
+        byte_size: u64,
+    },
 }
 
 /// Everything needed to build one inference request, independent of the transport.
@@ -130,10 +140,22 @@ pub trait InferClient: Send + Sync + 'static {
     type Prepared: Send + Sync + 'static;
 
     fn server_metadata(&self) -> impl Future<Output = ClientResult<ServerInfo>> + Send;
-    fn model_metadata(&self, model: &str, version: &str) -> impl Future<Output = ClientResult<ModelMetadataResponse>> + Send;
-    fn model_config(&self, model: &str, version: &str) -> impl Future<Output = ClientResult<ModelConfig>> + Send;
+    fn model_metadata(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> impl Future<Output = ClientResult<ModelMetadataResponse>> + Send;
+    fn model_config(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> impl Future<Output = ClientResult<ModelConfig>> + Send;
     /// Statistics of one model; an empty `model` asks for all models.
-    fn statistics(&self, model: &str, version: &str) -> impl Future<Output = ClientResult<Vec<ModelStatistics>>> + Send;
+    fn statistics(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> impl Future<Output = ClientResult<Vec<ModelStatistics>>> + Send;
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<Self::Prepared>;
     /// Sends one request and waits for its response. `keep_outputs` asks for decoded outputs
@@ -144,7 +166,13 @@ pub trait InferClient: Send + Sync + 'static {
         keep_outputs: bool,
     ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send;
 
-    fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> impl Future<Output = ClientResult<()>> + Send;
+    fn register_system_shm(
+        &self,
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+    ) -> impl Future<Output = ClientResult<()>> + Send;
     /// Unregisters one region, or all with an empty name.
     fn unregister_system_shm(&self, name: &str) -> impl Future<Output = ClientResult<()>> + Send;
     /// Unregisters CUDA regions (perf_analyzer always calls this, even for system shm).

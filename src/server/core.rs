@@ -10,7 +10,9 @@ use super::error::ServerResult;
 use super::infer::{admit, InferRequest, InferResponse};
 use super::repository::{IndexEntry, ModelRepository, MODEL_VERSION};
 use super::shm::SharedMemoryManager;
-use crate::proto::inference::{model_metadata_response::TensorMetadata, ModelConfig, ModelMetadataResponse, ModelStatistics};
+use crate::proto::inference::{
+    model_metadata_response::TensorMetadata, ModelConfig, ModelMetadataResponse, ModelStatistics,
+};
 use crate::tensor::DataType;
 
 pub const SERVER_NAME: &str = "perfbench";
@@ -39,7 +41,11 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { model_repository: None, models: vec![], max_request_bytes: 256 << 20 }
+        ServerOptions {
+            model_repository: None,
+            models: vec![],
+            max_request_bytes: 256 << 20,
+        }
     }
 }
 
@@ -52,7 +58,11 @@ pub struct InferenceServer {
 impl InferenceServer {
     pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
         let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
-        Ok(Arc::new(InferenceServer { options, repository, shm: SharedMemoryManager::default() }))
+        Ok(Arc::new(InferenceServer {
+            options,
+            repository,
+            shm: SharedMemoryManager::default(),
+        }))
     }
 
     pub fn is_live(&self) -> bool {
@@ -78,15 +88,26 @@ impl InferenceServer {
         let batch_dim: &[i64] = if c.max_batch_size > 0 { &[-1] } else { &[] };
         let tensor = |name: &str, dtype: i32, dims: &[i64]| TensorMetadata {
             name: name.to_string(),
-            datatype: DataType::from_config_enum(dtype).map(|d| d.as_str()).unwrap_or("").to_string(),
+            datatype: DataType::from_config_enum(dtype)
+                .map(|d| d.as_str())
+                .unwrap_or("")
+                .to_string(),
             shape: batch_dim.iter().chain(dims).copied().collect(),
         };
         Ok(ModelMetadataResponse {
             name: c.name.clone(),
             versions: vec![MODEL_VERSION.to_string()],
             platform: c.backend.clone(),
-            inputs: c.input.iter().map(|i| tensor(&i.name, i.data_type, &i.dims)).collect(),
-            outputs: c.output.iter().map(|o| tensor(&o.name, o.data_type, &o.dims)).collect(),
+            inputs: c
+                .input
+                .iter()
+                .map(|i| tensor(&i.name, i.data_type, &i.dims))
+                .collect(),
+            outputs: c
+                .output
+                .iter()
+                .map(|o| tensor(&o.name, o.data_type, &o.dims))
+                .collect(),
         })
     }
 
@@ -98,7 +119,9 @@ impl InferenceServer {
     /// Runs one inference through the model's batcher.
     pub async fn infer(&self, request: InferRequest) -> ServerResult<InferResponse> {
         let received = Instant::now();
-        let model = self.repository.get(&request.model_name, &request.model_version)?;
+        let model = self
+            .repository
+            .get(&request.model_name, &request.model_version)?;
         let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, received)?;
         model.scheduler.infer(admitted).await
     }

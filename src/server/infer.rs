@@ -78,7 +78,11 @@ pub struct InferResponse {
 /// Where an admitted input's bytes live until the batcher gathers them.
 pub enum InputBytes {
     Raw(Bytes),
-    Shm { region: Arc<Region>, offset: u64, len: usize },
+    Shm {
+        region: Arc<Region>,
+        offset: u64,
+        len: usize,
+    },
 }
 
 impl InputBytes {
@@ -95,7 +99,11 @@ impl InputBytes {
     pub fn gather_into(&self, dst: &mut Vec<u8>) -> ServerResult<()> {
         match self {
             InputBytes::Raw(b) => dst.extend_from_slice(b),
-            InputBytes::Shm { region, offset, len } => {
+            InputBytes::Shm {
+                region,
+                offset,
+                len,
+            } => {
                 let start = dst.len();
                 dst.resize(start + len, 0);
                 region.read_into(*offset, &mut dst[start..])?;
@@ -157,13 +165,20 @@ pub fn admit(
 
     for input in request.inputs {
         let Some(index) = config.input.iter().position(|c| c.name == input.name) else {
-            return Err(ServerError::invalid(format!("unexpected inference input '{}' for model '{model}'", input.name)));
+            return Err(ServerError::invalid(format!(
+                "unexpected inference input '{}' for model '{model}'",
+                input.name
+            )));
         };
         if slots[index].is_some() {
-            return Err(ServerError::invalid(format!("input '{}' appears more than once in the request", input.name)));
+            return Err(ServerError::invalid(format!(
+                "input '{}' appears more than once in the request",
+                input.name
+            )));
         }
         let spec = &config.input[index];
-        let expected = DataType::from_config_enum(spec.data_type).expect("config validated at load");
+        let expected =
+            DataType::from_config_enum(spec.data_type).expect("config validated at load");
         if input.datatype != expected.as_str() {
             return Err(ServerError::invalid(format!(
                 "inference input '{}' data-type is '{}', but model '{model}' expects '{expected}'",
@@ -171,7 +186,10 @@ pub fn admit(
             )));
         }
         if input.shape.iter().any(|&d| d < 0) {
-            return Err(ServerError::invalid(format!("input '{}' has a negative dimension in shape {:?}", input.name, input.shape)));
+            return Err(ServerError::invalid(format!(
+                "input '{}' has a negative dimension in shape {:?}",
+                input.name, input.shape
+            )));
         }
         let item_shape = if batching {
             let Some((&b, rest)) = input.shape.split_first() else {
@@ -201,7 +219,13 @@ pub fn admit(
             &input.shape[..]
         };
         if !shape_matches(&spec.dims, item_shape) {
-            let full: Vec<i64> = if batching { std::iter::once(-1).chain(spec.dims.iter().copied()).collect() } else { spec.dims.clone() };
+            let full: Vec<i64> = if batching {
+                std::iter::once(-1)
+                    .chain(spec.dims.iter().copied())
+                    .collect()
+            } else {
+                spec.dims.clone()
+            };
             return Err(ServerError::invalid(format!(
                 "unexpected shape for input '{}' for model '{model}'. Expected {full:?}, got {:?}",
                 input.name, input.shape
@@ -212,7 +236,9 @@ pub fn admit(
             InputData::Raw(data) => {
                 let ok = match expected_bytes {
                     Some(n) => data.len() == n,
-                    None => element_count(&input.shape).is_some_and(|n| bytes_tensor_is_valid(&data, n)),
+                    None => {
+                        element_count(&input.shape).is_some_and(|n| bytes_tensor_is_valid(&data, n))
+                    }
                 };
                 if !ok {
                     return Err(ServerError::invalid(match expected_bytes {
@@ -237,10 +263,17 @@ pub fn admit(
                 }
                 let region = shm.get(&r.region)?;
                 region.check(r.offset, r.byte_size)?;
-                InputBytes::Shm { region, offset: r.offset, len: r.byte_size as usize }
+                InputBytes::Shm {
+                    region,
+                    offset: r.offset,
+                    len: r.byte_size as usize,
+                }
             }
         };
-        slots[index] = Some(AdmittedInput { shape: input.shape, bytes });
+        slots[index] = Some(AdmittedInput {
+            shape: input.shape,
+            bytes,
+        });
     }
 
     let mut inputs = Vec::with_capacity(slots.len());
@@ -259,11 +292,17 @@ pub fn admit(
 
     let mut outputs = Vec::new();
     if request.outputs.is_empty() {
-        outputs.extend((0..config.output.len()).map(|config_index| OutputPlan { config_index, shm: None }));
+        outputs.extend((0..config.output.len()).map(|config_index| OutputPlan {
+            config_index,
+            shm: None,
+        }));
     }
     for wanted in request.outputs {
         let Some(config_index) = config.output.iter().position(|o| o.name == wanted.name) else {
-            return Err(ServerError::invalid(format!("unexpected inference output '{}' for model '{model}'", wanted.name)));
+            return Err(ServerError::invalid(format!(
+                "unexpected inference output '{}' for model '{model}'",
+                wanted.name
+            )));
         };
         let shm = match wanted.shm {
             None => None,

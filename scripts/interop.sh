@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the interop suite (tests/interop, pytest) with the peers from scripts/setup-peers.sh:
+# NVIDIA perf_analyzer and Python tritonclient against `perfbench serve`, and `perfbench profile`
+# against a real Triton server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
+cargo build --locked --quiet
+export PERFBENCH_BIN=${PERFBENCH_BIN:-$PWD/target/debug/perfbench}
+export PERFBENCH_PA=$PEERS/pa.sh
+export PYTHONUNBUFFERED=1
+# pytriton's Python backend stub links libpython: point the loader at the interpreter's LIBDIR.
+PY_LIBDIR=$("$PEERS/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
+export LD_LIBRARY_PATH=$PY_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+"$PEERS/venv/bin/python" -m pytest -q -p no:cacheprovider tests/interop "$@"
