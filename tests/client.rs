@@ -208,7 +208,7 @@ async fn refused_connection_is_unreachable() {
 fn bad_urls_and_headers_are_clear_errors() {
     let bad_header = ConnectOptions { concurrency: 1, headers: vec![("bad header".into(), "x".into())] };
     assert!(HttpClient::new("localhost:1", &bad_header).err().unwrap().to_string().contains("bad header"));
-    assert!(HttpClient::new("http://", &ConnectOptions::default()).is_err());
+    assert!(HttpClient::new("bad host:1", &ConnectOptions::default()).err().unwrap().to_string().contains("bad server URL"));
 }
 
 /// The same checks against a real Triton serving pytriton's `identity` (FP32, batching), when

@@ -506,7 +506,12 @@ mod tests {
         assert_eq!(r.outputs[1].1.to_f32(), vec![1.5]);
         assert!(r.outputs[2].1.data.is_empty());
         assert!(decode_response(Bytes::from(body), Some(json.len() + 9), true).is_err());
-        assert!(decode_response(Bytes::from_static(json), None, false).unwrap().outputs.is_empty());
+        // Binary data announced but missing from the body.
+        assert!(decode_response(Bytes::from_static(json), None, false).is_err());
+        // No header length: the whole body is JSON.
+        let plain = br#"{"outputs":[{"name":"Y","datatype":"FP32","shape":[1],"data":[2.5]}]}"#;
+        assert_eq!(decode_response(Bytes::from_static(plain), None, true).unwrap().outputs[0].1.to_f32(), vec![2.5]);
+        assert!(decode_response(Bytes::from_static(plain), None, false).unwrap().outputs.is_empty());
         let e = error_from_body(StatusCode::NOT_FOUND, br#"{"error":"Request for unknown model: 'x' is not found"}"#);
         assert!(matches!(e, ClientError::Server(ref m) if m.starts_with("Request for unknown model")));
         assert!(error_from_body(StatusCode::BAD_GATEWAY, b"").to_string().contains("502"));
