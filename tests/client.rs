@@ -221,20 +221,14 @@ async fn against_triton<C: InferClient>(client: C) {
     json_file_data(&client).await;
 }
 
+/// One test for both protocols: shared-memory setup unregisters every region on the server (as
+/// perf_analyzer does), so two runs against one server must not overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_triton_http() {
-    let Ok(url) = std::env::var("PERFBENCH_TRITON_HTTP") else {
-        eprintln!("skipped: set PERFBENCH_TRITON_HTTP=host:port to run against a real Triton");
+async fn real_triton_http_and_grpc() {
+    let (Ok(http), Ok(grpc)) = (std::env::var("PERFBENCH_TRITON_HTTP"), std::env::var("PERFBENCH_TRITON_GRPC")) else {
+        eprintln!("skipped: set PERFBENCH_TRITON_HTTP and PERFBENCH_TRITON_GRPC (host:port) to run against a real Triton");
         return;
     };
-    against_triton(HttpClient::new(&url, &ConnectOptions::default()).unwrap()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_triton_grpc() {
-    let Ok(url) = std::env::var("PERFBENCH_TRITON_GRPC") else {
-        eprintln!("skipped: set PERFBENCH_TRITON_GRPC=host:port to run against a real Triton");
-        return;
-    };
-    against_triton(GrpcClient::new(&url, &ConnectOptions::default()).unwrap()).await;
+    against_triton(HttpClient::new(&http, &ConnectOptions::default()).unwrap()).await;
+    against_triton(GrpcClient::new(&grpc, &ConnectOptions::default()).unwrap()).await;
 }
