@@ -208,7 +208,11 @@ async fn refused_connection_is_unreachable() {
 fn bad_urls_and_headers_are_clear_errors() {
     let bad_header = ConnectOptions { concurrency: 1, headers: vec![("bad header".into(), "x".into())] };
     assert!(HttpClient::new("localhost:1", &bad_header).err().unwrap().to_string().contains("bad header"));
-    assert!(HttpClient::new("bad host:1", &ConnectOptions::default()).err().unwrap().to_string().contains("bad server URL"));
+    assert!(HttpClient::new("bad host:1", &ConnectOptions::default())
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("bad server URL"));
 }
 
 /// The same checks against a real Triton serving pytriton's `identity` (FP32, batching), when
@@ -226,7 +230,9 @@ async fn against_triton<C: InferClient>(client: C) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_triton_http_and_grpc() {
     let (Ok(http), Ok(grpc)) = (std::env::var("PERFBENCH_TRITON_HTTP"), std::env::var("PERFBENCH_TRITON_GRPC")) else {
-        eprintln!("skipped: set PERFBENCH_TRITON_HTTP and PERFBENCH_TRITON_GRPC (host:port) to run against a real Triton");
+        eprintln!(
+            "skipped: set PERFBENCH_TRITON_HTTP and PERFBENCH_TRITON_GRPC (host:port) to run against a real Triton"
+        );
         return;
     };
     against_triton(HttpClient::new(&http, &ConnectOptions::default()).unwrap()).await;
