@@ -238,3 +238,116 @@ async fn real_triton_http_and_grpc() {
     against_triton(HttpClient::new(&http, &ConnectOptions::default()).unwrap()).await;
     against_triton(GrpcClient::new(&grpc, &ConnectOptions::default()).unwrap()).await;
 }
+
+/// Our own server over the network, started in-process on ephemeral loopback ports.
+mod own_server {
+    use super::*;
+    use perfbench::server::serve::{start, ServeConfig};
+
+    async fn all_checks<C: InferClient>(client: &C) {
+        identity_round_trip(client, "identity", "INPUT0:16", 4).await;
+        identity_round_trip(client, "identity_fp16", "INPUT0:7", 1).await;
+        identity_round_trip(client, "identity_bytes", "INPUT0:3", 2).await;
+        shm_round_trip(client, "identity", "INPUT0:16", 2).await;
+        shm_round_trip(client, "identity_bytes", "INPUT0:3", 1).await;
+        unknown_model_is_a_server_error(client).await;
+        statistics_count_requests(client).await;
+        json_file_data(client).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn http_transport() {
+        let server = start(ServeConfig::default()).await.expect("server starts");
+        all_checks(&HttpClient::new(&server.http_url(), &ConnectOptions::default()).unwrap()).await;
+        server.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grpc_transport() {
+        let server = start(ServeConfig::default()).await.expect("server starts");
+        all_checks(&GrpcClient::new(&server.grpc_url(), &ConnectOptions::default()).unwrap()).await;
+        server.shutdown().await;
+    }
+
+    /// Many requests in flight on one client: every response matches its own request.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_multiplex() {
+        let server = start(ServeConfig::default()).await.expect("server starts");
+        let options = ConnectOptions { concurrency: 32, headers: vec![] };
+        let http = HttpClient::new(&server.http_url(), &options).unwrap();
+        let grpc = GrpcClient::new(&server.grpc_url(), &options).unwrap();
+        async fn burst<C: InferClient>(client: &C) {
+            let specs: Vec<RequestSpec> = futures::future::join_all((0..32).map(|seed| async move {
+                let options = InputOptions { seed, ..random_input("INPUT0:64", 1) };
+                specs_for(client, "identity", &options).await.remove(0)
+            }))
+            .await;
+            futures::future::join_all(specs.iter().map(|spec| assert_identity(client, spec))).await;
+        }
+        burst(&http).await;
+        burst(&grpc).await;
+        server.shutdown().await;
+    }
+
+    /// A server that goes away turns into `Unreachable`, which ends a run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stopped_server_is_unreachable() {
+        let server = start(ServeConfig::default()).await.expect("server starts");
+        let http = HttpClient::new(&server.http_url(), &ConnectOptions::default()).unwrap();
+        let grpc = GrpcClient::new(&server.grpc_url(), &ConnectOptions::default()).unwrap();
+        let spec = specs_for(&http, "identity", &random_input("INPUT0:4", 1)).await.remove(0);
+        let (h, g) = (http.prepare(&spec).unwrap(), grpc.prepare(&spec).unwrap());
+        http.infer(&h, false).await.0.expect("http works while the server runs");
+        grpc.infer(&g, false).await.0.expect("grpc works while the server runs");
+        server.shutdown().await;
+        assert_unreachable(http.infer(&h, false).await.0);
+        assert_unreachable(grpc.infer(&g, false).await.0);
+    }
+}
+
+/// Client CPU per request against a server in another process (`PERFBENCH_CPU_SERVER_HTTP` and
+/// `PERFBENCH_CPU_SERVER_GRPC`, e.g. `perfbench serve`): prints figures, asserts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn client_cpu_per_request() {
+    fn cpu_us() -> f64 {
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        let t = |tv: libc::timeval| tv.tv_sec as f64 * 1e6 + tv.tv_usec as f64;
+        t(u.ru_utime) + t(u.ru_stime)
+    }
+    async fn run<C: InferClient>(name: &str, client: C) {
+        let client = std::sync::Arc::new(client);
+        let spec = specs_for(&*client, "identity", &random_input("INPUT0:16", 1)).await.remove(0);
+        let prepared = std::sync::Arc::new(client.prepare(&spec).unwrap());
+        let per_worker = 2000;
+        for round in 0..2 {
+            let (cpu0, t0) = (cpu_us(), std::time::Instant::now());
+            let workers: Vec<_> = (0..16)
+                .map(|_| {
+                    let (client, prepared) = (client.clone(), prepared.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..per_worker {
+                            client.infer(&prepared, false).await.0.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.await.unwrap();
+            }
+            let n = (16 * per_worker) as f64;
+            let (cpu, wall) = (cpu_us() - cpu0, t0.elapsed().as_secs_f64());
+            if round == 1 {
+                eprintln!("{name}: {:.1} client CPU-us/request, {:.0} requests/s", cpu / n, n / wall);
+            }
+        }
+    }
+    let (Ok(http), Ok(grpc)) = (std::env::var("PERFBENCH_CPU_SERVER_HTTP"), std::env::var("PERFBENCH_CPU_SERVER_GRPC"))
+    else {
+        return;
+    };
+    let options = ConnectOptions { concurrency: 16, headers: vec![] };
+    run("http", HttpClient::new(&http, &options).unwrap()).await;
+    run("grpc", GrpcClient::new(&grpc, &options).unwrap()).await;
+}
