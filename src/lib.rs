@@ -3,6 +3,8 @@
 
 pub mod cli;
 pub mod client;
+pub mod load;
+pub mod measure;
 pub mod proto;
 pub mod report;
 pub mod server;
