@@ -20,7 +20,12 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Run the bundled KServe v2 inference server (HTTP, gRPC, metrics).
+    Serve(crate::server::serve::ServeArgs),
+    /// Compare a run with a baseline and fail on a regression beyond thresholds and noise.
+    Gate(crate::gate::GateArgs),
+}
 
 /// Exit code for bad input (a bad flag, a missing file, an unreachable server).
 pub const EXIT_BAD_INPUT: u8 = 2;
@@ -63,5 +68,8 @@ pub fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
-    match command {}
+    match command {
+        Command::Serve(args) => crate::server::serve::run(args),
+        Command::Gate(args) => Ok(crate::gate::run(&args)?),
+    }
 }
