@@ -7,6 +7,7 @@ pub mod gate;
 pub mod input;
 pub mod load;
 pub mod measure;
+pub mod profile;
 pub mod proto;
 pub mod report;
 pub mod server;

@@ -189,7 +189,8 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
     s
 }
 
-/// The closing list.
+/// The closing list, exactly as perf_analyzer prints it (unstable points are flagged in their
+/// own block above, so scripts that parse this list keep working).
 pub fn closing_list(results: &[PointResult]) -> String {
     let mut s = String::from("Inferences/Second vs. Client Average Batch Latency\n");
     for result in results {
@@ -198,10 +199,9 @@ pub fn closing_list(results: &[PointResult]) -> String {
             LoadPoint::Concurrency(n) => format!("Concurrency: {n}"),
             LoadPoint::RequestRate(rate) => format!("Request Rate: {}", cpp_double(rate)),
         };
-        let flag = if r.stable { "" } else { " (UNSTABLE)" };
         let _ = writeln!(
             s,
-            "{label}, throughput: {} infer/sec, latency {} usec{flag}",
+            "{label}, throughput: {} infer/sec, latency {} usec",
             cpp_double(r.throughput),
             us(r.avg_us)
         );
