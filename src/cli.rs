@@ -20,7 +20,10 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Re-render report.md and the plots from a report.csv, perf_analyzer or seed CSV.
+    Report(crate::report::command::ReportArgs),
+}
 
 /// Exit code for bad input (a bad flag, a missing file, an unreachable server).
 pub const EXIT_BAD_INPUT: u8 = 2;
@@ -63,5 +66,7 @@ pub fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
-    match command {}
+    match command {
+        Command::Report(args) => crate::report::command::run(args),
+    }
 }
