@@ -33,7 +33,10 @@ fn reference_csvs() -> Vec<PathBuf> {
 
 /// The seed reports, when this checkout sits beside them (main checkout or a worktree).
 fn shared_seeds() -> Option<PathBuf> {
-    let candidates = [repo().join("../shared/seeds"), repo().join("../../shared/seeds")];
+    let candidates = [
+        repo().join("../shared/seeds"),
+        repo().join("../../shared/seeds"),
+    ];
     candidates.into_iter().find(|p| p.is_dir())
 }
 
@@ -62,7 +65,11 @@ fn check_all(expected: impl Fn(&Path) -> Option<String>) -> usize {
         let got = table::render_results(&rows, &meta.layout);
         checked += 1;
         if got != want {
-            let line = got.lines().zip(want.lines()).position(|(g, w)| g != w).unwrap_or(0);
+            let line = got
+                .lines()
+                .zip(want.lines())
+                .position(|(g, w)| g != w)
+                .unwrap_or(0);
             failures.push(format!(
                 "{}: line {}\n  got:  {:?}\n  want: {:?}",
                 csv.display(),
@@ -72,13 +79,23 @@ fn check_all(expected: impl Fn(&Path) -> Option<String>) -> usize {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} of {checked} tables differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} tables differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     checked
 }
 
 #[test]
 fn every_table_renders_back_to_the_committed_original() {
-    let checked = check_all(|csv| Some(std::fs::read_to_string(csv.with_extension("md")).expect("original table beside the CSV")));
+    let checked = check_all(|csv| {
+        Some(
+            std::fs::read_to_string(csv.with_extension("md"))
+                .expect("original table beside the CSV"),
+        )
+    });
     assert_eq!(checked, 76);
 }
 
@@ -103,11 +120,23 @@ fn every_table_renders_back_to_the_seed_report_itself() {
     let checked = check_all(|csv| {
         let (_, meta) = read_table(csv).unwrap();
         let source = meta.source.expect("seed CSVs name their source");
-        let table = printed.get(&(source.file.clone(), source.line)).unwrap_or_else(|| {
-            panic!("{}: no results table at {}:{}", csv.display(), source.file, source.line)
-        });
+        let table = printed
+            .get(&(source.file.clone(), source.line))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: no results table at {}:{}",
+                    csv.display(),
+                    source.file,
+                    source.line
+                )
+            });
         // The committed values are the seed's values, exactly as printed.
-        assert_eq!(std::fs::read_to_string(csv).unwrap(), table.csv(), "{}", csv.display());
+        assert_eq!(
+            std::fs::read_to_string(csv).unwrap(),
+            table.csv(),
+            "{}",
+            csv.display()
+        );
         Some(table.markdown.clone())
     });
     assert_eq!(checked, 76);

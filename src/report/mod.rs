@@ -95,12 +95,19 @@ impl RunConfig {
 
     /// The first parameter of that name, ignoring case.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.parameters.iter().find(|[n, _]| n.eq_ignore_ascii_case(name)).map(|[_, v]| v.as_str())
+        self.parameters
+            .iter()
+            .find(|[n, _]| n.eq_ignore_ascii_case(name))
+            .map(|[_, v]| v.as_str())
     }
 
     /// The configuration table in the seeds' form.
     pub fn render_markdown(&self) -> String {
-        let (names, values) = self.parameters.iter().map(|[n, v]| (n.clone(), v.clone())).unzip();
+        let (names, values) = self
+            .parameters
+            .iter()
+            .map(|[n, v]| (n.clone(), v.clone()))
+            .unzip();
         table::pipe_table(&[
             table::PipeColumn::new("Parameter Name", names),
             table::PipeColumn::new("Parameter Value", values),
@@ -142,7 +149,14 @@ impl TableMeta {
             (Some(d), _, _) => format!("{}: {d}", kind.title()),
             _ => format!("{} results", kind.title()),
         };
-        TableMeta { kind, unit: Unit::Us, title, source: None, layout: Layout::default(), config }
+        TableMeta {
+            kind,
+            unit: Unit::Us,
+            title,
+            source: None,
+            layout: Layout::default(),
+            config,
+        }
     }
 }
 
@@ -154,9 +168,15 @@ pub enum ReportError {
     #[error(transparent)]
     Plot(#[from] plot::PlotError),
     #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: bad sidecar: {message}")]
     Sidecar { path: PathBuf, message: String },
     #[error("no rows to report")]
@@ -173,24 +193,36 @@ pub fn sidecar_path(csv: &Path) -> PathBuf {
 pub fn read_table(csv: &Path) -> Result<(Vec<ReportRow>, TableMeta), ReportError> {
     let sidecar = sidecar_path(csv);
     let meta = if sidecar.is_file() {
-        let text = std::fs::read_to_string(&sidecar).map_err(|source| ReportError::Read { path: sidecar.clone(), source })?;
-        Some(toml::from_str::<TableMeta>(&text).map_err(|e| ReportError::Sidecar {
+        let text = std::fs::read_to_string(&sidecar).map_err(|source| ReportError::Read {
             path: sidecar.clone(),
-            message: e.message().replace('\n', " "),
-        })?)
+            source,
+        })?;
+        Some(
+            toml::from_str::<TableMeta>(&text).map_err(|e| ReportError::Sidecar {
+                path: sidecar.clone(),
+                message: e.message().replace('\n', " "),
+            })?,
+        )
     } else {
         None
     };
     let unit = meta.as_ref().map_or(Unit::Us, |m| m.unit);
     let rows = table::read_csv(csv, unit)?;
-    let meta = meta.unwrap_or_else(|| TableMeta::for_run(SweepKind::infer(&rows), RunConfig::default()));
+    let meta =
+        meta.unwrap_or_else(|| TableMeta::for_run(SweepKind::infer(&rows), RunConfig::default()));
     Ok((rows, meta))
 }
 
 /// Writes a sidecar.
 pub fn write_sidecar(path: &Path, meta: &TableMeta) -> Result<(), ReportError> {
-    let text = toml::to_string(meta).map_err(|e| ReportError::Sidecar { path: path.to_owned(), message: e.to_string() })?;
-    std::fs::write(path, text).map_err(|source| ReportError::Write { path: path.to_owned(), source })
+    let text = toml::to_string(meta).map_err(|e| ReportError::Sidecar {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    std::fs::write(path, text).map_err(|source| ReportError::Write {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// `report.md`: the title, the configuration table, links to the plots and the results table,
@@ -237,16 +269,30 @@ pub fn write_results(
 
 /// [`write_results`] with an explicit sidecar (layout, title, configuration); `perfbench report`
 /// passes the one it read, so a seed table re-renders in its own layout.
-pub fn write_results_with(dir: &Path, rows: &[ReportRow], meta: &TableMeta) -> Result<WrittenResults, ReportError> {
+pub fn write_results_with(
+    dir: &Path,
+    rows: &[ReportRow],
+    meta: &TableMeta,
+) -> Result<WrittenResults, ReportError> {
     if rows.is_empty() {
         return Err(ReportError::NoRows);
     }
     let plots_dir = dir.join("plots");
-    std::fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write { path: plots_dir.clone(), source })?;
-    let mut written = WrittenResults { report_csv: dir.join("report.csv"), ..Default::default() };
+    std::fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write {
+        path: plots_dir.clone(),
+        source,
+    })?;
+    let mut written = WrittenResults {
+        report_csv: dir.join("report.csv"),
+        ..Default::default()
+    };
     table::write_report_csv(&written.report_csv, rows)?;
     // report.csv is µs whatever the source was; the source line stays with the seed's own sidecar.
-    let run_meta = TableMeta { unit: Unit::Us, source: None, ..meta.clone() };
+    let run_meta = TableMeta {
+        unit: Unit::Us,
+        source: None,
+        ..meta.clone()
+    };
     write_sidecar(&dir.join("report.toml"), &run_meta)?;
     written.plots = plot::render_plots(&plots_dir, rows, meta.kind, &meta.title)?;
     let png_names: Vec<String> = written
@@ -257,6 +303,9 @@ pub fn write_results_with(dir: &Path, rows: &[ReportRow], meta: &TableMeta) -> R
         .collect();
     written.report_md = dir.join("report.md");
     let md = render_report(rows, meta, &png_names);
-    std::fs::write(&written.report_md, md).map_err(|source| ReportError::Write { path: written.report_md.clone(), source })?;
+    std::fs::write(&written.report_md, md).map_err(|source| ReportError::Write {
+        path: written.report_md.clone(),
+        source,
+    })?;
     Ok(written)
 }

@@ -67,7 +67,11 @@ impl PlotKind {
     /// The plots a sweep kind gets.
     pub fn for_sweep(kind: SweepKind) -> &'static [PlotKind] {
         match kind {
-            SweepKind::Offline => &[PlotKind::ThroughputVsBatch, PlotKind::LatencyVsBatch, PlotKind::ThroughputVsLatency],
+            SweepKind::Offline => &[
+                PlotKind::ThroughputVsBatch,
+                PlotKind::LatencyVsBatch,
+                PlotKind::ThroughputVsLatency,
+            ],
             SweepKind::Online => &[PlotKind::LatencyVsConcurrency],
         }
     }
@@ -75,7 +79,9 @@ impl PlotKind {
 
 fn register_font() -> Result<(), PlotError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let ok = *REGISTERED.get_or_init(|| plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok());
+    let ok = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()
+    });
     if ok {
         Ok(())
     } else {
@@ -84,7 +90,12 @@ fn register_font() -> Result<(), PlotError> {
 }
 
 /// Draws the sweep's plots into `dir` as PNG and SVG; returns the files written.
-pub fn render_plots(dir: &Path, rows: &[ReportRow], kind: SweepKind, title: &str) -> Result<Vec<PathBuf>, PlotError> {
+pub fn render_plots(
+    dir: &Path,
+    rows: &[ReportRow],
+    kind: SweepKind,
+    title: &str,
+) -> Result<Vec<PathBuf>, PlotError> {
     render_plots_as(dir, rows, kind, title, &[Format::Png, Format::Svg])
 }
 
@@ -109,9 +120,18 @@ pub fn render_plots_as(
 }
 
 /// Draws one plot to one file.
-pub fn render_one(path: &Path, format: Format, plot: PlotKind, rows: &[ReportRow], title: &str) -> Result<(), PlotError> {
+pub fn render_one(
+    path: &Path,
+    format: Format,
+    plot: PlotKind,
+    rows: &[ReportRow],
+    title: &str,
+) -> Result<(), PlotError> {
     register_font()?;
-    let fail = |message: String| PlotError::Draw { path: path.to_owned(), message };
+    let fail = |message: String| PlotError::Draw {
+        path: path.to_owned(),
+        message,
+    };
     match format {
         Format::Png => {
             let root = BitMapBackend::new(path, SIZE_PX).into_drawing_area();
@@ -128,7 +148,12 @@ pub fn render_one(path: &Path, format: Format, plot: PlotKind, rows: &[ReportRow
 
 type DrawResult = Result<(), String>;
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: PlotKind, rows: &[ReportRow], title: &str) -> DrawResult {
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    plot: PlotKind,
+    rows: &[ReportRow],
+    title: &str,
+) -> DrawResult {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let heading = match plot {
         PlotKind::ThroughputVsBatch => "Throughput vs batch size",
@@ -136,8 +161,14 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: PlotKind, rows:
         PlotKind::ThroughputVsLatency => "Throughput vs latency",
         PlotKind::LatencyVsConcurrency => "Latency breakdown and throughput vs concurrency",
     };
-    let full_title = if title.is_empty() { heading.to_owned() } else { format!("{heading} — {title}") };
-    let root = root.titled(&full_title, (FONT, 20)).map_err(|e| e.to_string())?;
+    let full_title = if title.is_empty() {
+        heading.to_owned()
+    } else {
+        format!("{heading} — {title}")
+    };
+    let root = root
+        .titled(&full_title, (FONT, 20))
+        .map_err(|e| e.to_string())?;
     match plot {
         PlotKind::ThroughputVsBatch => throughput_vs_batch(&root, rows),
         PlotKind::LatencyVsBatch => stacked_latency(&root, rows, Axis::Batch, false),
@@ -181,7 +212,10 @@ fn category_labels(rows: &[ReportRow], axis: Axis) -> Vec<String> {
 }
 
 fn load_axis_name(rows: &[ReportRow]) -> &'static str {
-    if rows.iter().any(|r| matches!(r.load, LoadPoint::RequestRate(_))) {
+    if rows
+        .iter()
+        .any(|r| matches!(r.load, LoadPoint::RequestRate(_)))
+    {
         "Request rate (requests/s)"
     } else {
         "Concurrency (requests in flight)"
@@ -203,14 +237,19 @@ const LINE_COLOR: RGBColor = full_palette::RED_700;
 fn label_for(labels: &[String], value: &SegmentValue<i32>) -> String {
     let step = labels.len().div_ceil(20).max(1);
     match value {
-        SegmentValue::CenterOf(i) if *i >= 0 && (*i as usize) < labels.len() && (*i as usize) % step == 0 => {
+        SegmentValue::CenterOf(i)
+            if *i >= 0 && (*i as usize) < labels.len() && (*i as usize) % step == 0 =>
+        {
             labels[*i as usize].clone()
         }
         _ => String::new(),
     }
 }
 
-fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
+fn throughput_vs_batch<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[ReportRow],
+) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, Axis::Batch);
     let n = rows.len() as i32;
@@ -232,14 +271,23 @@ fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: 
         .axis_desc_style((FONT, 16))
         .draw()
         .map_err(e)?;
-    let points: Vec<(SegmentValue<i32>, f64)> =
-        rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
+    let points: Vec<(SegmentValue<i32>, f64)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput))
+        .collect();
     chart
         .draw_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(2)))
         .map_err(e)?
         .label("Inferences/second")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(2)));
-    chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, LINE_COLOR.filled()))).map_err(e)?;
+    chart
+        .draw_series(
+            points
+                .iter()
+                .map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())),
+        )
+        .map_err(e)?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
@@ -250,9 +298,16 @@ fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: 
         .map_err(e)
 }
 
-fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
+fn throughput_vs_latency<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[ReportRow],
+) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let x_max = headroom(rows.iter().flat_map(|r| [ms(r.avg_us), ms(r.p99_us)]).fold(0.0, f64::max));
+    let x_max = headroom(
+        rows.iter()
+            .flat_map(|r| [ms(r.avg_us), ms(r.p99_us)])
+            .fold(0.0, f64::max),
+    );
     let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
     let mut chart = ChartBuilder::on(root)
         .margin(16)
@@ -273,8 +328,11 @@ fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows
         ("p99 latency", |r| r.p99_us, LINE_COLOR),
     ];
     for (name, latency, color) in series {
-        let points: Vec<(f64, f64)> =
-            rows.iter().filter(|r| latency(r).is_finite()).map(|r| (ms(latency(r)), r.throughput)).collect();
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| latency(r).is_finite())
+            .map(|r| (ms(latency(r)), r.throughput))
+            .collect();
         if points.is_empty() {
             continue;
         }
@@ -282,13 +340,25 @@ fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
             .map_err(e)?
             .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(e)?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|p| Circle::new(p.clone(), 4, color.filled())),
+            )
+            .map_err(e)?;
     }
     // Each avg point names its batch size.
     chart
         .draw_series(rows.iter().filter(|r| r.avg_us.is_finite()).map(|r| {
-            Text::new(format!("batch {}", r.batch), (ms(r.avg_us), r.throughput), (FONT, 12).into_font())
+            Text::new(
+                format!("batch {}", r.batch),
+                (ms(r.avg_us), r.throughput),
+                (FONT, 12).into_font(),
+            )
         }))
         .map_err(e)?;
     chart
@@ -312,20 +382,37 @@ fn stacked_latency<DB: DrawingBackend>(
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, axis);
     let n = rows.len() as i32;
-    let has_stages = rows.iter().any(|r| stages_us(r).iter().any(|s| s.is_finite()));
-    let bar_top = |r: &ReportRow| if has_stages { stages_us(r).iter().map(|s| ms(*s)).sum() } else { ms(r.avg_us) };
-    let y_max = headroom(rows.iter().flat_map(|r| [bar_top(r), ms(r.p99_us)]).fold(0.0, f64::max));
+    let has_stages = rows
+        .iter()
+        .any(|r| stages_us(r).iter().any(|s| s.is_finite()));
+    let bar_top = |r: &ReportRow| {
+        if has_stages {
+            stages_us(r).iter().map(|s| ms(*s)).sum()
+        } else {
+            ms(r.avg_us)
+        }
+    };
+    let y_max = headroom(
+        rows.iter()
+            .flat_map(|r| [bar_top(r), ms(r.p99_us)])
+            .fold(0.0, f64::max),
+    );
     let t_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
     let x_desc = match axis {
         Axis::Batch => "Batch size",
         Axis::Load => load_axis_name(rows),
     };
     let mut builder = ChartBuilder::on(root);
-    builder.margin(16).x_label_area_size(50).y_label_area_size(80);
+    builder
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(80);
     if with_throughput {
         builder.right_y_label_area_size(90);
     }
-    let mut chart = builder.build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max).map_err(e)?;
+    let chart = builder
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max)
+        .map_err(e)?;
     let mut chart = chart.set_secondary_coord((0..n - 1).into_segmented(), 0.0..t_max);
     chart
         .configure_mesh()
@@ -341,7 +428,10 @@ fn stacked_latency<DB: DrawingBackend>(
     let bar_margin = (400 / rows.len().max(1)).clamp(2, 14) as u32;
     let bar = |i: usize, low: f64, high: f64, color: RGBColor| {
         let mut r = Rectangle::new(
-            [(SegmentValue::Exact(i as i32), low), (SegmentValue::Exact(i as i32 + 1), high)],
+            [
+                (SegmentValue::Exact(i as i32), low),
+                (SegmentValue::Exact(i as i32 + 1), high),
+            ],
             color.filled(),
         );
         r.set_margin(0, 0, bar_margin, bar_margin);
@@ -364,12 +454,18 @@ fn stacked_latency<DB: DrawingBackend>(
                 .draw_series(bars)
                 .map_err(e)?
                 .label(*name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+                });
         }
     } else {
         let color = full_palette::BLUE_400;
         chart
-            .draw_series(rows.iter().enumerate().map(|(i, r)| bar(i, 0.0, ms(r.avg_us), color)))
+            .draw_series(
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, r)| bar(i, 0.0, ms(r.avg_us), color)),
+            )
             .map_err(e)?
             .label("avg latency")
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
@@ -382,7 +478,10 @@ fn stacked_latency<DB: DrawingBackend>(
         .collect();
     if !p99.is_empty() {
         chart
-            .draw_series(p99.iter().map(|p| TriangleMarker::new(*p, 6, BLACK.filled())))
+            .draw_series(
+                p99.iter()
+                    .map(|p| TriangleMarker::new(p.clone(), 6, BLACK.filled())),
+            )
             .map_err(e)?
             .label("p99 latency")
             .legend(|(x, y)| TriangleMarker::new((x + 7, y), 6, BLACK.filled()));
@@ -395,15 +494,24 @@ fn stacked_latency<DB: DrawingBackend>(
             .axis_desc_style((FONT, 16))
             .draw()
             .map_err(e)?;
-        let points: Vec<(SegmentValue<i32>, f64)> =
-            rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
+        let points: Vec<(SegmentValue<i32>, f64)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput))
+            .collect();
         chart
             .draw_secondary_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(3)))
             .map_err(e)?
             .label("Inferences/second (right axis)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(3)));
+            .legend(|(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(3))
+            });
         chart
-            .draw_secondary_series(points.iter().map(|p| Circle::new(*p, 4, LINE_COLOR.filled())))
+            .draw_secondary_series(
+                points
+                    .iter()
+                    .map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())),
+            )
             .map_err(e)?;
     }
     chart
