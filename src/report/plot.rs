@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::full_palette;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::row::{LoadPoint, ReportRow};
 use super::table::{stages_us, STAGE_NAMES};
@@ -157,24 +158,48 @@ fn draw<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let heading = match plot {
         PlotKind::ThroughputVsBatch => "Throughput vs batch size",
+        PlotKind::LatencyVsBatch if !has_stage_breakdown(rows) => "Average latency vs batch size",
         PlotKind::LatencyVsBatch => "Latency breakdown vs batch size",
         PlotKind::ThroughputVsLatency => "Throughput vs latency",
         PlotKind::LatencyVsConcurrency => "Latency breakdown and throughput vs concurrency",
     };
-    let full_title = if title.is_empty() {
-        heading.to_owned()
-    } else {
-        format!("{heading} — {title}")
-    };
-    let root = root
-        .titled(&full_title, (FONT, 20))
-        .map_err(|e| e.to_string())?;
+    let root = draw_titles(root, heading, title).map_err(|e| e.to_string())?;
     match plot {
         PlotKind::ThroughputVsBatch => throughput_vs_batch(&root, rows),
         PlotKind::LatencyVsBatch => stacked_latency(&root, rows, Axis::Batch, false),
         PlotKind::ThroughputVsLatency => throughput_vs_latency(&root, rows),
         PlotKind::LatencyVsConcurrency => stacked_latency(&root, rows, Axis::Load, true),
     }
+}
+
+/// The plot's heading, and the run's title on a second line, each shrunk until it fits the width;
+/// returns the area below them.
+fn draw_titles<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    heading: &str,
+    title: &str,
+) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let width_px = root.dim_in_pixel().0 as i32;
+    let lines: Vec<(&str, u32)> = [(heading, 22), (title, 16)]
+        .into_iter()
+        .filter(|(t, _)| !t.is_empty())
+        .collect();
+    let mut y = 8;
+    for (text, mut size) in lines {
+        while size > 9
+            && root
+                .estimate_text_size(text, &TextStyle::from((FONT, size).into_font()))?
+                .0 as i32
+                > width_px - 20
+        {
+            size -= 1;
+        }
+        let style =
+            TextStyle::from((FONT, size).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+        root.draw_text(text, &style, (width_px / 2, y))?;
+        y += size as i32 + 8;
+    }
+    Ok(root.split_vertically(y + 4).1)
 }
 
 fn ms(us: f64) -> f64 {
@@ -185,12 +210,44 @@ fn ms(us: f64) -> f64 {
     }
 }
 
+/// Whether the rows carry per-stage latencies (the summary tables of 002/004 offline do not).
+fn has_stage_breakdown(rows: &[ReportRow]) -> bool {
+    rows.iter()
+        .any(|r| stages_us(r).iter().any(|s| s.is_finite()))
+}
+
 /// A finite upper bound with headroom, never zero (plotters needs a non-empty range).
 fn headroom(max: f64) -> f64 {
     if max.is_finite() && max > 0.0 {
         max * 1.12
     } else {
         1.0
+    }
+}
+
+/// Axis numbers that stay short: `3.5M`, `250k`, `120`, `2.5`, `0.125`.
+fn axis_label(value: &f64) -> String {
+    let v = *value;
+    let trim = |t: String| {
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            t
+        }
+    };
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{}M", trim(format!("{:.2}", v / 1e6)))
+    } else if a >= 1e4 {
+        format!("{}k", trim(format!("{:.1}", v / 1e3)))
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        trim(format!("{v:.2}"))
+    } else if a == 0.0 {
+        "0".into()
+    } else {
+        trim(format!("{v:.3}"))
     }
 }
 
@@ -228,7 +285,7 @@ const STAGE_COLORS: [RGBColor; 7] = [
     full_palette::ORANGE_400,
     full_palette::TEAL_300,
     full_palette::GREEN_500,
-    full_palette::AMBER_600,
+    full_palette::BROWN_400,
     full_palette::PINK_300,
 ];
 const LINE_COLOR: RGBColor = full_palette::RED_700;
@@ -238,7 +295,7 @@ fn label_for(labels: &[String], value: &SegmentValue<i32>) -> String {
     let step = labels.len().div_ceil(20).max(1);
     match value {
         SegmentValue::CenterOf(i)
-            if *i >= 0 && (*i as usize) < labels.len() && (*i as usize) % step == 0 =>
+            if *i >= 0 && (*i as usize) < labels.len() && (*i as usize).is_multiple_of(step) =>
         {
             labels[*i as usize].clone()
         }
@@ -262,11 +319,13 @@ fn throughput_vs_batch<DB: DrawingBackend>(
         .map_err(e)?;
     chart
         .configure_mesh()
+        .light_line_style(WHITE)
         .disable_x_mesh()
         .x_labels(labels.len())
         .x_label_formatter(&|v| label_for(&labels, v))
         .x_desc("Batch size")
         .y_desc("Inferences/second")
+        .y_label_formatter(&axis_label)
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()
@@ -317,13 +376,17 @@ fn throughput_vs_latency<DB: DrawingBackend>(
         .map_err(e)?;
     chart
         .configure_mesh()
+        .light_line_style(WHITE)
         .x_desc("Latency (ms)")
         .y_desc("Inferences/second")
+        .x_label_formatter(&axis_label)
+        .y_label_formatter(&axis_label)
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()
         .map_err(e)?;
-    let series: [(&str, fn(&ReportRow) -> f64, RGBColor); 2] = [
+    type Latency = fn(&ReportRow) -> f64;
+    let series: [(&str, Latency, RGBColor); 2] = [
         ("avg latency", |r| r.avg_us, full_palette::BLUE_600),
         ("p99 latency", |r| r.p99_us, LINE_COLOR),
     ];
@@ -344,11 +407,7 @@ fn throughput_vs_latency<DB: DrawingBackend>(
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
         chart
-            .draw_series(
-                points
-                    .iter()
-                    .map(|p| Circle::new(p.clone(), 4, color.filled())),
-            )
+            .draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))
             .map_err(e)?;
     }
     // Each avg point names its batch size.
@@ -392,12 +451,14 @@ fn stacked_latency<DB: DrawingBackend>(
             ms(r.avg_us)
         }
     };
-    let y_max = headroom(
-        rows.iter()
-            .flat_map(|r| [bar_top(r), ms(r.p99_us)])
-            .fold(0.0, f64::max),
-    );
-    let t_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
+    // Data fills the lower ~60%, so the legend (upper left) never covers it.
+    let y_max = 1.45
+        * headroom(
+            rows.iter()
+                .flat_map(|r| [bar_top(r), ms(r.p99_us)])
+                .fold(0.0, f64::max),
+        );
+    let t_max = 1.45 * headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
     let x_desc = match axis {
         Axis::Batch => "Batch size",
         Axis::Load => load_axis_name(rows),
@@ -416,16 +477,24 @@ fn stacked_latency<DB: DrawingBackend>(
     let mut chart = chart.set_secondary_coord((0..n - 1).into_segmented(), 0.0..t_max);
     chart
         .configure_mesh()
+        .light_line_style(WHITE)
         .disable_x_mesh()
         .x_labels(labels.len())
         .x_label_formatter(&|v| label_for(&labels, v))
         .x_desc(x_desc)
         .y_desc("Latency (ms)")
+        .y_label_formatter(&axis_label)
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()
         .map_err(e)?;
-    let bar_margin = (400 / rows.len().max(1)).clamp(2, 14) as u32;
+    // A fifth of each category's width on either side of its bar.
+    let plot_width_px = SIZE_PX
+        .0
+        .saturating_sub(if with_throughput { 210 } else { 120 });
+    let bar_margin = ((plot_width_px as f64 / rows.len().max(1) as f64) * 0.2)
+        .round()
+        .clamp(1.0, 60.0) as u32;
     let bar = |i: usize, low: f64, high: f64, color: RGBColor| {
         let mut r = Rectangle::new(
             [
@@ -490,6 +559,7 @@ fn stacked_latency<DB: DrawingBackend>(
         chart
             .configure_secondary_axes()
             .y_desc("Inferences/second")
+            .y_label_formatter(&axis_label)
             .label_style((FONT, 14))
             .axis_desc_style((FONT, 16))
             .draw()

@@ -431,10 +431,10 @@ fn ns_precision(value: f64) -> f64 {
 
 /// Builds the `report.csv` frame: [`REPORT_COLUMNS`] then [`EXTRA_COLUMNS`].
 pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
-    let open_loop = match rows.first().map(|r| r.load) {
-        Some(LoadPoint::RequestRate(_)) => true,
-        _ => false,
-    };
+    let open_loop = matches!(
+        rows.first().map(|r| r.load),
+        Some(LoadPoint::RequestRate(_))
+    );
     if rows
         .iter()
         .any(|r| matches!(r.load, LoadPoint::RequestRate(_)) != open_loop)
