@@ -141,3 +141,54 @@ fn every_table_renders_back_to_the_seed_report_itself() {
     });
     assert_eq!(checked, 76);
 }
+
+#[test]
+fn perfbench_report_rerenders_a_seed_table_in_its_own_layout() {
+    let csv = reference_csvs()
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("003-"))
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args([
+            "report",
+            csv.to_str().unwrap(),
+            "--out",
+            out.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    let original = std::fs::read_to_string(csv.with_extension("md")).unwrap();
+    assert!(
+        md.contains(&original),
+        "report.md lacks the seed's table:\n{md}"
+    );
+    assert!(md.contains("| GPU "), "{md}");
+    assert!(out.path().join("plots/latency_vs_batch.png").is_file());
+    // The re-written report.csv is µs and renders the same table again.
+    let (rows, meta) = read_table(&out.path().join("report.csv")).unwrap();
+    assert_eq!(table::render_results(&rows, &meta.layout), original);
+}
+
+#[test]
+fn perfbench_report_on_a_bad_file_exits_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "Concurrency,Inferences/Second\n1,fast\n").unwrap();
+    for file in [bad.to_str().unwrap(), "/nonexistent/perf.csv"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_perfbench"))
+            .args(["report", file])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+    }
+}

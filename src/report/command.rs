@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 
 use super::plot::{self, Format};
 use super::table::{ConstColumn, Layout};
-use super::{read_table, seeds, SweepKind};
+use super::{read_table, seeds, LoadPoint, ReportRow, SweepKind};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -35,7 +35,7 @@ pub struct ReportArgs {
     /// Write only the plots (into `--out`), e.g. to refresh plots/seeds/.
     #[arg(long)]
     pub plots_only: bool,
-    /// Plot formats to write.
+    /// Plot formats to write with `--plots-only` (a full re-render writes PNG and SVG).
     #[arg(long, value_enum, default_value = "both")]
     pub format: FormatArg,
     /// Convert the seed reports (`*.txt`) in this folder into CSV + sidecar + original table,
@@ -107,6 +107,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     if let Some(layout) = args.layout {
         meta.layout = layout_for(layout, &meta);
     }
+    sort_rows(&mut rows, meta.kind);
     let out = args.out.clone().unwrap_or_else(|| default_out(file));
     if args.plots_only {
         let formats: &[Format] = match args.format {
@@ -129,6 +130,22 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         println!("{}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sweep order for the plots' x-axis (perf_analyzer may write its rows in another order):
+/// offline by batch, online by load point.
+fn sort_rows(rows: &mut [ReportRow], kind: SweepKind) {
+    let load = |r: &ReportRow| match r.load {
+        LoadPoint::Concurrency(c) => c as f64,
+        LoadPoint::RequestRate(rate) => rate,
+    };
+    rows.sort_by(|a, b| {
+        let (x, y) = match kind {
+            SweepKind::Offline => ((a.batch as f64, load(a)), (b.batch as f64, load(b))),
+            SweepKind::Online => ((load(a), a.batch as f64), (load(b), b.batch as f64)),
+        };
+        x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
+    });
 }
 
 fn default_out(file: &Path) -> PathBuf {

@@ -309,3 +309,125 @@ pub fn write_results_with(
     })?;
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(batch: u64, avg_us: f64) -> ReportRow {
+        ReportRow {
+            batch,
+            load: LoadPoint::Concurrency(1),
+            throughput: batch as f64 * 1e6 / avg_us,
+            client_send_us: 10.0,
+            network_us: avg_us * 0.1,
+            server_queue_us: 5.0,
+            server_compute_input_us: 20.0,
+            server_compute_infer_us: avg_us * 0.9 - 45.0,
+            server_compute_output_us: 5.0,
+            client_recv_us: 5.0,
+            p50_us: avg_us,
+            p90_us: avg_us * 1.1,
+            p95_us: avg_us * 1.2,
+            p99_us: avg_us * 1.5,
+            avg_us,
+            requests: 100,
+            failed: 0,
+            late: 0,
+            missed: 0,
+            stable: true,
+            throughput_spread_pct: 2.0,
+            p99_spread_pct: 5.0,
+            avg_spread_pct: 1.0,
+            server_avg_batch: batch as f64,
+        }
+    }
+
+    fn config() -> RunConfig {
+        RunConfig::from(ConfigBasics {
+            device: Device::Cpu("2-core x86_64".into()),
+            backend: "perfbench identity".into(),
+            precision: "FP32".into(),
+            max_batch_size: 16,
+            instances: 1,
+        })
+    }
+
+    #[test]
+    fn write_results_writes_a_complete_folder_that_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = vec![row(1, 800.0), row(8, 1500.0), row(16, 2600.0)];
+        let written = write_results(dir.path(), &rows, &config(), SweepKind::Offline).unwrap();
+        for name in ["report.csv", "report.toml", "report.md"] {
+            assert!(dir.path().join(name).is_file(), "{name}");
+        }
+        let names: Vec<String> = written
+            .plots
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into())
+            .collect();
+        for plot in [
+            "throughput_vs_batch",
+            "latency_vs_batch",
+            "throughput_vs_latency",
+        ] {
+            for ext in ["png", "svg"] {
+                let name = format!("{plot}.{ext}");
+                assert!(names.contains(&name), "{name}");
+                assert!(
+                    std::fs::metadata(dir.path().join("plots").join(&name))
+                        .unwrap()
+                        .len()
+                        > 1000
+                );
+            }
+        }
+        let md = std::fs::read_to_string(&written.report_md).unwrap();
+        assert!(
+            md.starts_with("#### Offline: 2-core x86_64, perfbench identity with FP32\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Device                    | 2-core x86_64      |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |")
+        );
+        assert!(
+            md.contains("|      16 |             1 |             6153.85 |               0.01 |"),
+            "{md}"
+        );
+        let (back, meta) = read_table(&written.report_csv).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(meta.kind, SweepKind::Offline);
+        assert_eq!(meta.config, config());
+        assert_eq!(back[2].avg_us, 2600.0);
+    }
+
+    #[test]
+    fn online_results_get_the_concurrency_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<ReportRow> = (1..=4)
+            .map(|c| ReportRow {
+                load: LoadPoint::Concurrency(c * 8),
+                ..row(2, 1000.0 * c as f64)
+            })
+            .collect();
+        let written = write_results(dir.path(), &rows, &config(), SweepKind::Online).unwrap();
+        assert_eq!(written.plots.len(), 2);
+        assert!(dir
+            .path()
+            .join("plots/latency_vs_concurrency.png")
+            .is_file());
+    }
+
+    #[test]
+    fn no_rows_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            write_results(dir.path(), &[], &config(), SweepKind::Online),
+            Err(ReportError::NoRows)
+        ));
+    }
+}

@@ -949,6 +949,47 @@ p95 latency,p99 latency,Avg latency,request/response,response wait\n\
         assert_eq!(rows[0].avg_us, 951.0);
     }
 
+    /// Written by NVIDIA perf_analyzer 2.50 (`-f`, then `--verbose-csv`) against a real Triton.
+    const REAL_PA_CSV: &str = "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,\
+Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,\
+p90 latency,p95 latency,p99 latency
+2,193.471,162,1140,3345,49,5404,229,0,10156,13746,15289,18039
+1,200.304,52,482,400,26,3917,99,0,4576,6327,7428,15745
+";
+    const REAL_PA_VERBOSE_CSV: &str = "Request Rate,Inferences/Second,Client Send,\
+Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,\
+Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,\
+request/response,response wait
+50,49.9251,134,951,673,59,6963,159,0,8070,12290,13891,17256,8941,134,8778
+";
+
+    #[test]
+    fn reads_real_perf_analyzer_output() {
+        let rows = parse_csv(REAL_PA_CSV, Unit::Us, "pa.csv").unwrap();
+        assert_eq!(rows[0].load, LoadPoint::Concurrency(2));
+        assert_eq!(rows[1].throughput, 200.304);
+        assert_eq!(rows[1].avg_us, 52.0 + 482.0 + 400.0 + 26.0 + 3917.0 + 99.0);
+        let rows = parse_csv(REAL_PA_VERBOSE_CSV, Unit::Us, "pa.csv").unwrap();
+        assert_eq!(rows[0].load, LoadPoint::RequestRate(50.0));
+        assert_eq!(rows[0].avg_us, 8941.0);
+        assert_eq!(rows[0].p99_us, 17256.0);
+    }
+
+    #[test]
+    fn request_rate_rows_write_a_request_rate_column() {
+        let rows = parse_csv(REAL_PA_VERBOSE_CSV, Unit::Us, "pa.csv").unwrap();
+        let text = report_csv(&rows).unwrap();
+        assert!(
+            text.starts_with("Batch,Request Rate,Inferences/Second,"),
+            "{text}"
+        );
+        let back = parse_csv(&text, Unit::Us, "report.csv").unwrap();
+        assert_eq!(back[0].load, LoadPoint::RequestRate(50.0));
+        let mut mixed = rows.clone();
+        mixed.push(sample_row(1, 1));
+        assert!(matches!(report_csv(&mixed), Err(TableError::MixedLoad)));
+    }
+
     #[test]
     fn reads_millisecond_headers_as_milliseconds() {
         let csv = "Batch,Concurrency,Inferences/Second,Client Send (ms),avg latency (ms)\n8,1,2053.9,0.5,3.9\n";
