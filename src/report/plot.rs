@@ -161,6 +161,9 @@ fn draw<DB: DrawingBackend>(
         PlotKind::LatencyVsBatch if !has_stage_breakdown(rows) => "Average latency vs batch size",
         PlotKind::LatencyVsBatch => "Latency breakdown vs batch size",
         PlotKind::ThroughputVsLatency => "Throughput vs latency",
+        PlotKind::LatencyVsConcurrency if load_axis_is_rate(rows) => {
+            "Latency breakdown and throughput vs request rate"
+        }
         PlotKind::LatencyVsConcurrency => "Latency breakdown and throughput vs concurrency",
     };
     let root = draw_titles(root, heading, title).map_err(|e| e.to_string())?;
@@ -268,11 +271,22 @@ fn category_labels(rows: &[ReportRow], axis: Axis) -> Vec<String> {
         .collect()
 }
 
-fn load_axis_name(rows: &[ReportRow]) -> &'static str {
-    if rows
-        .iter()
+/// The category axis: one segment per row (the segment coordinates include their end), and a
+/// single row centred between two empty segments.
+fn categories(rows: usize) -> std::ops::Range<i32> {
+    match rows as i32 {
+        0 | 1 => -1..1,
+        n => 0..n - 1,
+    }
+}
+
+fn load_axis_is_rate(rows: &[ReportRow]) -> bool {
+    rows.iter()
         .any(|r| matches!(r.load, LoadPoint::RequestRate(_)))
-    {
+}
+
+fn load_axis_name(rows: &[ReportRow]) -> &'static str {
+    if load_axis_is_rate(rows) {
         "Request rate (requests/s)"
     } else {
         "Concurrency (requests in flight)"
@@ -309,13 +323,12 @@ fn throughput_vs_batch<DB: DrawingBackend>(
 ) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, Axis::Batch);
-    let n = rows.len() as i32;
     let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
     let mut chart = ChartBuilder::on(root)
         .margin(16)
         .x_label_area_size(50)
         .y_label_area_size(90)
-        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max)
+        .build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max)
         .map_err(e)?;
     chart
         .configure_mesh()
@@ -440,7 +453,6 @@ fn stacked_latency<DB: DrawingBackend>(
 ) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, axis);
-    let n = rows.len() as i32;
     let has_stages = rows
         .iter()
         .any(|r| stages_us(r).iter().any(|s| s.is_finite()));
@@ -472,9 +484,9 @@ fn stacked_latency<DB: DrawingBackend>(
         builder.right_y_label_area_size(90);
     }
     let chart = builder
-        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max)
+        .build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max)
         .map_err(e)?;
-    let mut chart = chart.set_secondary_coord((0..n - 1).into_segmented(), 0.0..t_max);
+    let mut chart = chart.set_secondary_coord(categories(rows.len()).into_segmented(), 0.0..t_max);
     chart
         .configure_mesh()
         .light_line_style(WHITE)
