@@ -39,7 +39,7 @@ pub struct GrpcService {
 }
 
 /// The inference service, with message limits raised (decode: the server's request limit;
-/// encode: what Triton's clients accept) and gzip requests accepted. Responses go uncompressed,
+/// encode: what Triton's clients accept) and gzip or deflate requests accepted. Responses go uncompressed,
 /// as Triton's do: gRPC clients advertise gzip by default, and compressing every small response
 /// would cost more than it saves on the links a load generator uses.
 pub fn inference_service(core: Arc<InferenceServer>) -> GrpcInferenceServiceServer<GrpcService> {
@@ -48,6 +48,7 @@ pub fn inference_service(core: Arc<InferenceServer>) -> GrpcInferenceServiceServ
         .max_decoding_message_size(max_request_bytes)
         .max_encoding_message_size(i32::MAX as usize)
         .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate)
 }
 
 /// The standard health service, answering for the whole server and for the inference service.
