@@ -45,7 +45,8 @@ impl Default for ServeConfig {
     }
 }
 
-/// A started server and the addresses it actually bound.
+/// A started server and the addresses it actually bound. Dropping it stops the listeners too
+/// (without waiting); [`RunningServer::shutdown`] waits for them.
 pub struct RunningServer {
     pub core: Arc<InferenceServer>,
     pub http_addr: SocketAddr,
