@@ -26,7 +26,7 @@ pub enum Command {
     /// Compare a run with a baseline and fail on a regression beyond thresholds and noise.
     Gate(crate::gate::GateArgs),
     /// Profile a model the way perf_analyzer does (same flags, same CSV).
-    Profile(crate::profile::ProfileArgs),
+    Profile(Box<crate::profile::ProfileArgs>),
 }
 
 /// Exit code for bad input (a bad flag, a missing file, an unreachable server).
@@ -77,6 +77,6 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(args) => crate::server::serve::run(args),
         Command::Gate(args) => Ok(crate::gate::run(&args)?),
-        Command::Profile(args) => crate::profile::run(args),
+        Command::Profile(args) => crate::profile::run(*args),
     }
 }
