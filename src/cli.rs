@@ -21,6 +21,10 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the bundled KServe v2 inference server (HTTP, gRPC, metrics).
+    Serve(crate::server::serve::ServeArgs),
+    /// Compare a run with a baseline and fail on a regression beyond thresholds and noise.
+    Gate(crate::gate::GateArgs),
     /// Re-render report.md and the plots from a report.csv, perf_analyzer or seed CSV.
     Report(crate::report::command::ReportArgs),
 }
@@ -67,6 +71,8 @@ pub fn one_line(e: &anyhow::Error) -> String {
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Serve(args) => crate::server::serve::run(args),
+        Command::Gate(args) => Ok(crate::gate::run(&args)?),
         Command::Report(args) => crate::report::command::run(args),
     }
 }

@@ -3,6 +3,8 @@
 
 pub mod cli;
 pub mod client;
+pub mod gate;
+pub mod input;
 pub mod proto;
 pub mod report;
 pub mod server;

@@ -4,10 +4,15 @@
 pub mod config;
 pub mod core;
 pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod http_json;
 pub mod infer;
+pub mod metrics;
 pub mod models;
 pub mod repository;
 pub mod scheduler;
+pub mod serve;
 pub mod shm;
 pub mod stats;
 

@@ -1,6 +1,6 @@
 //! `delay`: a model whose compute time is known, so tests can assert the latency breakdown.
 //!
-//! Execution takes `delay_us + delay_per_item_us × batch` microseconds. It sleeps until 200 µs
+//! Execution takes `delay_us + delay_per_item_us × batch` microseconds (fractions allowed). It sleeps until 200 µs
 //! before the deadline and spins for the rest: precise to a few µs without burning a core.
 //! Outputs copy the inputs (like `identity`). `fail_every: N` makes every N-th execution fail.
 
@@ -26,8 +26,8 @@ impl DelayModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
         IdentityModel::new(config)?;
         Ok(DelayModel {
-            fixed: Duration::from_micros(param(config, "delay_us", 1000u64)?),
-            per_item: Duration::from_micros(param(config, "delay_per_item_us", 0u64)?),
+            fixed: micros(config, "delay_us", 1000.0)?,
+            per_item: micros(config, "delay_per_item_us", 0.0)?,
             batching: config.max_batch_size > 0,
             fail_every: param(config, "fail_every", 0u64)?,
             executions: AtomicU64::new(0),
@@ -38,6 +38,17 @@ impl DelayModel {
     pub fn compute_time(&self, batch: u64) -> Duration {
         self.fixed + self.per_item * batch as u32
     }
+}
+
+/// A duration parameter in (possibly fractional) microseconds.
+fn micros(config: &ModelConfig, key: &str, default: f64) -> ServerResult<Duration> {
+    let us: f64 = param(config, key, default)?;
+    Duration::try_from_secs_f64(us / 1e6).map_err(|_| {
+        crate::server::ServerError::invalid(format!(
+            "model '{}': parameter '{key}' must be a non-negative number of µs",
+            config.name
+        ))
+    })
 }
 
 /// Waits until `deadline`: sleep for the bulk, spin for the last stretch.

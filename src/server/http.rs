@@ -1,0 +1,560 @@
+//! The HTTP/REST front end (KSERVE_V2.md §3): an axum router over [`InferenceServer`]. It only
+//! translates between the wire and the core; every decision is the core's. Request bodies may be
+//! gzip/deflate compressed, responses honour `Accept-Encoding`, and every error is a KServe
+//! `{"error": "..."}` body.
+
+use std::sync::Arc;
+
+use axum::body::{Body, HttpBody};
+use axum::extract::{Path, State};
+use axum::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tower_http::compression::CompressionLayer;
+use tower_http::decompression::RequestDecompressionLayer;
+
+use super::core::{InferenceServer, EXTENSIONS, SERVER_NAME, SERVER_VERSION};
+use super::error::{ServerError, ServerResult};
+use super::http_json::{bad_json, check_json_outputs, decode_request, encode_response};
+use super::stats;
+
+/// Names the length of the JSON part of a body that carries binary tensors (§3.7.2).
+pub const INFERENCE_HEADER_CONTENT_LENGTH: &str = "inference-header-content-length";
+
+/// Bytes of an oversized body we still read and discard, so the client gets our 400 instead of a
+/// reset connection; beyond this we stop reading.
+const OVERSIZE_DRAIN_BYTES: usize = 64 << 20;
+
+type Core = State<Arc<InferenceServer>>;
+
+/// Every route of §3.1 that perfbench serves.
+pub fn router(core: Arc<InferenceServer>) -> Router {
+    Router::new()
+        .route("/v2", get(server_metadata))
+        .route("/v2/health/live", get(live))
+        .route("/v2/health/ready", get(ready))
+        .route("/v2/models/stats", get(all_stats))
+        .route("/v2/models/{m}", get(model_metadata))
+        .route("/v2/models/{m}/versions/{v}", get(model_metadata_v))
+        .route("/v2/models/{m}/ready", get(model_ready))
+        .route("/v2/models/{m}/versions/{v}/ready", get(model_ready_v))
+        .route("/v2/models/{m}/config", get(model_config))
+        .route("/v2/models/{m}/versions/{v}/config", get(model_config_v))
+        .route("/v2/models/{m}/stats", get(model_stats))
+        .route("/v2/models/{m}/versions/{v}/stats", get(model_stats_v))
+        .route("/v2/models/{m}/infer", post(infer))
+        .route("/v2/models/{m}/versions/{v}/infer", post(infer_v))
+        .route(
+            "/v2/models/{m}/trace/setting",
+            get(trace_setting).post(change_trace_setting),
+        )
+        .route(
+            "/v2/trace/setting",
+            get(trace_setting).post(change_trace_setting),
+        )
+        .route("/v2/logging", get(log_settings).post(change_log_settings))
+        .route("/v2/repository/index", post(repository_index))
+        .route("/v2/repository/{repo}/index", post(repository_index_named))
+        .route("/v2/repository/models/{m}/load", post(load))
+        .route("/v2/repository/{repo}/models/{m}/load", post(load_named))
+        .route("/v2/repository/models/{m}/unload", post(unload))
+        .route(
+            "/v2/repository/{repo}/models/{m}/unload",
+            post(unload_named),
+        )
+        .route("/v2/systemsharedmemory/status", get(system_shm_status_all))
+        .route(
+            "/v2/systemsharedmemory/region/{r}/status",
+            get(system_shm_status),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{r}/register",
+            post(system_shm_register),
+        )
+        .route(
+            "/v2/systemsharedmemory/unregister",
+            post(system_shm_unregister_all),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{r}/unregister",
+            post(system_shm_unregister),
+        )
+        .route("/v2/cudasharedmemory/status", get(cuda_shm_status_all))
+        .route(
+            "/v2/cudasharedmemory/region/{r}/status",
+            get(cuda_shm_status),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{r}/register",
+            post(cuda_shm_register),
+        )
+        .route("/v2/cudasharedmemory/unregister", post(ok))
+        .route("/v2/cudasharedmemory/region/{r}/unregister", post(ok))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(core)
+        .layer(RequestDecompressionLayer::new())
+        .layer(axum::middleware::map_response(explain_unsupported_encoding))
+        .layer(CompressionLayer::new())
+}
+
+async fn not_found() -> ServerError {
+    ServerError::not_found("Not Found")
+}
+
+async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Json(json!({ "error": "Method Not Allowed" })),
+    )
+        .into_response()
+}
+
+/// The decompression layer answers an unknown `Content-Encoding` with a bare 415; give it the
+/// KServe error body.
+async fn explain_unsupported_encoding<B>(response: axum::http::Response<B>) -> Response
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    if response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return response.into_response();
+    }
+    let (parts, _) = response.into_parts();
+    let mut fixed = (
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Json(json!({ "error": "Unsupported compression type: use gzip, deflate or identity" })),
+    )
+        .into_response();
+    for (name, value) in parts.headers.iter().filter(|(n, _)| *n != CONTENT_TYPE) {
+        fixed.headers_mut().insert(name.clone(), value.clone());
+    }
+    fixed
+}
+
+async fn ok() -> StatusCode {
+    StatusCode::OK
+}
+
+/// Reads a whole request body up to `limit` bytes. An oversized body is still drained (up to a
+/// bound) so the client reads a 400 that names the limit, not a reset.
+async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
+    let mut data = BytesMut::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ServerError::invalid(format!("failed to read the request body: {e}")))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
+        total = total.saturating_add(chunk.len());
+        if total <= limit {
+            data.extend_from_slice(&chunk);
+        } else if total > limit.saturating_add(OVERSIZE_DRAIN_BYTES) {
+            break;
+        }
+    }
+    if total > limit {
+        return Err(ServerError::invalid(format!(
+            "request body of {total} bytes or more exceeds the server's limit of {limit} bytes (--max-request-bytes)"
+        )));
+    }
+    Ok(data.freeze())
+}
+
+/// Parses an optional JSON body: empty means `T::default()`.
+async fn read_json<T: for<'de> Deserialize<'de> + Default>(
+    core: &InferenceServer,
+    body: Body,
+) -> ServerResult<T> {
+    let bytes = read_body(body, core.options.max_request_bytes).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&bytes).map_err(bad_json)
+}
+
+async fn live(State(core): Core) -> StatusCode {
+    if core.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+async fn ready(State(core): Core) -> StatusCode {
+    if core.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+async fn server_metadata() -> Json<Value> {
+    Json(json!({ "name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS }))
+}
+
+fn metadata_json(core: &InferenceServer, name: &str, version: &str) -> ServerResult<Json<Value>> {
+    let m = core.model_metadata(name, version)?;
+    let tensors =
+        |list: &[crate::proto::inference::model_metadata_response::TensorMetadata]| -> Vec<Value> {
+            list.iter()
+                .map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }))
+                .collect()
+        };
+    Ok(Json(json!({
+        "name": m.name,
+        "versions": m.versions,
+        "platform": m.platform,
+        "inputs": tensors(&m.inputs),
+        "outputs": tensors(&m.outputs),
+    })))
+}
+
+async fn model_metadata(State(core): Core, Path(m): Path<String>) -> ServerResult<Json<Value>> {
+    metadata_json(&core, &m, "")
+}
+
+async fn model_metadata_v(
+    State(core): Core,
+    Path((m, v)): Path<(String, String)>,
+) -> ServerResult<Json<Value>> {
+    metadata_json(&core, &m, &v)
+}
+
+fn ready_status(core: &InferenceServer, name: &str, version: &str) -> Response {
+    if core.model_ready(name, version) {
+        StatusCode::OK.into_response()
+    } else {
+        ServerError::invalid("Model version not ready").into_response()
+    }
+}
+
+async fn model_ready(State(core): Core, Path(m): Path<String>) -> Response {
+    ready_status(&core, &m, "")
+}
+
+async fn model_ready_v(State(core): Core, Path((m, v)): Path<(String, String)>) -> Response {
+    ready_status(&core, &m, &v)
+}
+
+async fn model_config(State(core): Core, Path(m): Path<String>) -> ServerResult<Json<Value>> {
+    core.model_config_json(&m, "").map(Json)
+}
+
+async fn model_config_v(
+    State(core): Core,
+    Path((m, v)): Path<(String, String)>,
+) -> ServerResult<Json<Value>> {
+    core.model_config_json(&m, &v).map(Json)
+}
+
+async fn all_stats(State(core): Core) -> ServerResult<Json<Value>> {
+    Ok(Json(stats::to_json(&core.statistics("", "")?)))
+}
+
+async fn model_stats(State(core): Core, Path(m): Path<String>) -> ServerResult<Json<Value>> {
+    Ok(Json(stats::to_json(&core.statistics(&m, "")?)))
+}
+
+async fn model_stats_v(
+    State(core): Core,
+    Path((m, v)): Path<(String, String)>,
+) -> ServerResult<Json<Value>> {
+    Ok(Json(stats::to_json(&core.statistics(&m, &v)?)))
+}
+
+async fn infer(
+    State(core): Core,
+    Path(m): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run_infer(&core, &m, "", &headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn infer_v(
+    State(core): Core,
+    Path((m, v)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run_infer(&core, &m, &v, &headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn run_infer(
+    core: &InferenceServer,
+    name: &str,
+    version: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> ServerResult<Response> {
+    // Read the body before anything can fail, so every error reaches the client intact.
+    let body = read_body(body, core.options.max_request_bytes).await?;
+    let header_len = match headers.get(INFERENCE_HEADER_CONTENT_LENGTH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| {
+                    ServerError::invalid(format!(
+                        "Inference-Header-Content-Length must be a byte count, got {v:?}"
+                    ))
+                })?,
+        ),
+    };
+    let model = core.repository.get(name, version)?;
+    let decoded = decode_request(&model.config, version, body, header_len)?;
+    check_json_outputs(&model.config, &decoded.request, &decoded.formats)?;
+    drop(model);
+    let response = core.infer(decoded.request).await?;
+    let encoded = encode_response(&response, &decoded.formats)?;
+    let mut http = Response::new(Body::from(encoded.body));
+    let content_type = match encoded.header_len {
+        Some(n) => {
+            http.headers_mut().insert(
+                HeaderName::from_static(INFERENCE_HEADER_CONTENT_LENGTH),
+                HeaderValue::from(n),
+            );
+            "application/octet-stream"
+        }
+        None => "application/json",
+    };
+    http.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(http)
+}
+
+/// Trace settings as a server that does not trace reports them.
+fn trace_defaults() -> Value {
+    json!({
+        "trace_level": ["OFF"],
+        "trace_rate": "1000",
+        "trace_count": "-1",
+        "log_frequency": "0",
+        "trace_file": "",
+        "trace_mode": "triton",
+    })
+}
+
+async fn trace_setting() -> Json<Value> {
+    Json(trace_defaults())
+}
+
+/// Reading the settings back is fine; changing them is not: perfbench does not trace.
+async fn change_trace_setting(State(core): Core, body: Body) -> ServerResult<Json<Value>> {
+    let update: serde_json::Map<String, Value> = read_json(&core, body).await?;
+    if update.is_empty() {
+        return Ok(Json(trace_defaults()));
+    }
+    Err(ServerError::unsupported(
+        "perfbench does not trace requests; trace settings cannot be changed",
+    ))
+}
+
+fn log_defaults() -> Value {
+    json!({
+        "log_file": "",
+        "log_info": true,
+        "log_warning": true,
+        "log_error": true,
+        "log_verbose_level": 0,
+        "log_format": "default",
+    })
+}
+
+async fn log_settings() -> Json<Value> {
+    Json(log_defaults())
+}
+
+async fn change_log_settings(State(core): Core, body: Body) -> ServerResult<Json<Value>> {
+    let update: serde_json::Map<String, Value> = read_json(&core, body).await?;
+    if update.is_empty() {
+        return Ok(Json(log_defaults()));
+    }
+    Err(ServerError::unsupported(
+        "log settings cannot be changed over the network; use --log when starting perfbench",
+    ))
+}
+
+#[derive(Deserialize, Default)]
+struct IndexBody {
+    #[serde(default)]
+    ready: bool,
+}
+
+async fn repository_index(State(core): Core, body: Body) -> ServerResult<Json<Value>> {
+    let request: IndexBody = read_json(&core, body).await?;
+    let entries = core.repository_index(request.ready)?;
+    let list: Vec<Value> = entries
+        .into_iter()
+        .map(|e| json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason }))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+async fn repository_index_named(
+    core: Core,
+    Path(_repo): Path<String>,
+    body: Body,
+) -> ServerResult<Json<Value>> {
+    repository_index(core, body).await
+}
+
+#[derive(Deserialize, Default)]
+struct LoadBody {
+    #[serde(default)]
+    parameters: serde_json::Map<String, Value>,
+}
+
+fn no_repository_name(repo: &str) -> ServerResult<()> {
+    if repo.is_empty() {
+        Ok(())
+    } else {
+        Err(ServerError::unsupported(format!(
+            "'repository_name' specification is not supported (got '{repo}'): perfbench serves one repository"
+        )))
+    }
+}
+
+async fn load_model(
+    core: Arc<InferenceServer>,
+    repo: &str,
+    name: &str,
+    body: Body,
+) -> ServerResult<StatusCode> {
+    no_repository_name(repo)?;
+    let request: LoadBody = read_json(&core, body).await?;
+    if let Some(key) = request.parameters.keys().find(|k| k.starts_with("file:")) {
+        return Err(ServerError::unsupported(format!(
+            "load parameter '{key}': model file overrides are not supported; models are built from their config"
+        )));
+    }
+    let config = match request.parameters.get("config") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(v) => Some(v.to_string()),
+    };
+    // Loading builds the model (weights, instance threads): keep it off the async workers.
+    let name = name.to_string();
+    blocking(move || core.load_model(&name, config.as_deref())).await?;
+    Ok(StatusCode::OK)
+}
+
+async fn load(State(core): Core, Path(m): Path<String>, body: Body) -> ServerResult<StatusCode> {
+    load_model(core, "", &m, body).await
+}
+
+async fn load_named(
+    State(core): Core,
+    Path((repo, m)): Path<(String, String)>,
+    body: Body,
+) -> ServerResult<StatusCode> {
+    load_model(core, &repo, &m, body).await
+}
+
+async fn unload_model(
+    core: Arc<InferenceServer>,
+    repo: &str,
+    name: &str,
+    body: Body,
+) -> ServerResult<StatusCode> {
+    no_repository_name(repo)?;
+    let _: LoadBody = read_json(&core, body).await?;
+    // Unloading joins the instance threads once their queued work is done.
+    let name = name.to_string();
+    blocking(move || core.unload_model(&name)).await?;
+    Ok(StatusCode::OK)
+}
+
+/// Runs repository work on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> ServerResult<T> + Send + 'static,
+) -> ServerResult<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ServerError::internal(format!("repository task failed: {e}")))?
+}
+
+async fn unload(State(core): Core, Path(m): Path<String>, body: Body) -> ServerResult<StatusCode> {
+    unload_model(core, "", &m, body).await
+}
+
+async fn unload_named(
+    State(core): Core,
+    Path((repo, m)): Path<(String, String)>,
+    body: Body,
+) -> ServerResult<StatusCode> {
+    unload_model(core, &repo, &m, body).await
+}
+
+fn system_shm_json(core: &InferenceServer, name: &str) -> ServerResult<Json<Value>> {
+    let list: Vec<Value> = core
+        .shm
+        .status(name)?
+        .iter()
+        .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+async fn system_shm_status_all(State(core): Core) -> ServerResult<Json<Value>> {
+    system_shm_json(&core, "")
+}
+
+async fn system_shm_status(State(core): Core, Path(r): Path<String>) -> ServerResult<Json<Value>> {
+    system_shm_json(&core, &r)
+}
+
+#[derive(Deserialize, Default)]
+struct RegisterBody {
+    key: String,
+    #[serde(default)]
+    offset: u64,
+    byte_size: u64,
+}
+
+async fn system_shm_register(
+    State(core): Core,
+    Path(r): Path<String>,
+    body: Body,
+) -> ServerResult<StatusCode> {
+    let bytes = read_body(body, core.options.max_request_bytes).await?;
+    let request: RegisterBody = serde_json::from_slice(&bytes).map_err(bad_json)?;
+    core.shm
+        .register(&r, &request.key, request.offset, request.byte_size)?;
+    Ok(StatusCode::OK)
+}
+
+async fn system_shm_unregister_all(State(core): Core) -> StatusCode {
+    core.shm.unregister("");
+    StatusCode::OK
+}
+
+async fn system_shm_unregister(State(core): Core, Path(r): Path<String>) -> StatusCode {
+    core.shm.unregister(&r);
+    StatusCode::OK
+}
+
+async fn cuda_shm_status_all() -> Json<Value> {
+    Json(json!([]))
+}
+
+async fn cuda_shm_status(Path(r): Path<String>) -> ServerError {
+    ServerError::invalid(format!("Unable to find cuda shared memory region: '{r}'"))
+}
+
+async fn cuda_shm_register() -> ServerError {
+    ServerError::invalid("CUDA shared memory is not available: no GPU")
+}
