@@ -27,6 +27,8 @@ pub enum Command {
     Gate(crate::gate::GateArgs),
     /// Profile a model the way perf_analyzer does (same flags, same CSV).
     Profile(Box<crate::profile::ProfileArgs>),
+    /// Re-render report.md and the plots from a report.csv, perf_analyzer or seed CSV.
+    Report(crate::report::command::ReportArgs),
 }
 
 /// Exit code for bad input (a bad flag, a missing file, an unreachable server).
@@ -78,5 +80,6 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => crate::server::serve::run(args),
         Command::Gate(args) => Ok(crate::gate::run(&args)?),
         Command::Profile(args) => crate::profile::run(*args),
+        Command::Report(args) => crate::report::command::run(args),
     }
 }

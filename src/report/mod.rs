@@ -1,8 +1,436 @@
 //! How a run reads: perf_analyzer's CSV, the seeds' report CSV and Markdown, plots.
+//!
+//! A results folder holds `report.csv` (µs), its sidecar `report.toml` (sweep kind, layout,
+//! configuration), `report.md` (the configuration and results tables as the seeds print them)
+//! and `plots/`. The seed tables under `reference-results/seeds/` use the same CSV + sidecar
+//! pair, so `perfbench report` renders both the same way.
 
-pub mod row;
-
-pub use row::{LoadPoint, ReportRow};
+pub mod command;
 pub mod pa_csv;
 pub mod pa_export;
 pub mod pa_summary;
+pub mod plot;
+pub mod row;
+pub mod seeds;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use row::{LoadPoint, ReportRow};
+pub use table::{Layout, Unit};
+
+/// Which of the seeds' two sweeps a table comes from; it picks the plots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SweepKind {
+    /// Concurrency 1, a static batch per request, over batch sizes.
+    Offline,
+    /// A fixed client batch over concurrencies, the server batching.
+    Online,
+}
+
+impl SweepKind {
+    pub fn title(self) -> &'static str {
+        match self {
+            SweepKind::Offline => "Offline",
+            SweepKind::Online => "Online",
+        }
+    }
+
+    /// For a CSV with no sidecar: offline when every row ran at concurrency 1.
+    pub fn infer(rows: &[ReportRow]) -> SweepKind {
+        if rows.iter().all(|r| r.load == LoadPoint::Concurrency(1)) {
+            SweepKind::Offline
+        } else {
+            SweepKind::Online
+        }
+    }
+}
+
+/// Where the run executed, as the configuration table's first row names it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Device {
+    /// Printed as `GPU | <name>`, as the seeds do.
+    Gpu(String),
+    /// Printed as `Device | <name>` (e.g. a CPU-only run of the bundled server).
+    Cpu(String),
+}
+
+/// The five parameters every seed configuration table starts with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigBasics {
+    pub device: Device,
+    pub backend: String,
+    pub precision: String,
+    pub max_batch_size: u64,
+    pub instances: u64,
+}
+
+/// A run's configuration table: ordered `Parameter Name | Parameter Value` pairs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub parameters: Vec<[String; 2]>,
+}
+
+impl From<ConfigBasics> for RunConfig {
+    fn from(b: ConfigBasics) -> Self {
+        let (key, name) = match b.device {
+            Device::Gpu(name) => ("GPU", name),
+            Device::Cpu(name) => ("Device", name),
+        };
+        RunConfig::default()
+            .with(key, name)
+            .with("Backend", b.backend)
+            .with("Precision", b.precision)
+            .with("Max batch size", b.max_batch_size.to_string())
+            .with("Number of model instances", b.instances.to_string())
+    }
+}
+
+impl RunConfig {
+    /// Appends one parameter (e.g. `Max Seq Length`, `Shared memory`).
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.parameters.push([name.into(), value.into()]);
+        self
+    }
+
+    /// The first parameter of that name, ignoring case.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.parameters
+            .iter()
+            .find(|[n, _]| n.eq_ignore_ascii_case(name))
+            .map(|[_, v]| v.as_str())
+    }
+
+    /// The configuration table in the seeds' form.
+    pub fn render_markdown(&self) -> String {
+        let (names, values) = self
+            .parameters
+            .iter()
+            .map(|[n, v]| (n.clone(), v.clone()))
+            .unzip();
+        table::pipe_table(&[
+            table::PipeColumn::new("Parameter Name", names),
+            table::PipeColumn::new("Parameter Value", values),
+        ])
+    }
+}
+
+/// Where a seed table was printed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedSource {
+    /// The seed report's file name, e.g. `000_0e3f950e04427afa.txt`.
+    pub file: String,
+    /// 1-based line of the table's header row in that file.
+    pub line: usize,
+}
+
+/// The sidecar of a results CSV (`<stem>.toml` beside `<stem>.csv`): what the CSV alone cannot say.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableMeta {
+    pub kind: SweepKind,
+    /// The unit of latency columns whose header names none (`(ms)` in a header wins).
+    pub unit: Unit,
+    /// The section title, e.g. `Offline: NVIDIA A30, ONNX Runtime with FP16`.
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SeedSource>,
+    pub layout: Layout,
+    #[serde(default)]
+    pub config: RunConfig,
+}
+
+impl TableMeta {
+    /// The sidecar perfbench writes for its own run: µs CSV, the default ms layout, and a title
+    /// in the seeds' style (`Offline: <device>, <backend> with <precision>`).
+    pub fn for_run(kind: SweepKind, config: RunConfig) -> Self {
+        let device = config.get("GPU").or_else(|| config.get("Device"));
+        let title = match (device, config.get("Backend"), config.get("Precision")) {
+            (Some(d), Some(b), Some(p)) => format!("{}: {d}, {b} with {p}", kind.title()),
+            (Some(d), _, _) => format!("{}: {d}", kind.title()),
+            _ => format!("{} results", kind.title()),
+        };
+        TableMeta {
+            kind,
+            unit: Unit::Us,
+            title,
+            source: None,
+            layout: Layout::default(),
+            config,
+        }
+    }
+}
+
+/// Why a results folder could not be written or a table not re-rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Table(#[from] table::TableError),
+    #[error(transparent)]
+    Plot(#[from] plot::PlotError),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: bad sidecar: {message}")]
+    Sidecar { path: PathBuf, message: String },
+    #[error("no rows to report")]
+    NoRows,
+}
+
+/// The sidecar path of a CSV: same stem, `.toml`.
+pub fn sidecar_path(csv: &Path) -> PathBuf {
+    csv.with_extension("toml")
+}
+
+/// Reads a results CSV and its sidecar; with no sidecar, the CSV is µs (perf_analyzer or
+/// `report.csv`) and the sweep kind is inferred from its rows.
+pub fn read_table(csv: &Path) -> Result<(Vec<ReportRow>, TableMeta), ReportError> {
+    let sidecar = sidecar_path(csv);
+    let meta = if sidecar.is_file() {
+        let text = std::fs::read_to_string(&sidecar).map_err(|source| ReportError::Read {
+            path: sidecar.clone(),
+            source,
+        })?;
+        Some(
+            toml::from_str::<TableMeta>(&text).map_err(|e| ReportError::Sidecar {
+                path: sidecar.clone(),
+                message: e.message().replace('\n', " "),
+            })?,
+        )
+    } else {
+        None
+    };
+    let unit = meta.as_ref().map_or(Unit::Us, |m| m.unit);
+    let rows = table::read_csv(csv, unit)?;
+    let meta =
+        meta.unwrap_or_else(|| TableMeta::for_run(SweepKind::infer(&rows), RunConfig::default()));
+    Ok((rows, meta))
+}
+
+/// Writes a sidecar.
+pub fn write_sidecar(path: &Path, meta: &TableMeta) -> Result<(), ReportError> {
+    let text = toml::to_string(meta).map_err(|e| ReportError::Sidecar {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    std::fs::write(path, text).map_err(|source| ReportError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// `report.md`: the title, the configuration table, links to the plots and the results table,
+/// arranged as the seeds arrange them.
+pub fn render_report(rows: &[ReportRow], meta: &TableMeta, plots: &[String]) -> String {
+    let mut md = format!("#### {}\n\n", meta.title);
+    if !meta.config.parameters.is_empty() {
+        md.push_str("Our results were obtained using the following configuration:\n\n");
+        md.push_str(&meta.config.render_markdown());
+        md.push('\n');
+    }
+    if !plots.is_empty() {
+        md.push_str("<table>\n<tbody>\n  <tr>\n");
+        for plot in plots {
+            md.push_str(&format!("    <td><img src=\"./plots/{plot}\"></td>\n"));
+        }
+        md.push_str("  </tr>\n</tbody>\n</table>\n\n");
+    }
+    md.push_str("<details>\n<summary>Results Table</summary>\n\n");
+    md.push_str(&table::render_results(rows, &meta.layout));
+    md.push_str("\n</details>\n");
+    md
+}
+
+/// The files one results folder received.
+#[derive(Clone, Debug, Default)]
+pub struct WrittenResults {
+    pub report_csv: PathBuf,
+    pub report_md: PathBuf,
+    pub plots: Vec<PathBuf>,
+}
+
+/// Writes `report.csv`, `report.toml`, `report.md` and `plots/` into `dir` (created if missing).
+/// The sweeps call this at the end of a run; `perf_analyzer.csv` is theirs to write.
+pub fn write_results(
+    dir: &Path,
+    rows: &[ReportRow],
+    config: &RunConfig,
+    kind: SweepKind,
+) -> Result<WrittenResults, ReportError> {
+    let meta = TableMeta::for_run(kind, config.clone());
+    write_results_with(dir, rows, &meta)
+}
+
+/// [`write_results`] with an explicit sidecar (layout, title, configuration); `perfbench report`
+/// passes the one it read, so a seed table re-renders in its own layout.
+pub fn write_results_with(
+    dir: &Path,
+    rows: &[ReportRow],
+    meta: &TableMeta,
+) -> Result<WrittenResults, ReportError> {
+    if rows.is_empty() {
+        return Err(ReportError::NoRows);
+    }
+    let plots_dir = dir.join("plots");
+    std::fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write {
+        path: plots_dir.clone(),
+        source,
+    })?;
+    let mut written = WrittenResults {
+        report_csv: dir.join("report.csv"),
+        ..Default::default()
+    };
+    table::write_report_csv(&written.report_csv, rows)?;
+    // report.csv is µs whatever the source was; the source line stays with the seed's own sidecar.
+    let run_meta = TableMeta {
+        unit: Unit::Us,
+        source: None,
+        ..meta.clone()
+    };
+    write_sidecar(&dir.join("report.toml"), &run_meta)?;
+    written.plots = plot::render_plots(&plots_dir, rows, meta.kind, &meta.title)?;
+    let png_names: Vec<String> = written
+        .plots
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    written.report_md = dir.join("report.md");
+    let md = render_report(rows, meta, &png_names);
+    std::fs::write(&written.report_md, md).map_err(|source| ReportError::Write {
+        path: written.report_md.clone(),
+        source,
+    })?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(batch: u64, avg_us: f64) -> ReportRow {
+        ReportRow {
+            batch,
+            load: LoadPoint::Concurrency(1),
+            throughput: batch as f64 * 1e6 / avg_us,
+            client_send_us: 10.0,
+            network_us: avg_us * 0.1,
+            server_queue_us: 5.0,
+            server_compute_input_us: 20.0,
+            server_compute_infer_us: avg_us * 0.9 - 45.0,
+            server_compute_output_us: 5.0,
+            client_recv_us: 5.0,
+            p50_us: avg_us,
+            p90_us: avg_us * 1.1,
+            p95_us: avg_us * 1.2,
+            p99_us: avg_us * 1.5,
+            avg_us,
+            requests: 100,
+            failed: 0,
+            late: 0,
+            missed: 0,
+            stable: true,
+            throughput_spread_pct: 2.0,
+            p99_spread_pct: 5.0,
+            avg_spread_pct: 1.0,
+            server_avg_batch: batch as f64,
+        }
+    }
+
+    fn config() -> RunConfig {
+        RunConfig::from(ConfigBasics {
+            device: Device::Cpu("2-core x86_64".into()),
+            backend: "perfbench identity".into(),
+            precision: "FP32".into(),
+            max_batch_size: 16,
+            instances: 1,
+        })
+    }
+
+    #[test]
+    fn write_results_writes_a_complete_folder_that_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = vec![row(1, 800.0), row(8, 1500.0), row(16, 2600.0)];
+        let written = write_results(dir.path(), &rows, &config(), SweepKind::Offline).unwrap();
+        for name in ["report.csv", "report.toml", "report.md"] {
+            assert!(dir.path().join(name).is_file(), "{name}");
+        }
+        let names: Vec<String> = written
+            .plots
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into())
+            .collect();
+        for plot in [
+            "throughput_vs_batch",
+            "latency_vs_batch",
+            "throughput_vs_latency",
+        ] {
+            for ext in ["png", "svg"] {
+                let name = format!("{plot}.{ext}");
+                assert!(names.contains(&name), "{name}");
+                assert!(
+                    std::fs::metadata(dir.path().join("plots").join(&name))
+                        .unwrap()
+                        .len()
+                        > 1000
+                );
+            }
+        }
+        let md = std::fs::read_to_string(&written.report_md).unwrap();
+        assert!(
+            md.starts_with("#### Offline: 2-core x86_64, perfbench identity with FP32\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Device                    | 2-core x86_64      |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |")
+        );
+        assert!(
+            md.contains("|      16 |             1 |             6153.85 |               0.01 |"),
+            "{md}"
+        );
+        let (back, meta) = read_table(&written.report_csv).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(meta.kind, SweepKind::Offline);
+        assert_eq!(meta.config, config());
+        assert_eq!(back[2].avg_us, 2600.0);
+    }
+
+    #[test]
+    fn online_results_get_the_concurrency_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<ReportRow> = (1..=4)
+            .map(|c| ReportRow {
+                load: LoadPoint::Concurrency(c * 8),
+                ..row(2, 1000.0 * c as f64)
+            })
+            .collect();
+        let written = write_results(dir.path(), &rows, &config(), SweepKind::Online).unwrap();
+        assert_eq!(written.plots.len(), 2);
+        assert!(dir
+            .path()
+            .join("plots/latency_vs_concurrency.png")
+            .is_file());
+    }
+
+    #[test]
+    fn no_rows_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            write_results(dir.path(), &[], &config(), SweepKind::Online),
+            Err(ReportError::NoRows)
+        ));
+    }
+}

@@ -1,0 +1,607 @@
+//! The seeds' plots, drawn with plotters as PNG and SVG: offline `throughput_vs_batch`,
+//! `latency_vs_batch` and `throughput_vs_latency`; online `latency_vs_concurrency`.
+//!
+//! Text uses the bundled DejaVu Sans (`assets/fonts/`), registered with plotters' ab_glyph
+//! support, so a PNG looks the same on every machine and needs no system fonts.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::full_palette;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::row::{LoadPoint, ReportRow};
+use super::table::{stages_us, STAGE_NAMES};
+use super::SweepKind;
+
+const FONT: &str = "sans-serif";
+static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+const SIZE_PX: (u32, u32) = (1000, 600);
+
+/// Why a plot could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("the bundled font could not be loaded")]
+    Font,
+    #[error("cannot draw {path}: {message}")]
+    Draw { path: PathBuf, message: String },
+}
+
+/// The file formats to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Png,
+    Svg,
+}
+
+impl Format {
+    fn extension(self) -> &'static str {
+        match self {
+            Format::Png => "png",
+            Format::Svg => "svg",
+        }
+    }
+}
+
+/// One of the seeds' plot kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlotKind {
+    ThroughputVsBatch,
+    LatencyVsBatch,
+    ThroughputVsLatency,
+    LatencyVsConcurrency,
+}
+
+impl PlotKind {
+    /// The file stem, as the seeds name their plots.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlotKind::ThroughputVsBatch => "throughput_vs_batch",
+            PlotKind::LatencyVsBatch => "latency_vs_batch",
+            PlotKind::ThroughputVsLatency => "throughput_vs_latency",
+            PlotKind::LatencyVsConcurrency => "latency_vs_concurrency",
+        }
+    }
+
+    /// The plots a sweep kind gets.
+    pub fn for_sweep(kind: SweepKind) -> &'static [PlotKind] {
+        match kind {
+            SweepKind::Offline => &[
+                PlotKind::ThroughputVsBatch,
+                PlotKind::LatencyVsBatch,
+                PlotKind::ThroughputVsLatency,
+            ],
+            SweepKind::Online => &[PlotKind::LatencyVsConcurrency],
+        }
+    }
+}
+
+fn register_font() -> Result<(), PlotError> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(PlotError::Font)
+    }
+}
+
+/// Draws the sweep's plots into `dir` as PNG and SVG; returns the files written.
+pub fn render_plots(
+    dir: &Path,
+    rows: &[ReportRow],
+    kind: SweepKind,
+    title: &str,
+) -> Result<Vec<PathBuf>, PlotError> {
+    render_plots_as(dir, rows, kind, title, &[Format::Png, Format::Svg])
+}
+
+/// [`render_plots`] in the given formats only.
+pub fn render_plots_as(
+    dir: &Path,
+    rows: &[ReportRow],
+    kind: SweepKind,
+    title: &str,
+    formats: &[Format],
+) -> Result<Vec<PathBuf>, PlotError> {
+    register_font()?;
+    let mut written = Vec::new();
+    for &plot in PlotKind::for_sweep(kind) {
+        for &format in formats {
+            let path = dir.join(format!("{}.{}", plot.name(), format.extension()));
+            render_one(&path, format, plot, rows, title)?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+/// Draws one plot to one file.
+pub fn render_one(
+    path: &Path,
+    format: Format,
+    plot: PlotKind,
+    rows: &[ReportRow],
+    title: &str,
+) -> Result<(), PlotError> {
+    register_font()?;
+    let fail = |message: String| PlotError::Draw {
+        path: path.to_owned(),
+        message,
+    };
+    match format {
+        Format::Png => {
+            let root = BitMapBackend::new(path, SIZE_PX).into_drawing_area();
+            draw(&root, plot, rows, title).map_err(fail)?;
+            root.present().map_err(|e| fail(e.to_string()))
+        }
+        Format::Svg => {
+            let root = SVGBackend::new(path, SIZE_PX).into_drawing_area();
+            draw(&root, plot, rows, title).map_err(fail)?;
+            root.present().map_err(|e| fail(e.to_string()))
+        }
+    }
+}
+
+type DrawResult = Result<(), String>;
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    plot: PlotKind,
+    rows: &[ReportRow],
+    title: &str,
+) -> DrawResult {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let heading = match plot {
+        PlotKind::ThroughputVsBatch => "Throughput vs batch size",
+        PlotKind::LatencyVsBatch if !has_stage_breakdown(rows) => "Average latency vs batch size",
+        PlotKind::LatencyVsBatch => "Latency breakdown vs batch size",
+        PlotKind::ThroughputVsLatency => "Throughput vs latency",
+        PlotKind::LatencyVsConcurrency if load_axis_is_rate(rows) => {
+            "Latency breakdown and throughput vs request rate"
+        }
+        PlotKind::LatencyVsConcurrency => "Latency breakdown and throughput vs concurrency",
+    };
+    let root = draw_titles(root, heading, title).map_err(|e| e.to_string())?;
+    match plot {
+        PlotKind::ThroughputVsBatch => throughput_vs_batch(&root, rows),
+        PlotKind::LatencyVsBatch => stacked_latency(&root, rows, Axis::Batch, false),
+        PlotKind::ThroughputVsLatency => throughput_vs_latency(&root, rows),
+        PlotKind::LatencyVsConcurrency => stacked_latency(&root, rows, Axis::Load, true),
+    }
+}
+
+/// The plot's heading, and the run's title on a second line, each shrunk until it fits the width;
+/// returns the area below them.
+fn draw_titles<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    heading: &str,
+    title: &str,
+) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let width_px = root.dim_in_pixel().0 as i32;
+    let lines: Vec<(&str, u32)> = [(heading, 22), (title, 16)]
+        .into_iter()
+        .filter(|(t, _)| !t.is_empty())
+        .collect();
+    let mut y = 8;
+    for (text, mut size) in lines {
+        while size > 9
+            && root
+                .estimate_text_size(text, &TextStyle::from((FONT, size).into_font()))?
+                .0 as i32
+                > width_px - 20
+        {
+            size -= 1;
+        }
+        let style =
+            TextStyle::from((FONT, size).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+        root.draw_text(text, &style, (width_px / 2, y))?;
+        y += size as i32 + 8;
+    }
+    Ok(root.split_vertically(y + 4).1)
+}
+
+fn ms(us: f64) -> f64 {
+    if us.is_finite() {
+        us / 1000.0
+    } else {
+        0.0
+    }
+}
+
+/// Whether the rows carry per-stage latencies (the summary tables of 002/004 offline do not).
+fn has_stage_breakdown(rows: &[ReportRow]) -> bool {
+    rows.iter()
+        .any(|r| stages_us(r).iter().any(|s| s.is_finite()))
+}
+
+/// A finite upper bound with headroom, never zero (plotters needs a non-empty range).
+fn headroom(max: f64) -> f64 {
+    if max.is_finite() && max > 0.0 {
+        max * 1.12
+    } else {
+        1.0
+    }
+}
+
+/// Axis numbers that stay short: `3.5M`, `250k`, `120`, `2.5`, `0.125`.
+fn axis_label(value: &f64) -> String {
+    let v = *value;
+    let trim = |t: String| {
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            t
+        }
+    };
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{}M", trim(format!("{:.2}", v / 1e6)))
+    } else if a >= 1e4 {
+        format!("{}k", trim(format!("{:.1}", v / 1e3)))
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        trim(format!("{v:.2}"))
+    } else if a == 0.0 {
+        "0".into()
+    } else {
+        trim(format!("{v:.3}"))
+    }
+}
+
+/// What the category axis counts.
+#[derive(Clone, Copy)]
+enum Axis {
+    Batch,
+    Load,
+}
+
+fn category_labels(rows: &[ReportRow], axis: Axis) -> Vec<String> {
+    rows.iter()
+        .map(|r| match (axis, r.load) {
+            (Axis::Batch, _) => r.batch.to_string(),
+            (Axis::Load, LoadPoint::Concurrency(c)) => c.to_string(),
+            (Axis::Load, LoadPoint::RequestRate(rate)) => format!("{rate}"),
+        })
+        .collect()
+}
+
+/// The category axis: one segment per row (the segment coordinates include their end), and a
+/// single row centred between two empty segments.
+fn categories(rows: usize) -> std::ops::Range<i32> {
+    match rows as i32 {
+        0 | 1 => -1..1,
+        n => 0..n - 1,
+    }
+}
+
+fn load_axis_is_rate(rows: &[ReportRow]) -> bool {
+    rows.iter()
+        .any(|r| matches!(r.load, LoadPoint::RequestRate(_)))
+}
+
+fn load_axis_name(rows: &[ReportRow]) -> &'static str {
+    if load_axis_is_rate(rows) {
+        "Request rate (requests/s)"
+    } else {
+        "Concurrency (requests in flight)"
+    }
+}
+
+const STAGE_COLORS: [RGBColor; 7] = [
+    full_palette::PURPLE_300,
+    full_palette::BLUE_400,
+    full_palette::ORANGE_400,
+    full_palette::TEAL_300,
+    full_palette::GREEN_500,
+    full_palette::BROWN_400,
+    full_palette::PINK_300,
+];
+const LINE_COLOR: RGBColor = full_palette::RED_700;
+
+/// Shows every label up to 20 categories, then every k-th, so labels never overlap.
+fn label_for(labels: &[String], value: &SegmentValue<i32>) -> String {
+    let step = labels.len().div_ceil(20).max(1);
+    match value {
+        SegmentValue::CenterOf(i)
+            if *i >= 0 && (*i as usize) < labels.len() && (*i as usize).is_multiple_of(step) =>
+        {
+            labels[*i as usize].clone()
+        }
+        _ => String::new(),
+    }
+}
+
+fn throughput_vs_batch<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[ReportRow],
+) -> DrawResult {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let labels = category_labels(rows, Axis::Batch);
+    let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
+    let mut chart = ChartBuilder::on(root)
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .disable_x_mesh()
+        .x_labels(labels.len())
+        .x_label_formatter(&|v| label_for(&labels, v))
+        .x_desc("Batch size")
+        .y_desc("Inferences/second")
+        .y_label_formatter(&axis_label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(e)?;
+    let points: Vec<(SegmentValue<i32>, f64)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput))
+        .collect();
+    chart
+        .draw_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(2)))
+        .map_err(e)?
+        .label("Inferences/second")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(2)));
+    chart
+        .draw_series(
+            points
+                .iter()
+                .map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())),
+        )
+        .map_err(e)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)
+}
+
+fn throughput_vs_latency<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[ReportRow],
+) -> DrawResult {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let x_max = headroom(
+        rows.iter()
+            .flat_map(|r| [ms(r.avg_us), ms(r.p99_us)])
+            .fold(0.0, f64::max),
+    );
+    let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
+    let mut chart = ChartBuilder::on(root)
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .x_desc("Latency (ms)")
+        .y_desc("Inferences/second")
+        .x_label_formatter(&axis_label)
+        .y_label_formatter(&axis_label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(e)?;
+    type Latency = fn(&ReportRow) -> f64;
+    let series: [(&str, Latency, RGBColor); 2] = [
+        ("avg latency", |r| r.avg_us, full_palette::BLUE_600),
+        ("p99 latency", |r| r.p99_us, LINE_COLOR),
+    ];
+    for (name, latency, color) in series {
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| latency(r).is_finite())
+            .map(|r| (ms(latency(r)), r.throughput))
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(e)?
+            .label(name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))
+            .map_err(e)?;
+    }
+    // Each avg point names its batch size.
+    chart
+        .draw_series(rows.iter().filter(|r| r.avg_us.is_finite()).map(|r| {
+            Text::new(
+                format!("batch {}", r.batch),
+                (ms(r.avg_us), r.throughput),
+                (FONT, 12).into_font(),
+            )
+        }))
+        .map_err(e)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)
+}
+
+/// Stacked per-stage bars per category; `with_throughput` adds Inferences/second on a second
+/// y-axis. Tables without a stage breakdown (002/004 offline) get bars of the average latency.
+fn stacked_latency<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[ReportRow],
+    axis: Axis,
+    with_throughput: bool,
+) -> DrawResult {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let labels = category_labels(rows, axis);
+    let has_stages = rows
+        .iter()
+        .any(|r| stages_us(r).iter().any(|s| s.is_finite()));
+    let bar_top = |r: &ReportRow| {
+        if has_stages {
+            stages_us(r).iter().map(|s| ms(*s)).sum()
+        } else {
+            ms(r.avg_us)
+        }
+    };
+    // Data fills the lower ~60%, so the legend (upper left) never covers it.
+    let y_max = 1.45
+        * headroom(
+            rows.iter()
+                .flat_map(|r| [bar_top(r), ms(r.p99_us)])
+                .fold(0.0, f64::max),
+        );
+    let t_max = 1.45 * headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
+    let x_desc = match axis {
+        Axis::Batch => "Batch size",
+        Axis::Load => load_axis_name(rows),
+    };
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(80);
+    if with_throughput {
+        builder.right_y_label_area_size(90);
+    }
+    let chart = builder
+        .build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max)
+        .map_err(e)?;
+    let mut chart = chart.set_secondary_coord(categories(rows.len()).into_segmented(), 0.0..t_max);
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .disable_x_mesh()
+        .x_labels(labels.len())
+        .x_label_formatter(&|v| label_for(&labels, v))
+        .x_desc(x_desc)
+        .y_desc("Latency (ms)")
+        .y_label_formatter(&axis_label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(e)?;
+    // A fifth of each category's width on either side of its bar.
+    let plot_width_px = SIZE_PX
+        .0
+        .saturating_sub(if with_throughput { 210 } else { 120 });
+    let bar_margin = ((plot_width_px as f64 / rows.len().max(1) as f64) * 0.2)
+        .round()
+        .clamp(1.0, 60.0) as u32;
+    let bar = |i: usize, low: f64, high: f64, color: RGBColor| {
+        let mut r = Rectangle::new(
+            [
+                (SegmentValue::Exact(i as i32), low),
+                (SegmentValue::Exact(i as i32 + 1), high),
+            ],
+            color.filled(),
+        );
+        r.set_margin(0, 0, bar_margin, bar_margin);
+        r
+    };
+    if has_stages {
+        let mut base = vec![0.0; rows.len()];
+        for (s, name) in STAGE_NAMES.iter().enumerate() {
+            let color = STAGE_COLORS[s];
+            let bars: Vec<_> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let low = base[i];
+                    base[i] += ms(stages_us(r)[s]);
+                    bar(i, low, base[i], color)
+                })
+                .collect();
+            chart
+                .draw_series(bars)
+                .map_err(e)?
+                .label(*name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+                });
+        }
+    } else {
+        let color = full_palette::BLUE_400;
+        chart
+            .draw_series(
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, r)| bar(i, 0.0, ms(r.avg_us), color)),
+            )
+            .map_err(e)?
+            .label("avg latency")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+    }
+    let p99: Vec<(SegmentValue<i32>, f64)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.p99_us.is_finite())
+        .map(|(i, r)| (SegmentValue::CenterOf(i as i32), ms(r.p99_us)))
+        .collect();
+    if !p99.is_empty() {
+        chart
+            .draw_series(
+                p99.iter()
+                    .map(|p| TriangleMarker::new(p.clone(), 6, BLACK.filled())),
+            )
+            .map_err(e)?
+            .label("p99 latency")
+            .legend(|(x, y)| TriangleMarker::new((x + 7, y), 6, BLACK.filled()));
+    }
+    if with_throughput {
+        chart
+            .configure_secondary_axes()
+            .y_desc("Inferences/second")
+            .y_label_formatter(&axis_label)
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 16))
+            .draw()
+            .map_err(e)?;
+        let points: Vec<(SegmentValue<i32>, f64)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput))
+            .collect();
+        chart
+            .draw_secondary_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(3)))
+            .map_err(e)?
+            .label("Inferences/second (right axis)")
+            .legend(|(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(3))
+            });
+        chart
+            .draw_secondary_series(
+                points
+                    .iter()
+                    .map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())),
+            )
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)
+}
