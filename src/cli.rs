@@ -26,7 +26,7 @@ pub enum Command {
     /// Compare a run with a baseline and fail on a regression beyond thresholds and noise.
     Gate(crate::gate::GateArgs),
     /// Profile a model the way perf_analyzer does (same flags, same CSV).
-    Profile(crate::profile::ProfileArgs),
+    Profile(Box<crate::profile::ProfileArgs>),
     /// Re-render report.md and the plots from a report.csv, perf_analyzer or seed CSV.
     Report(crate::report::command::ReportArgs),
 }
@@ -79,7 +79,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(args) => crate::server::serve::run(args),
         Command::Gate(args) => Ok(crate::gate::run(&args)?),
-        Command::Profile(args) => crate::profile::run(args),
+        Command::Profile(args) => crate::profile::run(*args),
         Command::Report(args) => crate::report::command::run(args),
     }
 }

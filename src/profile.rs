@@ -461,7 +461,7 @@ impl ProfileArgs {
         };
         let latency_threshold_us =
             (self.latency_threshold_ms > 0.0).then_some(self.latency_threshold_ms * 1000.0);
-        if !(self.latency_threshold_ms >= 0.0) {
+        if self.latency_threshold_ms.is_nan() || self.latency_threshold_ms < 0.0 {
             return Err(invalid("-l must be a number of milliseconds >= 0"));
         }
         let points = match (&self.concurrency_range, &self.request_rate_range, &self.request_intervals) {
@@ -472,7 +472,8 @@ impl ProfileArgs {
             }
             (_, Some(range), None) => {
                 let (start, end, step) = parse_range::<f64>("--request-rate-range", range, 1.0)?;
-                if !(start > 0.0 && end >= start && step > 0.0) || !end.is_finite() {
+                let valid = start > 0.0 && end >= start && step > 0.0 && end.is_finite();
+                if !valid {
                     return Err(invalid(format!("bad --request-rate-range '{range}': need 0 < start <= end and step > 0")));
                 }
                 SweepPoints::RequestRate { start, end, step, distribution }
@@ -505,13 +506,13 @@ impl ProfileArgs {
             ));
         }
         if let Some(p) = self.percentile {
-            if !(p > 0.0 && p < 100.0) {
+            if p.is_nan() || p <= 0.0 || p >= 100.0 {
                 return Err(invalid(format!(
                     "bad --percentile {p}: expected a number between 0 and 100"
                 )));
             }
         }
-        if !(self.stability_percentage > 0.0) {
+        if self.stability_percentage.is_nan() || self.stability_percentage <= 0.0 {
             return Err(invalid("-s must be a positive percentage"));
         }
         if self.max_trials == 0 {

@@ -103,7 +103,7 @@ impl InferClient for FakeClient {
             recv: Duration::from_micros(5),
             total: latency,
         };
-        if self.fail_every > 0 && n % self.fail_every == 0 {
+        if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
             return (
                 Err(ClientError::Server(format!("injected failure {n}"))),
                 timing,

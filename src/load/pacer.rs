@@ -55,7 +55,7 @@ enum Gaps {
     },
     Poisson {
         exp: Exp<f64>,
-        rng: ChaCha8Rng,
+        rng: Box<ChaCha8Rng>,
         offset_s: f64,
     },
     Trace {
@@ -86,7 +86,7 @@ impl Pacer {
                     },
                     Distribution::Poisson { seed } => Gaps::Poisson {
                         exp: Exp::new(*per_second).map_err(|_| LoadError::BadRate(*per_second))?,
-                        rng: ChaCha8Rng::seed_from_u64(*seed),
+                        rng: Box::new(ChaCha8Rng::seed_from_u64(*seed)),
                         offset_s: 0.0,
                     },
                 }

@@ -426,19 +426,20 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn latency_threshold_stops_and_binary_search_finds_the_knee() {
-        // Latency = 2 ms × requests in flight, so concurrency c has latency ≈ 2c ms (plus timer slop).
+        // Latency = 20 ms × requests in flight, so concurrency c has latency ≈ 20c ms; the limit sits
+        // 10 ms from both 3 and 4, far more than timer slop on a busy machine.
         let fake = || FakeClient {
             scale_with_in_flight: true,
-            ..FakeClient::with_latency(Duration::from_millis(2))
+            ..FakeClient::with_latency(Duration::from_millis(20))
         };
         let settings = MeasureSettings {
-            window: WindowMode::Count(12),
+            window: WindowMode::Count(6),
             stability_pct: 100.0,
             max_trials: 3,
             ..Default::default()
         };
         let linear = SweepPlan {
-            latency_threshold_us: Some(7_000.0),
+            latency_threshold_us: Some(70_000.0),
             ..plan(SweepPoints::Concurrency {
                 start: 1,
                 end: Some(10),
@@ -464,7 +465,7 @@ mod tests {
             .unwrap();
         let best = rows
             .iter()
-            .filter(|r| r.detail.threshold_latency_us <= 7_000.0)
+            .filter(|r| r.detail.threshold_latency_us <= 70_000.0)
             .map(|r| match r.row.load {
                 crate::report::LoadPoint::Concurrency(c) => c,
                 _ => 0,

@@ -6,6 +6,9 @@
 //! pair, so `perfbench report` renders both the same way.
 
 pub mod command;
+pub mod pa_csv;
+pub mod pa_export;
+pub mod pa_summary;
 pub mod plot;
 pub mod row;
 pub mod seeds;
@@ -16,9 +19,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use row::{LoadPoint, ReportRow};
-pub mod pa_csv;
-pub mod pa_export;
-pub mod pa_summary;
 pub use table::{Layout, Unit};
 
 /// Which of the seeds' two sweeps a table comes from; it picks the plots.
