@@ -29,6 +29,10 @@ pub enum Command {
     Profile(Box<crate::profile::ProfileArgs>),
     /// Re-render report.md and the plots from a report.csv, perf_analyzer or seed CSV.
     Report(crate::report::command::ReportArgs),
+    /// Offline sweep: concurrency 1, a static batch per request, over batch sizes.
+    Offline(Box<crate::sweep::OfflineArgs>),
+    /// Online sweep: a fixed client batch over concurrencies, the server batching.
+    Online(Box<crate::sweep::OnlineArgs>),
 }
 
 /// Exit code for bad input (a bad flag, a missing file, an unreachable server).
@@ -81,5 +85,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Gate(args) => Ok(crate::gate::run(&args)?),
         Command::Profile(args) => crate::profile::run(*args),
         Command::Report(args) => crate::report::command::run(args),
+        Command::Offline(args) => crate::sweep::run_offline(*args),
+        Command::Online(args) => crate::sweep::run_online(*args),
     }
 }

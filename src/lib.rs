@@ -11,4 +11,5 @@ pub mod profile;
 pub mod proto;
 pub mod report;
 pub mod server;
+pub mod sweep;
 pub mod tensor;

@@ -150,6 +150,13 @@ impl ModelRepository {
         Ok(())
     }
 
+    /// Loads (or reloads) a model defined by config.pbtxt text that is not in the source, e.g.
+    /// a scenario's own `[model] config`.
+    pub fn load_pbtxt(&self, name: &str, pbtxt: &str) -> ServerResult<()> {
+        let config = config::parse_pbtxt(pbtxt, name)?;
+        self.load(name, Some(&config::to_json(&config).to_string()))
+    }
+
     pub fn unload(&self, name: &str) -> ServerResult<()> {
         match self.models.write().remove(name) {
             Some(_) => {
