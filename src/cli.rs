@@ -33,6 +33,8 @@ pub enum Command {
     Offline(Box<crate::sweep::OfflineArgs>),
     /// Online sweep: a fixed client batch over concurrencies, the server batching.
     Online(Box<crate::sweep::OnlineArgs>),
+    /// Run a scenario file (offline and online sweeps), optionally gated against a baseline.
+    Run(crate::scenario::RunArgs),
 }
 
 /// Exit code for bad input (a bad flag, a missing file, an unreachable server).
@@ -87,5 +89,6 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Report(args) => crate::report::command::run(args),
         Command::Offline(args) => crate::sweep::run_offline(*args),
         Command::Online(args) => crate::sweep::run_online(*args),
+        Command::Run(args) => crate::scenario::run(args),
     }
 }

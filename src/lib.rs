@@ -10,6 +10,7 @@ pub mod measure;
 pub mod profile;
 pub mod proto;
 pub mod report;
+pub mod scenario;
 pub mod server;
 pub mod sweep;
 pub mod tensor;
