@@ -20,6 +20,9 @@ pub const ZOO: &[(&str, &str)] = &[
     ("identity_bytes", include_str!("zoo/identity_bytes.pbtxt")),
     ("identity_fp16", include_str!("zoo/identity_fp16.pbtxt")),
     ("delay", include_str!("zoo/delay.pbtxt")),
+    ("bert", include_str!("zoo/bert.pbtxt")),
+    ("wide_deep", include_str!("zoo/wide_deep.pbtxt")),
+    ("dlrm", include_str!("zoo/dlrm.pbtxt")),
 ];
 
 /// Every model is served as version "1".

@@ -8,11 +8,19 @@ use super::error::{ServerError, ServerResult};
 use crate::proto::inference::ModelConfig;
 use crate::tensor::Tensor;
 
+mod bert;
 mod delay;
+mod dlrm;
 mod identity;
+mod nn;
+mod signature;
+mod wide_deep;
 
+pub use bert::BertModel;
 pub use delay::DelayModel;
+pub use dlrm::DlrmModel;
 pub use identity::IdentityModel;
+pub use wide_deep::WideDeepModel;
 
 /// A loaded model instance's compute. One value is shared by all instances of the model, so
 /// `execute` takes `&self` and runs concurrently.
@@ -27,6 +35,9 @@ pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
     let model: Arc<dyn Model> = match config.backend.as_str() {
         "identity" => Arc::new(IdentityModel::new(config)?),
         "delay" => Arc::new(DelayModel::new(config)?),
+        "bert" => Arc::new(BertModel::new(config)?),
+        "wide_deep" => Arc::new(WideDeepModel::new(config)?),
+        "dlrm" => Arc::new(DlrmModel::new(config)?),
         other => {
             return Err(ServerError::invalid(format!(
                 "model '{}': unknown backend '{other}' (bundled kinds: identity, delay, bert, wide_deep, dlrm)",

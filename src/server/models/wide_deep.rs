@@ -1,0 +1,319 @@
+//! `wide_deep`: a Wide & Deep click-through-rate model on the CPU, shaped like seed 001's model
+//! (NVIDIA's Wide & Deep on the Outbrain data: a few numerical and categorical features per
+//! item, very large batches).
+//!
+//! Inputs per item: `numerical_features` FP32 `[13]`, `categorical_features` INT64 `[16]` in the
+//! zoo config (the counts follow the config dims). Output: `click_probability` FP32 `[1]`.
+//!
+//! Deep part: each categorical feature looks up its own `table_rows` × `embedding_dim` table;
+//! the embeddings and the numerical features, concatenated, go through an MLP (`deep_mlp`
+//! hidden sizes with ReLU, then 1). Wide part: a linear model, one learned weight per categorical
+//! id (per-feature tables of `table_rows` × 1) plus a linear term over the numerical features.
+//! The click probability is the sigmoid of the sum of both logits. Categorical ids are hashed
+//! features: any INT64 id selects row `id mod table_rows` (negative ids wrap too). Weights come
+//! from `seed`.
+
+use super::nn::{sigmoid, sized, Embedding, Linear, Mlp, ScratchPool, WeightInit};
+use super::signature::{sizes_param, Signature, TensorSpec};
+use super::{param, Model};
+use crate::proto::inference::ModelConfig;
+use crate::server::error::{ServerError, ServerResult};
+use crate::tensor::{DataType, Tensor};
+
+const DEFAULT_SEED: u64 = 0x3D_EE9;
+/// Items per pass: bounds the activation buffers however large the batch is.
+const CHUNK_ITEMS: usize = 1024;
+
+#[derive(Default)]
+struct Scratch {
+    deep_in: Vec<f32>,
+    deep_a: Vec<f32>,
+    deep_b: Vec<f32>,
+    wide: Vec<f32>,
+}
+
+pub struct WideDeepModel {
+    signature: Signature,
+    deep_tables: Vec<Embedding>,
+    embedding_dim: usize,
+    deep: Mlp,
+    /// One weight per (feature, hashed id): the wide part's sparse linear term.
+    wide_tables: Vec<Embedding>,
+    wide_numerical: Linear,
+    scratch: ScratchPool<Scratch>,
+}
+
+impl WideDeepModel {
+    pub fn new(config: &ModelConfig) -> ServerResult<Self> {
+        let signature = Signature::bind(
+            config,
+            &[
+                TensorSpec {
+                    name: "numerical_features",
+                    dtype: DataType::Fp32,
+                },
+                TensorSpec {
+                    name: "categorical_features",
+                    dtype: DataType::Int64,
+                },
+            ],
+            &[TensorSpec {
+                name: "click_probability",
+                dtype: DataType::Fp32,
+            }],
+        )?;
+        if signature.outputs[0].item_len != 1 {
+            return Err(ServerError::invalid(format!(
+                "model '{}': 'click_probability' must have dims [ 1 ]",
+                config.name
+            )));
+        }
+        let numerical = signature.inputs[0].item_len;
+        let categorical = signature.inputs[1].item_len;
+        let table_rows: usize = param(config, "table_rows", 1000)?;
+        let dim: usize = param(config, "embedding_dim", 32)?;
+        if table_rows == 0 || dim == 0 {
+            return Err(ServerError::invalid(format!(
+                "model '{}': table_rows and embedding_dim must be positive",
+                config.name
+            )));
+        }
+        let deep_sizes = [
+            vec![categorical * dim + numerical],
+            sizes_param(config, "deep_mlp", &[1024, 512, 256])?,
+            vec![1],
+        ]
+        .concat();
+
+        let mut init = WeightInit::new(param(config, "seed", DEFAULT_SEED)?);
+        let table_std = 1.0 / (dim as f32).sqrt();
+        let deep_tables = (0..categorical)
+            .map(|_| Embedding::random(&mut init, table_rows, dim, table_std))
+            .collect();
+        let deep = Mlp::random(&mut init, &deep_sizes, false);
+        let wide_tables = (0..categorical)
+            .map(|_| Embedding::random(&mut init, table_rows, 1, 0.1))
+            .collect();
+        let wide_numerical = Linear::random(&mut init, numerical, 1, 0.1);
+        Ok(WideDeepModel {
+            signature,
+            deep_tables,
+            embedding_dim: dim,
+            deep,
+            wide_tables,
+            wide_numerical,
+            scratch: ScratchPool::new(),
+        })
+    }
+
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        let sig = &self.signature;
+        let batch = sig.batch_size(inputs).map_err(|e| e.to_string())?;
+        let numerical = sig.input_f32(inputs, 0).map_err(|e| e.to_string())?;
+        let categorical = sig.input_i64(inputs, 1).map_err(|e| e.to_string())?;
+        let mut probabilities = Vec::with_capacity(batch);
+        self.scratch.with(|s| {
+            let (n_num, n_cat) = (self.wide_numerical.in_dim, self.deep_tables.len());
+            for start in (0..batch).step_by(CHUNK_ITEMS) {
+                let items = CHUNK_ITEMS.min(batch - start);
+                let num = &numerical[start * n_num..(start + items) * n_num];
+                let cat = &categorical[start * n_cat..(start + items) * n_cat];
+                self.forward_chunk(items, num, cat, s, &mut probabilities);
+            }
+        });
+        Ok(sig.outputs_f32(batch, vec![probabilities]))
+    }
+
+    fn forward_chunk(
+        &self,
+        items: usize,
+        numerical: &[f32],
+        categorical: &[i64],
+        s: &mut Scratch,
+        out: &mut Vec<f32>,
+    ) {
+        let n_num = self.wide_numerical.in_dim;
+        let n_cat = self.deep_tables.len();
+        let width = self.deep.in_dim();
+
+        // Wide logits: the numerical linear term, plus one weight per categorical id.
+        let wide = sized(&mut s.wide, items);
+        self.wide_numerical.forward(numerical, items, wide);
+        let deep_in = sized(&mut s.deep_in, items * width);
+        for (i, (row, wide_logit)) in deep_in
+            .chunks_exact_mut(width)
+            .zip(wide.iter_mut())
+            .enumerate()
+        {
+            let ids = &categorical[i * n_cat..(i + 1) * n_cat];
+            let (embedded, numeric) = row.split_at_mut(width - n_num);
+            let features = ids.iter().zip(&self.deep_tables).zip(&self.wide_tables);
+            for (slot, ((&id, deep_table), wide_table)) in
+                embedded.chunks_exact_mut(self.embedding_dim).zip(features)
+            {
+                slot.copy_from_slice(deep_table.hashed(id));
+                *wide_logit += wide_table.hashed(id)[0];
+            }
+            numeric.copy_from_slice(&numerical[i * n_num..(i + 1) * n_num]);
+        }
+        let deep = self
+            .deep
+            .forward(deep_in, items, &mut s.deep_a, &mut s.deep_b);
+        out.extend(deep.iter().zip(wide.iter()).map(|(d, w)| sigmoid(d + w)));
+    }
+}
+
+impl Model for WideDeepModel {
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        self.run(inputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::config::parse_pbtxt;
+
+    fn config(numerical: usize, categorical: usize, params: &[(&str, &str)]) -> ModelConfig {
+        let mut text = format!(
+            r#"backend: "wide_deep" max_batch_size: 64
+               input [ {{ name: "numerical_features" data_type: TYPE_FP32 dims: [ {numerical} ] }},
+                       {{ name: "categorical_features" data_type: TYPE_INT64 dims: [ {categorical} ] }} ]
+               output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
+        );
+        for (k, v) in params {
+            text.push_str(&format!(
+                r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#
+            ));
+        }
+        parse_pbtxt(&text, "wide_deep").unwrap()
+    }
+
+    const SMALL: &[(&str, &str)] = &[
+        ("table_rows", "10"),
+        ("embedding_dim", "4"),
+        ("deep_mlp", "32,16"),
+    ];
+
+    fn small() -> WideDeepModel {
+        WideDeepModel::new(&config(13, 16, SMALL)).unwrap()
+    }
+
+    fn inputs(batch: usize, id_offset: i64) -> Vec<Tensor> {
+        let num: Vec<f32> = (0..batch * 13)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0)
+            .collect();
+        let cat: Vec<i64> = (0..batch * 16)
+            .map(|i| (i as i64 * 7919) % 1_000_003 + id_offset)
+            .collect();
+        vec![
+            Tensor::from_f32(vec![batch as i64, 13], &num),
+            Tensor::from_i64(vec![batch as i64, 16], &cat),
+        ]
+    }
+
+    fn item(x: &[Tensor], i: usize) -> Vec<Tensor> {
+        vec![
+            Tensor::from_f32(vec![1, 13], &x[0].to_f32()[i * 13..(i + 1) * 13]),
+            Tensor::from_i64(vec![1, 16], &x[1].to_i64()[i * 16..(i + 1) * 16]),
+        ]
+    }
+
+    #[test]
+    fn outputs_one_probability_per_item() {
+        let out = small().execute(&inputs(5, 0)).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].shape, vec![5, 1]);
+        let p = out[0].to_f32();
+        assert!(p.iter().all(|&v| v > 0.0 && v < 1.0), "{p:?}");
+        assert!(p.windows(2).any(|w| w[0] != w[1]), "items differ: {p:?}");
+    }
+
+    #[test]
+    fn deterministic_across_runs_and_instances() {
+        let x = inputs(3, 0);
+        let first = small().execute(&x).unwrap();
+        let m = small();
+        assert_eq!(m.execute(&x).unwrap(), first);
+        assert_eq!(m.execute(&x).unwrap(), first);
+    }
+
+    #[test]
+    fn a_batch_matches_its_items_one_by_one() {
+        let m = small();
+        let batch = CHUNK_ITEMS + 2;
+        let x = inputs(batch, 0);
+        let all = m.execute(&x).unwrap()[0].to_f32();
+        for i in [0, 1, batch - 1] {
+            let one = m.execute(&item(&x, i)).unwrap()[0].to_f32();
+            assert!(
+                (one[0] - all[i]).abs() < 1e-5,
+                "item {i}: {} vs {}",
+                one[0],
+                all[i]
+            );
+        }
+    }
+
+    #[test]
+    fn every_input_counts() {
+        let m = small();
+        let x = inputs(1, 0);
+        let base = m.execute(&x).unwrap();
+        assert_eq!(
+            m.execute(&inputs(1, 10)).unwrap(),
+            base,
+            "id + table_rows selects the same rows"
+        );
+        assert_eq!(
+            m.execute(&inputs(1, -1_000_010)).unwrap(),
+            base,
+            "negative ids wrap"
+        );
+        assert_ne!(
+            m.execute(&inputs(1, 1)).unwrap(),
+            base,
+            "categorical ids matter"
+        );
+        let mut num = x[0].to_f32();
+        num[12] += 1.0;
+        let moved = m
+            .execute(&[Tensor::from_f32(vec![1, 13], &num), x[1].clone()])
+            .unwrap();
+        assert_ne!(moved, base, "the last numerical feature matters");
+    }
+
+    #[test]
+    fn wrong_inputs_and_configs_are_errors() {
+        let m = small();
+        let mut x = inputs(2, 0);
+        x[1] = Tensor::from_i64(vec![2, 15], &[0; 30]);
+        assert!(m
+            .execute(&x)
+            .unwrap_err()
+            .contains("input 'categorical_features' has shape [2, 15]"));
+        let err = WideDeepModel::new(&config(13, 16, &[("embedding_dim", "0")]))
+            .err()
+            .unwrap();
+        assert!(err.message.contains("must be positive"), "{}", err.message);
+        let text = r#"backend: "wide_deep" max_batch_size: 4
+            input [ { name: "numerical_features" data_type: TYPE_FP32 dims: [ 13 ] } ]
+            output [ { name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] } ]"#;
+        let err = WideDeepModel::new(&parse_pbtxt(text, "w").unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            err.message.contains("lacks input 'categorical_features'"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn the_zoo_model_runs() {
+        let zoo = parse_pbtxt(include_str!("../zoo/wide_deep.pbtxt"), "wide_deep").unwrap();
+        let m = WideDeepModel::new(&zoo).unwrap();
+        let out = m.execute(&inputs(4, 5)).unwrap();
+        assert_eq!(out[0].shape, vec![4, 1]);
+    }
+}
