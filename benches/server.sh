@@ -6,16 +6,18 @@
 #
 # Usage: benches/server.sh            (builds perfbench --release; PERFBENCH_BIN=... to skip)
 # Env: PERFBENCH_PEERS or PERFBENCH_PA (perf_analyzer), BENCH_PORT (24100), BENCH_REQUESTS
-#      (requests per measurement window, 5000), BENCH_CONCURRENCY (16).
+#      (requests per measurement window, 10000), BENCH_CONCURRENCY (16), BENCH_STABILITY
+#      (perf_analyzer's -s, 25: this 2-core machine is shared, 10% rarely stabilises).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-REQUESTS=${BENCH_REQUESTS:-5000}
+REQUESTS=${BENCH_REQUESTS:-10000}
+STABILITY=${BENCH_STABILITY:-25}
 CONCURRENCY=${BENCH_CONCURRENCY:-16}
 [ -x "$PA" ] || die "no perf_analyzer at $PA (run scripts/setup-peers.sh)"
 BIN=$(perfbench_binary)
 start_server "$BIN" identity
 
-echo "perfbench serve: identity FP32 [16], concurrency $CONCURRENCY, perf_analyzer count windows of $REQUESTS"
+echo "perfbench serve: identity FP32 [16], concurrency $CONCURRENCY, perf_analyzer count windows of $REQUESTS, -s $STABILITY"
 printf '%-6s %12s %10s %10s %14s %16s\n' protocol "infer/s" "p50 us" requests "server CPU s" "CPU-us/request"
 for protocol in http grpc; do
   url=$HOST:$PORT
@@ -24,7 +26,7 @@ for protocol in http grpc; do
   done0=$(server_success_count identity)
   "$PA" -m identity -u "$url" -i "$protocol" --shape INPUT0:16 \
     --concurrency-range "$CONCURRENCY" --measurement-mode count_windows \
-    --measurement-request-count "$REQUESTS" -f "$BENCH_TMP/$protocol.csv" \
+    --measurement-request-count "$REQUESTS" -s "$STABILITY" -r 20 -f "$BENCH_TMP/$protocol.csv" \
     >"$BENCH_TMP/$protocol.log" 2>&1 || { tail -20 "$BENCH_TMP/$protocol.log" >&2; die "perf_analyzer failed ($protocol)"; }
   ticks=$(( $(cpu_ticks "$SERVER_PID") - ticks0 ))
   done=$(( $(server_success_count identity) - done0 ))
