@@ -39,14 +39,15 @@ pub struct GrpcService {
 }
 
 /// The inference service, with message limits raised (decode: the server's request limit;
-/// encode: what Triton's clients accept) and gzip accepted and offered.
+/// encode: what Triton's clients accept) and gzip requests accepted. Responses go uncompressed,
+/// as Triton's do by default: gRPC clients (perf_analyzer's included) advertise gzip on every
+/// call, and compressing each small response would cost more CPU than the inference.
 pub fn inference_service(core: Arc<InferenceServer>) -> GrpcInferenceServiceServer<GrpcService> {
     let max_request_bytes = core.options.max_request_bytes;
     GrpcInferenceServiceServer::new(GrpcService { core })
         .max_decoding_message_size(max_request_bytes)
         .max_encoding_message_size(i32::MAX as usize)
         .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip)
 }
 
 /// The standard health service, answering for the whole server and for the inference service.
