@@ -25,6 +25,8 @@ pub enum Command {
     Serve(crate::server::serve::ServeArgs),
     /// Compare a run with a baseline and fail on a regression beyond thresholds and noise.
     Gate(crate::gate::GateArgs),
+    /// Profile a model the way perf_analyzer does (same flags, same CSV).
+    Profile(Box<crate::profile::ProfileArgs>),
 }
 
 /// Exit code for bad input (a bad flag, a missing file, an unreachable server).
@@ -34,13 +36,17 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // clap prints help/version to stdout with exit 0, and usage errors to stderr.
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EXIT_BAD_INPUT)
-            } else {
-                ExitCode::SUCCESS
-            };
+            // clap prints help/version to stdout with exit 0; a usage error is one line.
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.to_string();
+            eprintln!(
+                "{}",
+                text.lines().next().unwrap_or("error: bad command line")
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
     tracing_subscriber::fmt()
@@ -71,5 +77,6 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(args) => crate::server::serve::run(args),
         Command::Gate(args) => Ok(crate::gate::run(&args)?),
+        Command::Profile(args) => crate::profile::run(*args),
     }
 }

@@ -4,6 +4,10 @@
 pub mod cli;
 pub mod client;
 pub mod gate;
+pub mod input;
+pub mod load;
+pub mod measure;
+pub mod profile;
 pub mod proto;
 pub mod report;
 pub mod server;

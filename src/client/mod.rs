@@ -1,6 +1,11 @@
 //! How to send: one trait over every transport (HTTP, gRPC, in-process). The load engine is
 //! generic over [`InferClient`] and never sees a wire format.
 
+pub mod grpc;
+pub mod http;
+pub mod inprocess;
+pub mod shm;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -32,6 +37,40 @@ impl ClientError {
 }
 
 pub type ClientResult<T> = Result<T, ClientError>;
+
+/// How a network client connects (HTTP and gRPC).
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    /// Requests the load keeps in flight: sizes the connection pool.
+    pub concurrency: usize,
+    /// Extra headers sent with every request (`-H`); gRPC sends them as metadata.
+    pub headers: Vec<(String, String)>,
+}
+
+/// `localhost:8000` or `http://localhost:8000` → `http://localhost:8000` (no trailing slash).
+pub fn base_url(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/');
+    if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    }
+}
+
+/// An error and its sources on one line (transport errors hide the cause in `source()`).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
 
 /// Server metadata as the profiler needs it.
 #[derive(Clone, Debug, Default, PartialEq)]

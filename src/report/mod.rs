@@ -3,3 +3,6 @@
 pub mod row;
 
 pub use row::{LoadPoint, ReportRow};
+pub mod pa_csv;
+pub mod pa_export;
+pub mod pa_summary;

@@ -418,7 +418,8 @@ struct LoadBody {
     parameters: serde_json::Map<String, Value>,
 }
 
-fn no_repository_name(repo: &str) -> ServerResult<()> {
+/// Load and unload take no repository name: perfbench serves one repository.
+pub(crate) fn no_repository_name(repo: &str) -> ServerResult<()> {
     if repo.is_empty() {
         Ok(())
     } else {

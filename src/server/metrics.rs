@@ -118,6 +118,14 @@ fn count(d: &Option<StatisticDuration>) -> f64 {
     d.as_ref().map_or(0.0, |d| d.count as f64)
 }
 
+/// A label value with the exposition format's escapes (backslash, quote, newline).
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// The whole exposition text.
 pub fn render(state: &MetricsState) -> String {
     let mut out = String::new();
@@ -175,10 +183,11 @@ pub fn render(state: &MetricsState) -> String {
         header(&mut out, f);
         for (model, snapshot) in &models {
             let v = value(model, snapshot);
+            let (name, version) = (label(&snapshot.name), label(&snapshot.version));
             let _ = writeln!(
                 out,
-                "{}{{model=\"{}\",version=\"{}\"}} {v:.6}",
-                f.name, snapshot.name, snapshot.version
+                "{}{{model=\"{name}\",version=\"{version}\"}} {v:.6}",
+                f.name
             );
         }
     }
@@ -203,7 +212,8 @@ pub fn render(state: &MetricsState) -> String {
             let _ = writeln!(
                 out,
                 "nv_inference_request_failure{{model=\"{}\",reason=\"{reason}\",version=\"{}\"}} {v:.6}",
-                snapshot.name, snapshot.version
+                label(&snapshot.name),
+                label(&snapshot.version)
             );
         }
     }
@@ -276,6 +286,12 @@ mod tests {
         assert!((b.utilization_since(a) - 0.5).abs() < 1e-9);
         assert_eq!(a.utilization_since(a), 0.0);
         assert!(CpuTicks::parse("intr 1 2").is_none());
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+        assert_eq!(label("identity"), "identity");
     }
 
     #[test]

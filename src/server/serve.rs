@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
+use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -43,7 +45,8 @@ impl Default for ServeConfig {
     }
 }
 
-/// A started server and the addresses it actually bound.
+/// A started server and the addresses it actually bound. Dropping it stops the listeners too
+/// (without waiting); [`RunningServer::shutdown`] waits for them.
 pub struct RunningServer {
     pub core: Arc<InferenceServer>,
     pub http_addr: SocketAddr,
@@ -105,6 +108,13 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         }
     };
 
+    // Request/response traffic: send small writes at once rather than wait for more (Nagle).
+    let http_listener = http_listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let metrics_listener = metrics_listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let http_app = http::router(core.clone());
     let http_signal = signal();
     let http_task = tokio::spawn(async move {
@@ -132,7 +142,11 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         .add_service(grpc::health_service(core.clone()));
     let grpc_signal = signal();
     let grpc_task = tokio::spawn(async move {
-        let incoming = TcpListenerStream::new(grpc_listener);
+        let incoming = TcpListenerStream::new(grpc_listener).map(|accepted| {
+            accepted.inspect(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            })
+        });
         if let Err(e) = grpc_router
             .serve_with_incoming_shutdown(incoming, grpc_signal)
             .await

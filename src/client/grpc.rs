@@ -1,0 +1,507 @@
+//! KServe v2 over gRPC (tonic), as perf_analyzer's gRPC client sends it: inline tensors in
+//! `raw_input_contents` (one entry per non-shm input, in input order), every output listed,
+//! output bytes taken from `raw_output_contents` by index, message limits at `i32::MAX`.
+//!
+//! Infer requests are protobuf-encoded once in [`InferClient::prepare`] and sent through a codec
+//! that writes the encoded bytes as they are, so the hot loop neither clones tensors nor
+//! re-encodes them. Concurrent requests multiplex over HTTP/2 on a small pool of channels.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes};
+use prost::Message;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use super::{
+    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult,
+    InputSource, OutputTarget, RequestSpec, RequestTiming, ServerInfo,
+};
+use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use crate::proto::inference::{
+    infer_parameter::ParameterChoice, CudaSharedMemoryUnregisterRequest, InferParameter,
+    ModelConfig, ModelConfigRequest, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
+    ModelMetadataResponse, ModelStatistics, ModelStatisticsRequest, ServerMetadataRequest,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryUnregisterRequest,
+};
+use crate::tensor::{DataType, Tensor};
+
+/// Triton's clients allow messages up to `INT32_MAX` bytes both ways.
+const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
+const MODEL_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
+/// Concurrent requests per HTTP/2 connection before another channel is opened: one connection
+/// is driven by one task, which becomes the bottleneck when many streams share it.
+const STREAMS_PER_CHANNEL: usize = 16;
+const MAX_CHANNELS: usize = 8;
+
+/// A gRPC client for one server.
+pub struct GrpcClient {
+    base: String,
+    channels: Vec<Channel>,
+    next: AtomicUsize,
+    metadata: MetadataMap,
+}
+
+/// A `ModelInferRequest`, protobuf-encoded once.
+pub struct GrpcRequest {
+    encoded: Bytes,
+}
+
+impl GrpcClient {
+    /// Connects lazily: an unreachable server shows up on the first call, as
+    /// [`ClientError::Unreachable`].
+    pub fn new(url: &str, options: &ConnectOptions) -> ClientResult<Self> {
+        let base = base_url(url);
+        let endpoint = Endpoint::from_shared(base.clone())
+            .map_err(|e| {
+                ClientError::Invalid(format!("bad server URL '{url}': {}", error_chain(&e)))
+            })?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(10));
+        let count = options
+            .concurrency
+            .div_ceil(STREAMS_PER_CHANNEL)
+            .clamp(1, MAX_CHANNELS);
+        let channels = (0..count).map(|_| endpoint.connect_lazy()).collect();
+        let mut metadata = MetadataMap::new();
+        for (name, value) in &options.headers {
+            let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));
+            let key =
+                MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes()).map_err(|_| bad())?;
+            let value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
+            metadata.append(key, value);
+        }
+        Ok(GrpcClient {
+            base,
+            channels,
+            next: AtomicUsize::new(0),
+            metadata,
+        })
+    }
+
+    fn channel(&self) -> Channel {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.channels.len();
+        self.channels[i].clone()
+    }
+
+    fn client(&self) -> GrpcInferenceServiceClient<Channel> {
+        GrpcInferenceServiceClient::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        *request.metadata_mut() = self.metadata.clone();
+        request
+    }
+
+    /// Statuses that tonic made from a transport failure carry their cause as `source`; a
+    /// status the server sent has none.
+    fn status_error(&self, status: Status) -> ClientError {
+        if std::error::Error::source(&status).is_some() && status.code() != Code::Cancelled {
+            ClientError::Unreachable {
+                url: self.base.clone(),
+                reason: error_chain(&status),
+            }
+        } else {
+            ClientError::Server(status.message().to_string())
+        }
+    }
+}
+
+fn string_param(s: &str) -> InferParameter {
+    InferParameter {
+        parameter_choice: Some(ParameterChoice::StringParam(s.to_string())),
+    }
+}
+
+fn int64_param(v: u64) -> InferParameter {
+    InferParameter {
+        parameter_choice: Some(ParameterChoice::Int64Param(v as i64)),
+    }
+}
+
+/// Shared-memory tensor parameters; the offset only when non-zero, as Triton's clients send it.
+fn shm_parameters(
+    region: &str,
+    offset: u64,
+    byte_size: u64,
+) -> std::collections::HashMap<String, InferParameter> {
+    let mut p = std::collections::HashMap::new();
+    p.insert("shared_memory_region".to_string(), string_param(region));
+    p.insert(
+        "shared_memory_byte_size".to_string(),
+        int64_param(byte_size),
+    );
+    if offset != 0 {
+        p.insert("shared_memory_offset".to_string(), int64_param(offset));
+    }
+    p
+}
+
+fn to_proto(spec: &RequestSpec) -> ModelInferRequest {
+    let mut request = ModelInferRequest {
+        model_name: spec.model_name.clone(),
+        model_version: spec.model_version.clone(),
+        ..Default::default()
+    };
+    for (name, source) in &spec.inputs {
+        let (datatype, shape, parameters) = match source {
+            InputSource::Inline(t) => {
+                request.raw_input_contents.push(t.data.to_vec());
+                (t.dtype, t.shape.clone(), Default::default())
+            }
+            InputSource::SystemShm {
+                region,
+                offset,
+                byte_size,
+                dtype,
+                shape,
+            } => (
+                *dtype,
+                shape.clone(),
+                shm_parameters(region, *offset, *byte_size),
+            ),
+        };
+        request.inputs.push(InferInputTensor {
+            name: name.clone(),
+            datatype: datatype.as_str().to_string(),
+            shape,
+            parameters,
+            contents: None,
+        });
+    }
+    for (name, target) in &spec.outputs {
+        let parameters = match target {
+            OutputTarget::Inline => Default::default(),
+            OutputTarget::SystemShm {
+                region,
+                offset,
+                byte_size,
+            } => shm_parameters(region, *offset, *byte_size),
+        };
+        request.outputs.push(InferRequestedOutputTensor {
+            name: name.clone(),
+            parameters,
+        });
+    }
+    request
+}
+
+/// When the encoded request was handed to the HTTP/2 connection, and when the complete
+/// response message reached the decoder.
+#[derive(Default)]
+struct CallTimes {
+    encoded: OnceLock<Instant>,
+    decoding: OnceLock<Instant>,
+}
+
+/// Writes pre-encoded request bytes; decodes `ModelInferResponse` with prost.
+struct InferCodec {
+    times: Arc<CallTimes>,
+}
+
+struct PreEncoded {
+    times: Arc<CallTimes>,
+}
+
+struct ResponseDecoder {
+    times: Arc<CallTimes>,
+}
+
+impl Codec for InferCodec {
+    type Encode = Bytes;
+    type Decode = ModelInferResponse;
+    type Encoder = PreEncoded;
+    type Decoder = ResponseDecoder;
+
+    fn encoder(&mut self) -> PreEncoded {
+        PreEncoded {
+            times: self.times.clone(),
+        }
+    }
+
+    fn decoder(&mut self) -> ResponseDecoder {
+        ResponseDecoder {
+            times: self.times.clone(),
+        }
+    }
+}
+
+impl Encoder for PreEncoded {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        let _ = self.times.encoded.set(Instant::now());
+        Ok(())
+    }
+}
+
+impl Decoder for ResponseDecoder {
+    type Item = ModelInferResponse;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<ModelInferResponse>, Status> {
+        let _ = self.times.decoding.set(Instant::now());
+        ModelInferResponse::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("bad ModelInferResponse: {e}")))
+    }
+}
+
+/// Outputs by position: `outputs[i]` owns `raw_output_contents[i]` (empty for shm outputs).
+fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
+    let mut raw = response.raw_output_contents.into_iter();
+    let mut outputs = Vec::with_capacity(response.outputs.len());
+    for o in response.outputs {
+        let dtype = DataType::parse(&o.datatype)
+            .or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes))
+            .ok_or_else(|| {
+                ClientError::Protocol(format!(
+                    "output '{}' has unknown datatype '{}'",
+                    o.name, o.datatype
+                ))
+            })?;
+        let data = raw.next().unwrap_or_default();
+        outputs.push((
+            o.name,
+            Tensor {
+                dtype,
+                shape: o.shape,
+                data: data.into(),
+            },
+        ));
+    }
+    Ok(InferResult { outputs })
+}
+
+impl InferClient for GrpcClient {
+    type Prepared = GrpcRequest;
+
+    async fn server_metadata(&self) -> ClientResult<ServerInfo> {
+        let m = self
+            .client()
+            .server_metadata(self.request(ServerMetadataRequest {}))
+            .await
+            .map_err(|s| self.status_error(s))?
+            .into_inner();
+        Ok(ServerInfo {
+            name: m.name,
+            version: m.version,
+            extensions: m.extensions,
+        })
+    }
+
+    async fn model_metadata(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> ClientResult<ModelMetadataResponse> {
+        let request = ModelMetadataRequest {
+            name: model.to_string(),
+            version: version.to_string(),
+        };
+        let response = self.client().model_metadata(self.request(request)).await;
+        Ok(response.map_err(|s| self.status_error(s))?.into_inner())
+    }
+
+    async fn model_config(&self, model: &str, version: &str) -> ClientResult<ModelConfig> {
+        let request = ModelConfigRequest {
+            name: model.to_string(),
+            version: version.to_string(),
+        };
+        let response = self.client().model_config(self.request(request)).await;
+        response
+            .map_err(|s| self.status_error(s))?
+            .into_inner()
+            .config
+            .ok_or_else(|| {
+                ClientError::Protocol(format!(
+                    "model '{model}': ModelConfig response has no config"
+                ))
+            })
+    }
+
+    async fn statistics(&self, model: &str, version: &str) -> ClientResult<Vec<ModelStatistics>> {
+        let request = ModelStatisticsRequest {
+            name: model.to_string(),
+            version: version.to_string(),
+        };
+        let response = self.client().model_statistics(self.request(request)).await;
+        Ok(response
+            .map_err(|s| self.status_error(s))?
+            .into_inner()
+            .model_stats)
+    }
+
+    fn prepare(&self, spec: &RequestSpec) -> ClientResult<GrpcRequest> {
+        Ok(GrpcRequest {
+            encoded: to_proto(spec).encode_to_vec().into(),
+        })
+    }
+
+    /// Timing, measured on our side of the connection:
+    /// - `send`: from the call until the encoded request is written into the HTTP/2 stream's
+    ///   buffer (channel readiness, headers, copying the pre-encoded message);
+    /// - `recv`: from the moment the complete response message reaches the decoder until it is
+    ///   decoded and turned into outputs. HTTP/2 framing runs in tonic's connection task and is
+    ///   not separable, so it counts as network + server time;
+    /// - `total`: from the call to the end of `recv`.
+    async fn infer(
+        &self,
+        request: &GrpcRequest,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        let start = Instant::now();
+        let times = Arc::new(CallTimes::default());
+        let mut grpc = tonic::client::Grpc::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let response = match grpc.ready().await {
+            Err(e) => Err(ClientError::Unreachable {
+                url: self.base.clone(),
+                reason: error_chain(&e),
+            }),
+            Ok(()) => {
+                let codec = InferCodec {
+                    times: times.clone(),
+                };
+                let path = tonic::codegen::http::uri::PathAndQuery::from_static(MODEL_INFER_PATH);
+                grpc.unary(self.request(request.encoded.clone()), path, codec)
+                    .await
+                    .map_err(|s| self.status_error(s))
+            }
+        };
+        let answered = Instant::now();
+        let result = match response {
+            Err(e) => Err(e),
+            Ok(r) if keep_outputs => from_proto(r.into_inner()),
+            Ok(r) => {
+                drop(r);
+                Ok(InferResult::default())
+            }
+        };
+        let end = Instant::now();
+        let sent = times
+            .encoded
+            .get()
+            .copied()
+            .unwrap_or(answered)
+            .min(answered);
+        let decoding = times.decoding.get().copied().unwrap_or(answered);
+        let timing = RequestTiming {
+            send: sent - start,
+            recv: end - decoding,
+            total: end - start,
+        };
+        (result, timing)
+    }
+
+    async fn register_system_shm(
+        &self,
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+    ) -> ClientResult<()> {
+        let request = SystemSharedMemoryRegisterRequest {
+            name: name.into(),
+            key: key.into(),
+            offset,
+            byte_size,
+        };
+        let response = self
+            .client()
+            .system_shared_memory_register(self.request(request))
+            .await;
+        response.map(|_| ()).map_err(|s| self.status_error(s))
+    }
+
+    async fn unregister_system_shm(&self, name: &str) -> ClientResult<()> {
+        let request = SystemSharedMemoryUnregisterRequest { name: name.into() };
+        let response = self
+            .client()
+            .system_shared_memory_unregister(self.request(request))
+            .await;
+        response.map(|_| ()).map_err(|s| self.status_error(s))
+    }
+
+    async fn unregister_cuda_shm(&self, name: &str) -> ClientResult<()> {
+        let request = CudaSharedMemoryUnregisterRequest { name: name.into() };
+        let response = self
+            .client()
+            .cuda_shared_memory_unregister(self.request(request))
+            .await;
+        response.map(|_| ()).map_err(|s| self.status_error(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::inference::model_infer_response::InferOutputTensor;
+
+    #[test]
+    fn raw_contents_only_for_inline_inputs() {
+        let spec = RequestSpec {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            inputs: vec![
+                (
+                    "S".into(),
+                    InputSource::SystemShm {
+                        region: "S_0_0".into(),
+                        offset: 4,
+                        byte_size: 8,
+                        dtype: DataType::Int32,
+                        shape: vec![2],
+                    },
+                ),
+                (
+                    "A".into(),
+                    InputSource::Inline(Tensor::from_i32(vec![1], &[7])),
+                ),
+            ],
+            outputs: vec![("X".into(), OutputTarget::Inline)],
+        };
+        let p = to_proto(&spec);
+        assert_eq!(p.raw_input_contents, vec![7i32.to_le_bytes().to_vec()]);
+        assert_eq!(
+            p.inputs[0].parameters["shared_memory_offset"],
+            int64_param(4)
+        );
+        assert!(p.inputs[1].parameters.is_empty());
+        assert_eq!(p.outputs[0].name, "X");
+        // The pre-encoded bytes decode back to the same message.
+        assert_eq!(
+            ModelInferRequest::decode(&p.encode_to_vec()[..]).unwrap(),
+            p
+        );
+    }
+
+    #[test]
+    fn outputs_map_raw_contents_by_index() {
+        let t = |n: &str| InferOutputTensor {
+            name: n.into(),
+            datatype: "INT32".into(),
+            shape: vec![1],
+            ..Default::default()
+        };
+        let r = ModelInferResponse {
+            outputs: vec![t("A"), t("B")],
+            raw_output_contents: vec![vec![], 5i32.to_le_bytes().to_vec()],
+            ..Default::default()
+        };
+        let out = from_proto(r).unwrap();
+        assert!(out.outputs[0].1.data.is_empty());
+        assert_eq!(out.outputs[1].1.to_i32(), vec![5]);
+    }
+}

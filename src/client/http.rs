@@ -1,0 +1,519 @@
+//! KServe v2 over HTTP/1.1 (reqwest), encoded the way perf_analyzer's C++ client encodes it:
+//! a JSON inference header with `"id":""`, every input as binary data (`binary_data_size`) or
+//! shared memory, every output listed with `binary_data: true` or shared-memory parameters, the
+//! raw tensors appended after the JSON, and `Inference-Header-Content-Length` giving its length.
+
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH};
+use reqwest::{StatusCode, Url};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
+    OutputTarget, RequestSpec, RequestTiming, ServerInfo,
+};
+use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse};
+use crate::tensor::{DataType, Tensor};
+
+/// `Inference-Header-Content-Length` (header names are case-insensitive; reqwest lower-cases).
+const HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// An HTTP client for one server, with a keep-alive pool sized for the load's concurrency.
+/// Responses are not compressed (no `Accept-Encoding`), as perf_analyzer's default.
+pub struct HttpClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// A request encoded once: the URL and the full body (JSON header + binary tensors). Each send
+/// clones the `Bytes` handle, never the data.
+pub struct HttpRequest {
+    url: Url,
+    body: Bytes,
+    header_length: HeaderValue,
+}
+
+impl HttpClient {
+    pub fn new(url: &str, options: &ConnectOptions) -> ClientResult<Self> {
+        let base = base_url(url);
+        Url::parse(&base).map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &options.headers {
+            let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let value = HeaderValue::from_str(value).map_err(|_| bad())?;
+            headers.append(name, value);
+        }
+        let http = reqwest::Client::builder()
+            .no_gzip()
+            .no_deflate()
+            .no_proxy()
+            .http1_only()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(options.concurrency.max(1))
+            .connect_timeout(Duration::from_secs(10))
+            .default_headers(headers)
+            .build()
+            .map_err(|e| ClientError::Invalid(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
+        Ok(HttpClient { base, http })
+    }
+
+    /// `{base}/v2/models/{model}[/versions/{version}]` followed by `tail` segments; the model name
+    /// is percent-encoded as one path segment.
+    fn model_url(&self, model: &str, version: &str, tail: &[&str]) -> Url {
+        let mut url = Url::parse(&self.base).expect("checked in new");
+        {
+            let mut path = url.path_segments_mut().expect("http URLs have a path");
+            path.pop_if_empty().extend(["v2", "models", model]);
+            if !version.is_empty() {
+                path.extend(["versions", version]);
+            }
+            path.extend(tail);
+        }
+        url
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = Url::parse(&self.base).expect("checked in new");
+        url.path_segments_mut().expect("http URLs have a path").pop_if_empty().extend(segments);
+        url
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> ClientError {
+        ClientError::Unreachable { url: self.base.clone(), reason: error_chain(e) }
+    }
+
+    /// Sends a request and returns the body of a 200 answer; any other status becomes the
+    /// server's `{"error": ...}` message.
+    async fn call(&self, request: reqwest::RequestBuilder) -> ClientResult<Bytes> {
+        let response = request.send().await.map_err(|e| self.unreachable(&e))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| self.unreachable(&e))?;
+        if status != StatusCode::OK {
+            return Err(error_from_body(status, &body));
+        }
+        Ok(body)
+    }
+
+    async fn get_proto<T: prost::Message + Default>(&self, url: Url, message: &str) -> ClientResult<T> {
+        let body = self.call(self.http.get(url)).await?;
+        proto_from_json(message, &body)
+    }
+
+    async fn post_empty(&self, url: Url) -> ClientResult<()> {
+        self.call(self.http.post(url).header(CONTENT_LENGTH, 0)).await.map(|_| ())
+    }
+}
+
+/// The message of a KServe `{"error": ...}` body, or the status and raw body otherwise.
+fn error_from_body(status: StatusCode, body: &[u8]) -> ClientError {
+    #[derive(Deserialize)]
+    struct ErrorBody {
+        error: String,
+    }
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) => ClientError::Server(e.error),
+        Err(_) => {
+            let text = String::from_utf8_lossy(body);
+            let text = text.trim();
+            ClientError::Server(if text.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                format!("HTTP {status}: {text}")
+            })
+        }
+    }
+}
+
+/// Parses a protobuf message from its JSON form (field names as in the proto), ignoring fields
+/// this build does not know, so newer servers still parse.
+fn proto_from_json<T: prost::Message + Default>(message: &str, body: &[u8]) -> ClientResult<T> {
+    let desc = crate::proto::descriptor_pool()
+        .get_message_by_name(message)
+        .unwrap_or_else(|| panic!("{message} is in the compiled descriptor set"));
+    let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let dynamic = prost_reflect::DynamicMessage::deserialize_with_options(desc, &mut de, &options)
+        .map_err(|e| ClientError::Protocol(format!("{message} JSON: {e}")))?;
+    dynamic.transcode_to().map_err(|e| ClientError::Protocol(format!("{message} JSON: {e}")))
+}
+
+#[derive(Serialize)]
+struct RequestHeader<'a> {
+    id: &'a str,
+    inputs: Vec<InputHeader<'a>>,
+    outputs: Vec<OutputHeader<'a>>,
+}
+
+#[derive(Serialize)]
+struct InputHeader<'a> {
+    name: &'a str,
+    shape: &'a [i64],
+    datatype: &'static str,
+    parameters: TensorParameters<'a>,
+}
+
+#[derive(Serialize)]
+struct OutputHeader<'a> {
+    name: &'a str,
+    parameters: TensorParameters<'a>,
+}
+
+#[derive(Default, Serialize)]
+struct TensorParameters<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binary_data_size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binary_data: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_memory_region: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_memory_byte_size: Option<u64>,
+    /// Sent only when non-zero, as the Triton clients do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_memory_offset: Option<u64>,
+}
+
+fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> TensorParameters<'_> {
+    TensorParameters {
+        shared_memory_region: Some(region),
+        shared_memory_byte_size: Some(byte_size),
+        shared_memory_offset: (offset != 0).then_some(offset),
+        ..Default::default()
+    }
+}
+
+/// Encodes a request body: the JSON header, then each inline input's bytes in input order.
+fn encode_request(spec: &RequestSpec) -> ClientResult<(Bytes, usize)> {
+    let inputs = spec
+        .inputs
+        .iter()
+        .map(|(name, source)| match source {
+            InputSource::Inline(t) => InputHeader {
+                name,
+                shape: &t.shape,
+                datatype: t.dtype.as_str(),
+                parameters: TensorParameters { binary_data_size: Some(t.data.len() as u64), ..Default::default() },
+            },
+            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => InputHeader {
+                name,
+                shape,
+                datatype: dtype.as_str(),
+                parameters: shm_parameters(region, *offset, *byte_size),
+            },
+        })
+        .collect();
+    let outputs = spec
+        .outputs
+        .iter()
+        .map(|(name, target)| OutputHeader {
+            name,
+            parameters: match target {
+                OutputTarget::Inline => TensorParameters { binary_data: Some(true), ..Default::default() },
+                OutputTarget::SystemShm { region, offset, byte_size } => shm_parameters(region, *offset, *byte_size),
+            },
+        })
+        .collect();
+    let header = serde_json::to_vec(&RequestHeader { id: "", inputs, outputs })
+        .map_err(|e| ClientError::Invalid(format!("cannot encode the request: {e}")))?;
+    let header_length = header.len();
+    let mut body = header;
+    for (_, source) in &spec.inputs {
+        if let InputSource::Inline(t) = source {
+            body.extend_from_slice(&t.data);
+        }
+    }
+    Ok((Bytes::from(body), header_length))
+}
+
+#[derive(Deserialize)]
+struct ResponseHeader {
+    #[serde(default)]
+    outputs: Vec<ResponseOutput>,
+}
+
+#[derive(Deserialize)]
+struct ResponseOutput {
+    name: String,
+    datatype: String,
+    shape: Vec<i64>,
+    #[serde(default)]
+    parameters: Option<ResponseOutputParameters>,
+    #[serde(default)]
+    data: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct ResponseOutputParameters {
+    #[serde(default)]
+    binary_data_size: Option<u64>,
+}
+
+/// Decodes a 200 infer response: the JSON header (its length from the header, else the whole
+/// body), then binary outputs as consecutive slices in `outputs` order. JSON `data` outputs are
+/// re-encoded in binary layout; shared-memory outputs come back with empty data.
+fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool) -> ClientResult<InferResult> {
+    let json_end = header_length.unwrap_or(body.len());
+    if json_end > body.len() {
+        return Err(ClientError::Protocol(format!(
+            "inference header length {json_end} exceeds the {}-byte body",
+            body.len()
+        )));
+    }
+    let header: ResponseHeader = serde_json::from_slice(&body[..json_end])
+        .map_err(|e| ClientError::Protocol(format!("infer response JSON: {e}")))?;
+    let mut pos = json_end;
+    let mut outputs = Vec::with_capacity(if keep_outputs { header.outputs.len() } else { 0 });
+    for o in header.outputs {
+        let dtype =
+            DataType::parse(&o.datatype).or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes)).ok_or_else(
+                || ClientError::Protocol(format!("output '{}' has unknown datatype '{}'", o.name, o.datatype)),
+            )?;
+        let data = match o.parameters.and_then(|p| p.binary_data_size) {
+            Some(size) => {
+                let end = pos.checked_add(size as usize).filter(|&e| e <= body.len()).ok_or_else(|| {
+                    ClientError::Protocol(format!("output '{}' declares {size} bytes past the end of the body", o.name))
+                })?;
+                let slice = body.slice(pos..end);
+                pos = end;
+                slice
+            }
+            None => match o.data {
+                Some(values) if keep_outputs => crate::input::encode_json_values(dtype, &values)
+                    .map_err(|e| ClientError::Protocol(format!("output '{}' data: {e}", o.name)))?
+                    .0
+                    .into(),
+                _ => Bytes::new(),
+            },
+        };
+        if keep_outputs {
+            outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
+        }
+    }
+    Ok(InferResult { outputs })
+}
+
+/// A full request body that notes when hyper takes it to write on the connection.
+struct TimedBody {
+    data: Option<Bytes>,
+    taken_at: Arc<OnceLock<Instant>>,
+}
+
+impl Body for TimedBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let frame = self.data.take().map(|d| Ok(Frame::data(d)));
+        if frame.is_some() {
+            let _ = self.taken_at.set(Instant::now());
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+impl InferClient for HttpClient {
+    type Prepared = HttpRequest;
+
+    async fn server_metadata(&self) -> ClientResult<ServerInfo> {
+        #[derive(Deserialize)]
+        struct Metadata {
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            version: String,
+            #[serde(default)]
+            extensions: Vec<String>,
+        }
+        let body = self.call(self.http.get(self.url(&["v2"]))).await?;
+        let m: Metadata =
+            serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("server metadata JSON: {e}")))?;
+        Ok(ServerInfo { name: m.name, version: m.version, extensions: m.extensions })
+    }
+
+    async fn model_metadata(&self, model: &str, version: &str) -> ClientResult<ModelMetadataResponse> {
+        self.get_proto(self.model_url(model, version, &[]), "inference.ModelMetadataResponse").await
+    }
+
+    async fn model_config(&self, model: &str, version: &str) -> ClientResult<ModelConfig> {
+        self.get_proto(self.model_url(model, version, &["config"]), "inference.ModelConfig").await
+    }
+
+    async fn statistics(&self, model: &str, version: &str) -> ClientResult<Vec<ModelStatistics>> {
+        let url = if model.is_empty() {
+            self.url(&["v2", "models", "stats"])
+        } else {
+            self.model_url(model, version, &["stats"])
+        };
+        let stats: ModelStatisticsResponse = self.get_proto(url, "inference.ModelStatisticsResponse").await?;
+        Ok(stats.model_stats)
+    }
+
+    fn prepare(&self, spec: &RequestSpec) -> ClientResult<HttpRequest> {
+        let (body, header_length) = encode_request(spec)?;
+        Ok(HttpRequest {
+            url: self.model_url(&spec.model_name, &spec.model_version, &["infer"]),
+            body,
+            header_length: HeaderValue::from(header_length),
+        })
+    }
+
+    /// Timing, measured on our side of the socket:
+    /// - `send`: from the call until hyper takes the complete body to write it on a pooled
+    ///   connection (building the request, waiting for a free connection, writing the head);
+    /// - `recv`: from the moment the response headers are parsed until the body is read and the
+    ///   response decoded (JSON header parsed, binary outputs sliced). reqwest does not expose
+    ///   the first response byte separately from the parsed headers, so server time ends there;
+    /// - `total`: from the call to the end of `recv`.
+    async fn infer(&self, request: &HttpRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
+        let start = Instant::now();
+        let taken_at = Arc::new(OnceLock::new());
+        let body = TimedBody { data: Some(request.body.clone()), taken_at: taken_at.clone() };
+        let sent = self
+            .http
+            .post(request.url.clone())
+            .header(HEADER_LENGTH, request.header_length.clone())
+            .header(CONTENT_LENGTH, request.body.len())
+            .body(reqwest::Body::wrap(body))
+            .send()
+            .await;
+        let headers_at = Instant::now();
+        let result = match sent {
+            Err(e) => Err(self.unreachable(&e)),
+            Ok(response) => {
+                let status = response.status();
+                let header_length = response
+                    .headers()
+                    .get(HEADER_LENGTH)
+                    .map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()));
+                match response.bytes().await {
+                    Err(e) => Err(self.unreachable(&e)),
+                    Ok(body) if status != StatusCode::OK => Err(error_from_body(status, &body)),
+                    Ok(body) => match header_length {
+                        Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
+                        Some(Some(n)) => decode_response(body, Some(n), keep_outputs),
+                        None => decode_response(body, None, keep_outputs),
+                    },
+                }
+            }
+        };
+        let end = Instant::now();
+        let send_end = taken_at.get().copied().unwrap_or(headers_at).min(headers_at);
+        let timing = RequestTiming { send: send_end - start, recv: end - headers_at, total: end - start };
+        (result, timing)
+    }
+
+    async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
+        let body = serde_json::json!({ "key": key, "offset": offset, "byte_size": byte_size }).to_string();
+        let url = self.url(&["v2", "systemsharedmemory", "region", name, "register"]);
+        self.call(self.http.post(url).body(body)).await.map(|_| ())
+    }
+
+    async fn unregister_system_shm(&self, name: &str) -> ClientResult<()> {
+        let url = if name.is_empty() {
+            self.url(&["v2", "systemsharedmemory", "unregister"])
+        } else {
+            self.url(&["v2", "systemsharedmemory", "region", name, "unregister"])
+        };
+        self.post_empty(url).await
+    }
+
+    async fn unregister_cuda_shm(&self, name: &str) -> ClientResult<()> {
+        let url = if name.is_empty() {
+            self.url(&["v2", "cudasharedmemory", "unregister"])
+        } else {
+            self.url(&["v2", "cudasharedmemory", "region", name, "unregister"])
+        };
+        self.post_empty(url).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RequestSpec {
+        RequestSpec {
+            model_name: "my model".into(),
+            model_version: "".into(),
+            inputs: vec![
+                ("A".into(), InputSource::Inline(Tensor::from_f32(vec![1, 2], &[1.0, 2.0]))),
+                (
+                    "B".into(),
+                    InputSource::SystemShm {
+                        region: "B_0_0".into(),
+                        offset: 0,
+                        byte_size: 8,
+                        dtype: DataType::Int32,
+                        shape: vec![2],
+                    },
+                ),
+            ],
+            outputs: vec![
+                ("X".into(), OutputTarget::Inline),
+                ("Y".into(), OutputTarget::SystemShm { region: "Y".into(), offset: 16, byte_size: 64 }),
+            ],
+        }
+    }
+
+    #[test]
+    fn request_encoding_matches_perf_analyzer() {
+        let (body, n) = encode_request(&spec()).unwrap();
+        let header: serde_json::Value = serde_json::from_slice(&body[..n]).unwrap();
+        assert_eq!(header["id"], "");
+        assert_eq!(header["inputs"][0]["parameters"], serde_json::json!({"binary_data_size": 8}));
+        assert_eq!(header["inputs"][0]["shape"], serde_json::json!([1, 2]));
+        assert_eq!(
+            header["inputs"][1]["parameters"],
+            serde_json::json!({"shared_memory_region": "B_0_0", "shared_memory_byte_size": 8})
+        );
+        assert_eq!(header["outputs"][0]["parameters"], serde_json::json!({"binary_data": true}));
+        assert_eq!(header["outputs"][1]["parameters"]["shared_memory_offset"], 16);
+        assert_eq!(&body[n..], &Tensor::from_f32(vec![2], &[1.0, 2.0]).data[..]);
+    }
+
+    #[test]
+    fn urls_encode_the_model_name() {
+        let c = HttpClient::new("localhost:1/", &ConnectOptions::default()).unwrap();
+        assert_eq!(
+            c.model_url("my model", "2", &["infer"]).as_str(),
+            "http://localhost:1/v2/models/my%20model/versions/2/infer"
+        );
+        assert_eq!(c.url(&["v2", "models", "stats"]).as_str(), "http://localhost:1/v2/models/stats");
+    }
+
+    #[test]
+    fn response_decoding_binary_json_and_errors() {
+        let json = br#"{"model_name":"m","model_version":"1","outputs":[{"name":"X","datatype":"INT32","shape":[2],"parameters":{"binary_data_size":8}},{"name":"Y","datatype":"FP32","shape":[1],"data":[1.5]},{"name":"Z","datatype":"FP32","shape":[1]}]}"#;
+        let mut body = json.to_vec();
+        body.extend([1, 0, 0, 0, 2, 0, 0, 0]);
+        let r = decode_response(Bytes::from(body.clone()), Some(json.len()), true).unwrap();
+        assert_eq!(r.outputs[0].1.to_i32(), vec![1, 2]);
+        assert_eq!(r.outputs[1].1.to_f32(), vec![1.5]);
+        assert!(r.outputs[2].1.data.is_empty());
+        assert!(decode_response(Bytes::from(body), Some(json.len() + 9), true).is_err());
+        // Binary data announced but missing from the body.
+        assert!(decode_response(Bytes::from_static(json), None, false).is_err());
+        // No header length: the whole body is JSON.
+        let plain = br#"{"outputs":[{"name":"Y","datatype":"FP32","shape":[1],"data":[2.5]}]}"#;
+        assert_eq!(decode_response(Bytes::from_static(plain), None, true).unwrap().outputs[0].1.to_f32(), vec![2.5]);
+        assert!(decode_response(Bytes::from_static(plain), None, false).unwrap().outputs.is_empty());
+        let e = error_from_body(StatusCode::NOT_FOUND, br#"{"error":"Request for unknown model: 'x' is not found"}"#);
+        assert!(matches!(e, ClientError::Server(ref m) if m.starts_with("Request for unknown model")));
+        assert!(error_from_body(StatusCode::BAD_GATEWAY, b"").to_string().contains("502"));
+    }
+}

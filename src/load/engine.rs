@@ -1,0 +1,366 @@
+//! The engine: drives one [`InferClient`] at one load shape until stopped, recording every
+//! request into per-worker [`WindowRecorder`]s that the measurement loop swaps out at window
+//! boundaries.
+//!
+//! Closed loop: N tokio tasks, each sending its next request when the previous one returns.
+//! Open loop: a dispatcher thread sleeps until each request's intended time (from the
+//! [`Pacer`]) and spawns it on the runtime. Latency counts from the intended time, so a slow
+//! server's backlog shows up in the numbers (no coordinated omission, as in wrk2). A request
+//! that starts more than [`LATE_SLACK`] after its intended time is counted late; one that falls
+//! due while [`LoadSpec::max_in_flight`] requests are outstanding is not sent and counted missed.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{LoadError, LoadMode, Pacer, DRAIN_TIMEOUT};
+use crate::client::{ClientError, InferClient};
+use crate::measure::recorder::{RequestRecord, WindowRecorder};
+
+/// How late a request may start before it counts as late. The dispatcher sleeps with the OS
+/// timer (tens of µs of overshoot) and the spawned task then waits for a runtime thread; on a
+/// busy 2-core box both add up to a few hundred µs, which is normal, not "late".
+pub const LATE_SLACK: Duration = Duration::from_millis(1);
+
+/// Recorders are sharded: workers beyond this count share them (a histogram is ~200 KB).
+const MAX_SHARDS: usize = 16;
+/// Longest single sleep of the dispatcher, so a stop request is seen promptly.
+const DISPATCH_SLICE: Duration = Duration::from_millis(20);
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadSpec {
+    pub mode: LoadMode,
+    /// Send at most this many requests (`--request-count`, warmup); `None` runs until stopped.
+    pub request_budget: Option<u64>,
+    /// Open loop: outstanding requests allowed before due requests are skipped as missed.
+    pub max_in_flight: u64,
+    /// Keep every request's send/response wall-clock times (`--profile-export-file`).
+    pub log_requests: bool,
+}
+
+impl LoadSpec {
+    pub fn new(mode: LoadMode) -> LoadSpec {
+        LoadSpec {
+            mode,
+            request_budget: None,
+            max_in_flight: 1024,
+            log_requests: false,
+        }
+    }
+}
+
+/// Maps monotonic instants to wall-clock nanoseconds since the epoch, for the profile export.
+#[derive(Clone, Copy)]
+struct WallClock {
+    origin: Instant,
+    origin_epoch_ns: u64,
+}
+
+impl WallClock {
+    fn now() -> WallClock {
+        let epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        WallClock {
+            origin: Instant::now(),
+            origin_epoch_ns: epoch.as_nanos() as u64,
+        }
+    }
+    fn epoch_ns(&self, t: Instant) -> u64 {
+        self.origin_epoch_ns + t.saturating_duration_since(self.origin).as_nanos() as u64
+    }
+}
+
+/// State shared by the workers and the measurement loop.
+struct Shared {
+    recorders: Vec<Mutex<WindowRecorder>>,
+    stop: AtomicBool,
+    /// Requests that finished (well or not) since the load started.
+    completed: AtomicU64,
+    /// Count windows: wake the measurement loop once `completed` reaches this.
+    wake_at: AtomicU64,
+    progress: Notify,
+    fatal: Mutex<Option<ClientError>>,
+    budget: Option<AtomicU64>,
+    in_flight: AtomicU64,
+    /// Requests started so far; picks the data step of the next one (steps are cycled).
+    started: AtomicU64,
+    clock: WallClock,
+    log_requests: bool,
+}
+
+impl Shared {
+    /// Takes one request from the budget; false when it is spent.
+    fn take_ticket(&self) -> bool {
+        match &self.budget {
+            None => true,
+            Some(left) => left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok(),
+        }
+    }
+
+    fn finish(&self) {
+        let done = self.completed.fetch_add(1, Ordering::AcqRel) + 1;
+        if done >= self.wake_at.load(Ordering::Acquire) {
+            self.progress.notify_one();
+        }
+    }
+
+    fn set_fatal(&self, error: ClientError) {
+        self.fatal.lock().get_or_insert(error);
+        self.stop.store(true, Ordering::Release);
+        self.progress.notify_one();
+    }
+
+    /// Sends the next data step and records it. `intended` is when it should have gone out.
+    async fn send_one<C: InferClient>(
+        &self,
+        client: &C,
+        steps: &[C::Prepared],
+        shard: usize,
+        intended: Instant,
+        late: bool,
+    ) {
+        let step = self.started.fetch_add(1, Ordering::Relaxed) as usize % steps.len();
+        let request = &steps[step];
+        let sent = Instant::now();
+        let (result, timing) = client.infer(request, false).await;
+        let done = Instant::now();
+        {
+            let mut rec = self.recorders[shard].lock();
+            if late {
+                rec.late += 1;
+            }
+            match &result {
+                Ok(_) => rec.record_ok(done - intended, timing),
+                Err(e) => rec.record_failed(e),
+            }
+            if self.log_requests {
+                rec.log.push(RequestRecord {
+                    send_ns: self.clock.epoch_ns(sent),
+                    response_ns: self.clock.epoch_ns(done),
+                });
+            }
+        }
+        if let Err(e) = result {
+            if e.is_fatal() {
+                self.set_fatal(e);
+            }
+        }
+        self.finish();
+    }
+}
+
+/// A load in progress. Dropping it stops the workers (without waiting); prefer [`stop`](Self::stop).
+pub struct RunningLoad {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    dispatcher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunningLoad {
+    /// Starts the load on the current tokio runtime. `steps` are the prepared requests (one per
+    /// input data step), sent in turn.
+    pub fn start<C: InferClient>(
+        client: Arc<C>,
+        steps: Arc<[C::Prepared]>,
+        spec: &LoadSpec,
+    ) -> Result<RunningLoad, LoadError> {
+        if steps.is_empty() {
+            return Err(LoadError::NoRequests);
+        }
+        let shards = match &spec.mode {
+            LoadMode::Concurrency(0) => return Err(LoadError::ZeroConcurrency),
+            LoadMode::Concurrency(n) => (*n as usize).min(MAX_SHARDS),
+            LoadMode::Schedule(_) => MAX_SHARDS,
+        };
+        let shared = Arc::new(Shared {
+            recorders: (0..shards)
+                .map(|_| Mutex::new(WindowRecorder::default()))
+                .collect(),
+            stop: AtomicBool::new(false),
+            completed: AtomicU64::new(0),
+            wake_at: AtomicU64::new(u64::MAX),
+            progress: Notify::new(),
+            fatal: Mutex::new(None),
+            budget: spec.request_budget.map(AtomicU64::new),
+            in_flight: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            clock: WallClock::now(),
+            log_requests: spec.log_requests,
+        });
+        let mut load = RunningLoad {
+            shared: shared.clone(),
+            workers: Vec::new(),
+            dispatcher: None,
+        };
+        match &spec.mode {
+            LoadMode::Concurrency(n) => {
+                for worker in 0..*n as usize {
+                    let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
+                    load.workers.push(tokio::spawn(async move {
+                        while !shared.stop.load(Ordering::Acquire) && shared.take_ticket() {
+                            shared.in_flight.fetch_add(1, Ordering::AcqRel);
+                            let now = Instant::now();
+                            shared
+                                .send_one(&*client, &steps, worker % shards, now, false)
+                                .await;
+                            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    }));
+                }
+            }
+            LoadMode::Schedule(schedule) => {
+                let pacer = Pacer::new(schedule)?;
+                let runtime = tokio::runtime::Handle::current();
+                let max_in_flight = spec.max_in_flight;
+                load.dispatcher = Some(
+                    std::thread::Builder::new()
+                        .name("perfbench-dispatch".into())
+                        .spawn(move || {
+                            dispatch(shared, client, steps, pacer, runtime, max_in_flight)
+                        })
+                        .expect("spawning the dispatcher thread"),
+                );
+            }
+        }
+        Ok(load)
+    }
+
+    /// Swaps out every worker's recorder and returns their merged observations.
+    pub fn take_window(&self) -> WindowRecorder {
+        let mut merged = WindowRecorder::default();
+        for shard in &self.shared.recorders {
+            let taken = std::mem::take(&mut *shard.lock());
+            merged.merge(&taken);
+        }
+        merged
+    }
+
+    /// Requests finished (successfully or not) since the load started.
+    pub fn completed(&self) -> u64 {
+        self.shared.completed.load(Ordering::Acquire)
+    }
+
+    /// The error that ended the load, if the server became unreachable.
+    pub fn fatal(&self) -> Option<ClientError> {
+        self.shared.fatal.lock().clone()
+    }
+
+    /// True once the request budget is spent and nothing is outstanding.
+    pub fn finished(&self) -> bool {
+        let spent = self
+            .shared
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.load(Ordering::Acquire) == 0);
+        (spent || self.shared.stop.load(Ordering::Acquire))
+            && self.shared.in_flight.load(Ordering::Acquire) == 0
+    }
+
+    /// Waits until `target` requests have finished in total, the load ends, or it fails.
+    pub async fn wait_completed(&self, target: u64) -> Result<(), ClientError> {
+        self.shared.wake_at.store(target, Ordering::Release);
+        loop {
+            if let Some(e) = self.fatal() {
+                return Err(e);
+            }
+            if self.completed() >= target || self.finished() {
+                return Ok(());
+            }
+            // The timeout covers a budget that ran out with fewer completions than asked for.
+            let _ =
+                tokio::time::timeout(Duration::from_millis(50), self.shared.progress.notified())
+                    .await;
+        }
+    }
+
+    /// Waits for `span`, returning early with the error if the server becomes unreachable.
+    pub async fn wait_for(&self, span: Duration) -> Result<(), ClientError> {
+        let deadline = tokio::time::Instant::now() + span;
+        loop {
+            if let Some(e) = self.fatal() {
+                return Err(e);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(());
+            }
+            let _ = tokio::time::timeout_at(deadline, self.shared.progress.notified()).await;
+        }
+    }
+
+    /// Stops sending, waits up to [`DRAIN_TIMEOUT`] for outstanding requests, then abandons them.
+    pub async fn stop(mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(dispatcher) = self.dispatcher.take() {
+            let _ = tokio::task::spawn_blocking(move || dispatcher.join()).await;
+        }
+        let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        while self.shared.in_flight.load(Ordering::Acquire) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        for worker in self.workers.drain(..) {
+            worker.abort();
+        }
+    }
+}
+
+impl Drop for RunningLoad {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for worker in &self.workers {
+            worker.abort();
+        }
+    }
+}
+
+/// The open-loop dispatcher: one OS thread, so its sleeps are not rounded to the runtime's 1 ms
+/// timer tick.
+fn dispatch<C: InferClient>(
+    shared: Arc<Shared>,
+    client: Arc<C>,
+    steps: Arc<[C::Prepared]>,
+    mut pacer: Pacer,
+    runtime: tokio::runtime::Handle,
+    max_in_flight: u64,
+) {
+    let start = Instant::now();
+    loop {
+        let intended = start + pacer.next_offset();
+        loop {
+            if shared.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= intended {
+                break;
+            }
+            std::thread::sleep((intended - now).min(DISPATCH_SLICE));
+        }
+        if !shared.take_ticket() {
+            return;
+        }
+        let shard = (pacer.scheduled() as usize) % shared.recorders.len();
+        if shared.in_flight.load(Ordering::Acquire) >= max_in_flight {
+            shared.recorders[shard].lock().missed += 1;
+            continue;
+        }
+        shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
+        runtime.spawn(async move {
+            let late = Instant::now().saturating_duration_since(intended) > LATE_SLACK;
+            shared
+                .send_one(&*client, &steps, shard, intended, late)
+                .await;
+            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}

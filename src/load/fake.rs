@@ -1,0 +1,126 @@
+//! A test-only backend: an [`InferClient`] whose latency, failures and statistics are chosen by
+//! the test, so the engine and the measurement loop can be checked without a network.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::client::{
+    ClientError, ClientResult, InferClient, InferResult, RequestSpec, RequestTiming, ServerInfo,
+};
+use crate::proto::inference::{
+    InferStatistics, ModelConfig, ModelMetadataResponse, ModelStatistics, StatisticDuration,
+};
+
+#[derive(Default)]
+pub struct FakeClient {
+    /// Each request takes this long, times the requests in flight when `scale_with_in_flight`.
+    pub latency: Duration,
+    pub scale_with_in_flight: bool,
+    /// Block the calling thread instead of yielding (a client that cannot keep up).
+    pub blocking: bool,
+    /// Every N-th request fails with a server error.
+    pub fail_every: u64,
+    /// After this many requests, the server is unreachable.
+    pub unreachable_after: Option<u64>,
+    pub sent: AtomicU64,
+    pub in_flight: AtomicU64,
+    /// (requests, ns of model time) the fake "server" has done.
+    pub served: Mutex<(u64, u64)>,
+}
+
+impl FakeClient {
+    pub fn with_latency(latency: Duration) -> FakeClient {
+        FakeClient {
+            latency,
+            ..Default::default()
+        }
+    }
+}
+
+impl InferClient for FakeClient {
+    type Prepared = ();
+
+    async fn server_metadata(&self) -> ClientResult<ServerInfo> {
+        Ok(ServerInfo {
+            name: "fake".into(),
+            version: "0".into(),
+            extensions: vec!["statistics".into()],
+        })
+    }
+    async fn model_metadata(&self, _: &str, _: &str) -> ClientResult<ModelMetadataResponse> {
+        Ok(ModelMetadataResponse::default())
+    }
+    async fn model_config(&self, _: &str, _: &str) -> ClientResult<ModelConfig> {
+        Ok(ModelConfig::default())
+    }
+    async fn statistics(&self, model: &str, _: &str) -> ClientResult<Vec<ModelStatistics>> {
+        let (count, ns) = *self.served.lock();
+        let d = |ns| Some(StatisticDuration { count, ns });
+        Ok(vec![ModelStatistics {
+            name: model.into(),
+            version: "1".into(),
+            inference_count: count,
+            execution_count: count,
+            inference_stats: Some(InferStatistics {
+                success: d(ns),
+                queue: d(0),
+                compute_input: d(0),
+                compute_infer: d(ns),
+                compute_output: d(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }])
+    }
+    fn prepare(&self, _: &RequestSpec) -> ClientResult<()> {
+        Ok(())
+    }
+    async fn infer(&self, _: &(), _: bool) -> (ClientResult<InferResult>, RequestTiming) {
+        let n = self.sent.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.unreachable_after.is_some_and(|limit| n > limit) {
+            let e = ClientError::Unreachable {
+                url: "fake".into(),
+                reason: "connection refused".into(),
+            };
+            return (Err(e), RequestTiming::default());
+        }
+        let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        let latency = if self.scale_with_in_flight {
+            self.latency * in_flight as u32
+        } else {
+            self.latency
+        };
+        if self.blocking {
+            std::thread::sleep(latency);
+        } else {
+            tokio::time::sleep(latency).await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let timing = RequestTiming {
+            send: Duration::from_micros(10),
+            recv: Duration::from_micros(5),
+            total: latency,
+        };
+        if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
+            return (
+                Err(ClientError::Server(format!("injected failure {n}"))),
+                timing,
+            );
+        }
+        let mut served = self.served.lock();
+        served.0 += 1;
+        served.1 += latency.as_nanos() as u64;
+        (Ok(InferResult::default()), timing)
+    }
+    async fn register_system_shm(&self, _: &str, _: &str, _: u64, _: u64) -> ClientResult<()> {
+        Ok(())
+    }
+    async fn unregister_system_shm(&self, _: &str) -> ClientResult<()> {
+        Ok(())
+    }
+    async fn unregister_cuda_shm(&self, _: &str) -> ClientResult<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,266 @@
+//! A measured window (raw: what the client saw, how long, and the server's counters over the same
+//! span) and the derivation of one sweep row from the windows it merges. The derivations follow
+//! perf_analyzer exactly:
+//!
+//! - Inferences/Second = batch × successful requests / window length (merged windows: the sums of
+//!   both);
+//! - Client Send / Client Recv = average time spent serialising and writing the request / reading
+//!   and decoding the response ([`RequestTiming`](crate::client::RequestTiming));
+//! - Server Queue / Compute Input / Compute Infer / Compute Output = Δns / Δcount of that stage of
+//!   the statistics extension over the span;
+//! - Network+Server Send/Recv = avg latency − client send − client recv − queue − compute input −
+//!   compute infer − compute output, floored at 0;
+//! - server average batch = Δinference_count / Δexecution_count;
+//! - "response wait" (verbose CSV) = average client exchange time − client send − client recv.
+
+use std::time::Duration;
+
+use super::recorder::{RequestRecord, WindowRecorder};
+use super::server_stats::ServerStats;
+use super::stability::{spread_pct, WindowFigures};
+use crate::report::{LoadPoint, ReportRow};
+
+/// One window, raw.
+#[derive(Clone, Debug)]
+pub struct Window {
+    pub client: WindowRecorder,
+    pub duration: Duration,
+    /// Server counters over the window; `None` when the server has no statistics extension.
+    pub server: Option<ServerStats>,
+    /// Wall-clock start and end, ns since the epoch (profile export `window_boundaries`).
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl Window {
+    /// Inferences per second: batch × successful requests / window length.
+    pub fn throughput(&self, batch: u64) -> f64 {
+        let secs = self.duration.as_secs_f64();
+        if secs <= 0.0 {
+            0.0
+        } else {
+            (batch * self.client.ok) as f64 / secs
+        }
+    }
+
+    /// The latency stability and `-l` look at: the `percentile` one if given, else the average.
+    pub fn latency_us(&self, percentile: Option<f64>) -> f64 {
+        match percentile {
+            Some(p) => self.client.percentile_us(p),
+            None => self.client.avg_latency_us(),
+        }
+    }
+
+    pub fn figures(&self, batch: u64, percentile: Option<f64>) -> WindowFigures {
+        WindowFigures {
+            throughput: self.throughput(batch),
+            latency_us: self.latency_us(percentile),
+        }
+    }
+}
+
+/// What perf_analyzer prints about a point beyond the [`ReportRow`].
+#[derive(Clone, Debug, Default)]
+pub struct PointDetail {
+    /// Total length of the merged windows.
+    pub duration: Duration,
+    pub stdev_us: f64,
+    /// Average client exchange time (start of send to end of recv), µs.
+    pub exchange_us: f64,
+    /// Server counters over the merged windows.
+    pub server: Option<ServerStats>,
+    pub first_error: Option<String>,
+    /// Windows measured for this point, including those not merged.
+    pub trials: usize,
+    /// The latency `-l` and `--percentile` refer to, µs.
+    pub threshold_latency_us: f64,
+    /// Wall-clock window boundaries (ns since the epoch) of every window of the point.
+    pub window_boundaries_ns: Vec<u64>,
+    /// Per-request send/response times of the merged windows (`--profile-export-file` only).
+    pub requests: Vec<RequestRecord>,
+}
+
+/// One measured sweep point: the row every report reads, and the extra detail.
+#[derive(Clone, Debug)]
+pub struct PointResult {
+    pub row: ReportRow,
+    pub detail: PointDetail,
+}
+
+/// Derives a row from the windows it merges (see the module docs for the formulas).
+pub fn derive_point(
+    windows: &[Window],
+    batch: u64,
+    load: LoadPoint,
+    stable: bool,
+    percentile: Option<f64>,
+) -> PointResult {
+    let mut client = WindowRecorder::default();
+    let mut duration = Duration::ZERO;
+    let mut server: Option<ServerStats> = windows
+        .first()
+        .and_then(|w| w.server)
+        .map(|_| ServerStats::default());
+    for w in windows {
+        client.merge(&w.client);
+        duration += w.duration;
+        server = match (server, w.server) {
+            (Some(total), Some(delta)) => Some(total.plus(&delta)),
+            _ => None,
+        };
+    }
+    let secs = duration.as_secs_f64();
+    let throughput = if secs > 0.0 {
+        (batch * client.ok) as f64 / secs
+    } else {
+        0.0
+    };
+    let s = server.unwrap_or_default();
+    let (queue, input, infer, output) = (
+        s.queue.avg_us(),
+        s.compute_input.avg_us(),
+        s.compute_infer.avg_us(),
+        s.compute_output.avg_us(),
+    );
+    let (avg, send, recv) = (
+        client.avg_latency_us(),
+        client.avg_send_us(),
+        client.avg_recv_us(),
+    );
+    let per_window =
+        |f: &dyn Fn(&Window) -> f64| spread_pct(&windows.iter().map(f).collect::<Vec<_>>());
+    let row = ReportRow {
+        batch,
+        load,
+        throughput,
+        client_send_us: send,
+        network_us: (avg - send - recv - queue - input - infer - output).max(0.0),
+        server_queue_us: queue,
+        server_compute_input_us: input,
+        server_compute_infer_us: infer,
+        server_compute_output_us: output,
+        client_recv_us: recv,
+        p50_us: client.percentile_us(50.0),
+        p90_us: client.percentile_us(90.0),
+        p95_us: client.percentile_us(95.0),
+        p99_us: client.percentile_us(99.0),
+        avg_us: avg,
+        requests: client.ok,
+        failed: client.failed,
+        late: client.late,
+        missed: client.missed,
+        stable,
+        throughput_spread_pct: per_window(&|w| w.throughput(batch)),
+        p99_spread_pct: per_window(&|w| w.client.percentile_us(99.0)),
+        avg_spread_pct: per_window(&|w| w.client.avg_latency_us()),
+        server_avg_batch: s.avg_batch(),
+    };
+    let threshold_latency_us = match percentile {
+        Some(p) => client.percentile_us(p),
+        None => avg,
+    };
+    let detail = PointDetail {
+        duration,
+        stdev_us: client.stdev_us(),
+        exchange_us: client.avg_exchange_us(),
+        server,
+        first_error: client.first_error.take(),
+        trials: windows.len(),
+        threshold_latency_us,
+        window_boundaries_ns: Vec::new(),
+        requests: std::mem::take(&mut client.log),
+    };
+    PointResult { row, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::RequestTiming;
+    use crate::measure::server_stats::StageTotal;
+
+    fn window(latency_us: u64, ok: u64, failed: u64, secs: f64) -> Window {
+        let mut client = WindowRecorder::default();
+        let timing = RequestTiming {
+            send: Duration::from_micros(20),
+            recv: Duration::from_micros(10),
+            total: Duration::from_micros(latency_us - 5),
+        };
+        for _ in 0..ok {
+            client.record_ok(Duration::from_micros(latency_us), timing);
+        }
+        for _ in 0..failed {
+            client.record_failed(&"injected");
+        }
+        let stage = |us: u64| StageTotal {
+            count: ok,
+            ns: ok * us * 1000,
+        };
+        let server = ServerStats {
+            inference_count: ok * 2,
+            execution_count: ok,
+            success: stage(latency_us - 100),
+            queue: stage(200),
+            compute_input: stage(50),
+            compute_infer: stage(600),
+            compute_output: stage(50),
+            ..Default::default()
+        };
+        Window {
+            client,
+            duration: Duration::from_secs_f64(secs),
+            server: Some(server),
+            start_ns: 0,
+            end_ns: 0,
+        }
+    }
+
+    #[test]
+    fn row_follows_perf_analyzer_derivations() {
+        let windows = [
+            window(1000, 100, 0, 1.0),
+            window(1000, 100, 2, 1.0),
+            window(1000, 100, 0, 1.0),
+        ];
+        let r = derive_point(&windows, 2, LoadPoint::Concurrency(1), true, None).row;
+        assert_eq!(r.throughput, 200.0, "batch 2 × 300 requests / 3 s");
+        assert_eq!((r.client_send_us, r.client_recv_us), (20.0, 10.0));
+        assert_eq!(
+            (
+                r.server_queue_us,
+                r.server_compute_input_us,
+                r.server_compute_infer_us,
+                r.server_compute_output_us
+            ),
+            (200.0, 50.0, 600.0, 50.0)
+        );
+        // 1000 − 20 − 10 − 200 − 50 − 600 − 50
+        assert_eq!(r.network_us, 70.0);
+        assert_eq!((r.requests, r.failed), (300, 2));
+        assert_eq!(r.server_avg_batch, 2.0);
+        assert_eq!(r.throughput_spread_pct, 0.0);
+        assert!((r.p50_us - 1000.0).abs() <= 1.0);
+    }
+
+    #[test]
+    fn network_time_is_floored_at_zero_and_spread_is_recorded() {
+        let windows = [
+            window(900, 100, 0, 1.0),
+            window(900, 80, 0, 1.0),
+            window(900, 120, 0, 1.0),
+        ];
+        let result = derive_point(
+            &windows,
+            1,
+            LoadPoint::RequestRate(100.0),
+            false,
+            Some(99.0),
+        );
+        // 900 − 30 − 900 of server stages < 0
+        assert_eq!(result.row.network_us, 0.0);
+        assert!((result.row.throughput_spread_pct - 40.0).abs() < 1e-9);
+        assert!(!result.row.stable);
+        assert_eq!(result.detail.exchange_us, 895.0);
+        assert_eq!(result.detail.first_error, None);
+    }
+}

@@ -1,0 +1,284 @@
+//! perf_analyzer's `-f` CSV, byte for byte: the same header lines (default, `--verbose-csv`,
+//! `--collect-metrics`), latencies as whole microseconds (truncated, as perf_analyzer's integer
+//! division does) and Inferences/Second in C++ stream notation (6 significant digits).
+//! Rows are written and flushed one at a time, so a run that dies keeps every measured row.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use crate::measure::PointResult;
+use crate::report::LoadPoint;
+
+/// The columns after the first one, as perf_analyzer 2.50 writes them.
+const BASE_COLUMNS: &str = "Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency";
+const VERBOSE_COLUMNS: &str = ",Avg latency,request/response,response wait";
+const METRICS_COLUMNS: &str =
+    ",Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory";
+
+/// Per-GPU figures of one point (`--collect-metrics`), keyed by GPU UUID.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuFigures {
+    pub utilization: Vec<(String, f64)>,
+    pub power_w: Vec<(String, f64)>,
+    pub max_memory_bytes: Vec<(String, u64)>,
+    pub total_memory_bytes: Vec<(String, u64)>,
+}
+
+/// Which optional column groups a CSV carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CsvColumns {
+    pub verbose: bool,
+    pub gpu_metrics: bool,
+}
+
+/// Formats a double as C++ `std::ostream << double` does by default (`%g`, precision 6):
+/// `248.518`, `1000`, `1.23457e+06`.
+pub fn cpp_double(value: f64) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return if value.is_nan() {
+            "nan".into()
+        } else if value.is_infinite() {
+            "inf".into()
+        } else {
+            "0".into()
+        };
+    }
+    let exponent = value.abs().log10().floor() as i32;
+    // Rounding to 6 digits can carry into the next power of ten (999999.5 → 1e+06).
+    let sci = format!("{value:.5e}");
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().unwrap_or(exponent);
+    if !(-4..6).contains(&exp) {
+        let mantissa = trim_zeros(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
+    } else {
+        let decimals = (5 - exp).max(0) as usize;
+        trim_zeros(&format!("{value:.decimals$}")).to_string()
+    }
+}
+
+fn trim_zeros(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+/// Whole microseconds, truncated toward zero like perf_analyzer's `ns / 1000`.
+fn us(value: f64) -> u64 {
+    if value.is_finite() && value > 0.0 {
+        value as u64
+    } else {
+        0
+    }
+}
+
+/// The header line (without newline). A sweep over rates names its first column "Request Rate".
+pub fn header(first: LoadPoint, columns: CsvColumns) -> String {
+    let mut line = String::from(match first {
+        LoadPoint::Concurrency(_) => "Concurrency,",
+        LoadPoint::RequestRate(_) => "Request Rate,",
+    });
+    line.push_str(BASE_COLUMNS);
+    if columns.verbose {
+        line.push_str(VERBOSE_COLUMNS);
+    }
+    if columns.gpu_metrics {
+        line.push_str(METRICS_COLUMNS);
+    }
+    line
+}
+
+fn per_gpu<T: std::fmt::Display>(values: &[(String, T)]) -> String {
+    values
+        .iter()
+        .map(|(uuid, v)| format!("{uuid}:{v};"))
+        .collect()
+}
+
+/// One data line (without newline).
+pub fn row_line(result: &PointResult, gpu: Option<&GpuFigures>, columns: CsvColumns) -> String {
+    let r = &result.row;
+    let first = match r.load {
+        LoadPoint::Concurrency(n) => n.to_string(),
+        LoadPoint::RequestRate(rate) => cpp_double(rate),
+    };
+    let mut line = format!(
+        "{first},{},{},{},{},{},{},{},{},{},{},{},{}",
+        cpp_double(r.throughput),
+        us(r.client_send_us),
+        us(r.network_us),
+        us(r.server_queue_us),
+        us(r.server_compute_input_us),
+        us(r.server_compute_infer_us),
+        us(r.server_compute_output_us),
+        us(r.client_recv_us),
+        us(r.p50_us),
+        us(r.p90_us),
+        us(r.p95_us),
+        us(r.p99_us),
+    );
+    if columns.verbose {
+        let exchange = result.detail.exchange_us;
+        let request_response = r.client_send_us + r.client_recv_us;
+        line.push_str(&format!(
+            ",{},{},{}",
+            us(r.avg_us),
+            us(request_response),
+            us(exchange - request_response)
+        ));
+    }
+    if columns.gpu_metrics {
+        let g = gpu.cloned().unwrap_or_default();
+        line.push_str(&format!(
+            ",{},{},{},{}",
+            per_gpu(&g.utilization),
+            per_gpu(&g.power_w),
+            per_gpu(&g.max_memory_bytes),
+            per_gpu(&g.total_memory_bytes)
+        ));
+    }
+    line
+}
+
+/// The `-f` file: header on creation, then one flushed line per measured row.
+pub struct PaCsvWriter {
+    out: BufWriter<File>,
+    columns: CsvColumns,
+}
+
+impl PaCsvWriter {
+    pub fn create(path: &Path, first: LoadPoint, columns: CsvColumns) -> io::Result<PaCsvWriter> {
+        let file = File::create(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create '{}': {e}", path.display()))
+        })?;
+        let mut writer = PaCsvWriter {
+            out: BufWriter::new(file),
+            columns,
+        };
+        writeln!(writer.out, "{}", header(first, columns))?;
+        writer.out.flush()?;
+        Ok(writer)
+    }
+
+    pub fn append(&mut self, result: &PointResult, gpu: Option<&GpuFigures>) -> io::Result<()> {
+        writeln!(self.out, "{}", row_line(result, gpu, self.columns))?;
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::{PointDetail, PointResult};
+    use crate::report::ReportRow;
+
+    #[test]
+    fn headers_match_perf_analyzer_2_50_byte_for_byte() {
+        assert_eq!(
+            header(LoadPoint::Concurrency(1), CsvColumns::default()),
+            "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency"
+        );
+        assert_eq!(
+            header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: false }),
+            "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait"
+        );
+        assert!(header(LoadPoint::RequestRate(10.0), CsvColumns::default())
+            .starts_with("Request Rate,Inferences/Second,"));
+        assert!(header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: true }).ends_with(
+            ",response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory"
+        ));
+    }
+
+    #[test]
+    fn doubles_print_like_cpp_streams() {
+        assert_eq!(cpp_double(248.518), "248.518");
+        assert_eq!(cpp_double(353.46812), "353.468");
+        assert_eq!(cpp_double(99.8794), "99.8794");
+        assert_eq!(cpp_double(1000.0), "1000");
+        assert_eq!(cpp_double(123456.7), "123457");
+        assert_eq!(cpp_double(1234567.0), "1.23457e+06");
+        assert_eq!(cpp_double(999999.7), "1e+06");
+        assert_eq!(cpp_double(0.000123456), "0.000123456");
+        assert_eq!(cpp_double(0.0000123), "1.23e-05");
+        assert_eq!(cpp_double(0.0), "0");
+        assert_eq!(cpp_double(2.5), "2.5");
+    }
+
+    fn result() -> PointResult {
+        let row = ReportRow {
+            batch: 1,
+            load: LoadPoint::Concurrency(2),
+            throughput: 353.468,
+            client_send_us: 69.9,
+            network_us: 373.2,
+            server_queue_us: 2422.0,
+            server_compute_input_us: 25.0,
+            server_compute_infer_us: 2678.0,
+            server_compute_output_us: 87.0,
+            client_recv_us: 0.4,
+            p50_us: 5346.0,
+            p90_us: 6980.0,
+            p95_us: 8056.0,
+            p99_us: 13004.0,
+            avg_us: 5657.0,
+            requests: 1275,
+            failed: 0,
+            late: 0,
+            missed: 0,
+            stable: true,
+            throughput_spread_pct: 1.0,
+            p99_spread_pct: 1.0,
+            avg_spread_pct: 1.0,
+            server_avg_batch: 1.0,
+        };
+        PointResult {
+            row,
+            detail: PointDetail {
+                exchange_us: 5640.5,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn rows_carry_whole_microseconds() {
+        let columns = CsvColumns {
+            verbose: true,
+            gpu_metrics: false,
+        };
+        assert_eq!(
+            row_line(&result(), None, columns),
+            "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004,5657,70,5570"
+        );
+        let gpu = GpuFigures {
+            utilization: vec![("GPU-1".into(), 0.5)],
+            ..Default::default()
+        };
+        let line = row_line(
+            &result(),
+            Some(&gpu),
+            CsvColumns {
+                verbose: true,
+                gpu_metrics: true,
+            },
+        );
+        assert!(line.ends_with(",GPU-1:0.5;,,,"), "{line}");
+    }
+
+    #[test]
+    fn writer_flushes_each_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pa.csv");
+        let mut w =
+            PaCsvWriter::create(&path, LoadPoint::Concurrency(1), CsvColumns::default()).unwrap();
+        w.append(&result(), None).unwrap();
+        // Read while the writer is still open: the row is already on disk.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        assert!(text.lines().nth(1).unwrap().starts_with("2,353.468,69,"));
+    }
+}

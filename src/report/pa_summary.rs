@@ -1,0 +1,286 @@
+//! perf_analyzer's stdout report, in its shape: the "Measurement Settings" block, one block per
+//! sweep point (client and server sections), and the closing "Inferences/Second vs. Client
+//! Average Batch Latency" list. perfbench adds one line per point for failed / late / missed
+//! requests and flags unstable points, which perf_analyzer would have dropped.
+
+use std::fmt::Write as _;
+
+use super::pa_csv::cpp_double;
+use crate::measure::{PointResult, WindowMode};
+use crate::report::LoadPoint;
+
+/// How the client talked to the server, for the "Avg HTTP time" line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    Http,
+    Grpc,
+    InProcess,
+}
+
+/// The settings the header block echoes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunDescription {
+    pub batch: u64,
+    /// "TRITON" or "INPROCESS".
+    pub service_kind: &'static str,
+    pub window: WindowMode,
+    pub request_count: Option<u64>,
+    pub percentile: Option<f64>,
+    pub latency_limit_ms: f64,
+    /// The sweep's upper bound, e.g. "Concurrency limit: 8 concurrent requests".
+    pub limit_line: Option<String>,
+    /// e.g. "Using uniform distribution on request generation".
+    pub distribution_line: Option<String>,
+    pub asynchronous: bool,
+    pub stability_pct: f64,
+    pub max_trials: usize,
+}
+
+fn us(v: f64) -> u64 {
+    if v.is_finite() && v > 0.0 {
+        v as u64
+    } else {
+        0
+    }
+}
+
+pub fn settings_block(d: &RunDescription) -> String {
+    let mut s = String::from("*** Measurement Settings ***\n");
+    let _ = writeln!(s, "  Batch size: {}", d.batch);
+    let _ = writeln!(s, "  Service Kind: {}", d.service_kind);
+    match (d.request_count, d.window) {
+        (Some(n), _) => {
+            let _ = writeln!(
+                s,
+                "  Measuring exactly {n} requests per point (no stabilization)"
+            );
+        }
+        (None, WindowMode::Time(span)) => {
+            let _ = writeln!(s, "  Using \"time_windows\" mode for stabilization");
+            let _ = writeln!(s, "  {}", stabilizing(d.percentile));
+            let _ = writeln!(s, "  Measurement window: {} msec", span.as_millis());
+        }
+        (None, WindowMode::Count(n)) => {
+            let _ = writeln!(s, "  Using \"count_windows\" mode for stabilization");
+            let _ = writeln!(s, "  {}", stabilizing(d.percentile));
+            let _ = writeln!(s, "  Minimum number of samples in each window: {n}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  Latency limit: {} msec",
+        cpp_double(d.latency_limit_ms)
+    );
+    if let Some(line) = &d.limit_line {
+        let _ = writeln!(s, "  {line}");
+    }
+    if let Some(line) = &d.distribution_line {
+        let _ = writeln!(s, "  {line}");
+    }
+    let calls = if d.asynchronous {
+        "asynchronous"
+    } else {
+        "synchronous"
+    };
+    let _ = writeln!(s, "  Using {calls} calls for inference");
+    s
+}
+
+fn stabilizing(percentile: Option<f64>) -> String {
+    match percentile {
+        Some(p) => format!(
+            "Stabilizing using p{} latency and throughput",
+            cpp_double(p)
+        ),
+        None => "Stabilizing using average latency and throughput".into(),
+    }
+}
+
+fn point_title(load: LoadPoint) -> String {
+    match load {
+        LoadPoint::Concurrency(n) => format!("Request concurrency: {n}"),
+        LoadPoint::RequestRate(r) => format!(
+            "Request Rate: {} inference requests per seconds",
+            cpp_double(r)
+        ),
+    }
+}
+
+/// The block printed after each measured point.
+pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> String {
+    let r = &result.row;
+    let detail = &result.detail;
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", point_title(r.load));
+    let _ = writeln!(s, "  Client: ");
+    let _ = writeln!(s, "    Request count: {}", r.requests);
+    let _ = writeln!(s, "    Throughput: {} infer/sec", cpp_double(r.throughput));
+    let _ = writeln!(
+        s,
+        "    Avg latency: {} usec (standard deviation {} usec)",
+        us(r.avg_us),
+        us(detail.stdev_us)
+    );
+    for (p, v) in [
+        (50, r.p50_us),
+        (90, r.p90_us),
+        (95, r.p95_us),
+        (99, r.p99_us),
+    ] {
+        let _ = writeln!(s, "    p{p} latency: {} usec", us(v));
+    }
+    let send_recv = r.client_send_us + r.client_recv_us;
+    let wait = us(detail.exchange_us - send_recv);
+    match wire {
+        Wire::Http => {
+            let _ = writeln!(
+                s,
+                "    Avg HTTP time: {} usec (send/recv {} usec + response wait {wait} usec)",
+                us(detail.exchange_us),
+                us(send_recv)
+            );
+        }
+        Wire::Grpc => {
+            let _ = writeln!(
+                s,
+                "    Avg gRPC time: {} usec ((un)marshal request/response {} usec + response wait {wait} usec)",
+                us(detail.exchange_us),
+                us(send_recv)
+            );
+        }
+        Wire::InProcess => {}
+    }
+    if let Some(server) = &detail.server {
+        let _ = writeln!(s, "  Server: ");
+        let _ = writeln!(s, "    Inference count: {}", server.inference_count);
+        let _ = writeln!(s, "    Execution count: {}", server.execution_count);
+        let _ = writeln!(s, "    Successful request count: {}", server.success.count);
+        let _ = writeln!(
+            s,
+            "    Avg request latency: {} usec (overhead {} usec + queue {} usec + compute input {} usec + compute infer {} usec + compute output {} usec)",
+            us(server.success.avg_us()),
+            us(server.overhead_us()),
+            us(server.queue.avg_us()),
+            us(server.compute_input.avg_us()),
+            us(server.compute_infer.avg_us()),
+            us(server.compute_output.avg_us()),
+        );
+    }
+    let _ = write!(
+        s,
+        "  perfbench: {} failed, {} late, {} missed requests",
+        r.failed, r.late, r.missed
+    );
+    if let Some(error) = &detail.first_error {
+        let _ = write!(s, " (first failure: {error})");
+    }
+    s.push('\n');
+    if !r.stable {
+        let _ = writeln!(
+            s,
+            "  UNSTABLE: the last {} windows did not agree within {}% after {} windows (spread: throughput {:.1}%, avg latency {:.1}%)",
+            detail.trials.min(3),
+            cpp_double(d.stability_pct),
+            detail.trials,
+            r.throughput_spread_pct,
+            r.avg_spread_pct
+        );
+    }
+    s
+}
+
+/// The closing list, exactly as perf_analyzer prints it (unstable points are flagged in their
+/// own block above, so scripts that parse this list keep working).
+pub fn closing_list(results: &[PointResult]) -> String {
+    let mut s = String::from("Inferences/Second vs. Client Average Batch Latency\n");
+    for result in results {
+        let r = &result.row;
+        let label = match r.load {
+            LoadPoint::Concurrency(n) => format!("Concurrency: {n}"),
+            LoadPoint::RequestRate(rate) => format!("Request Rate: {}", cpp_double(rate)),
+        };
+        let _ = writeln!(
+            s,
+            "{label}, throughput: {} infer/sec, latency {} usec",
+            cpp_double(r.throughput),
+            us(r.avg_us)
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::{PointDetail, ServerStats};
+    use crate::report::ReportRow;
+    use std::time::Duration;
+
+    fn description() -> RunDescription {
+        RunDescription {
+            batch: 1,
+            service_kind: "TRITON",
+            window: WindowMode::Time(Duration::from_millis(1000)),
+            request_count: None,
+            percentile: None,
+            latency_limit_ms: 0.0,
+            limit_line: Some("Concurrency limit: 2 concurrent requests".into()),
+            distribution_line: None,
+            asynchronous: false,
+            stability_pct: 10.0,
+            max_trials: 10,
+        }
+    }
+
+    #[test]
+    fn settings_block_has_perf_analyzer_lines() {
+        let text = settings_block(&description());
+        assert!(text.starts_with(
+            "*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n"
+        ));
+        assert!(text.contains("  Using \"time_windows\" mode for stabilization\n  Stabilizing using average latency and throughput\n  Measurement window: 1000 msec\n  Latency limit: 0 msec\n"));
+        assert!(text.ends_with("  Using synchronous calls for inference\n"));
+    }
+
+    #[test]
+    fn point_block_has_client_server_and_perfbench_lines() {
+        let row = ReportRow {
+            batch: 1,
+            load: LoadPoint::Concurrency(1),
+            throughput: 248.518,
+            client_send_us: 83.0,
+            network_us: 0.0,
+            server_queue_us: 0.0,
+            server_compute_input_us: 0.0,
+            server_compute_infer_us: 0.0,
+            server_compute_output_us: 0.0,
+            client_recv_us: 0.0,
+            p50_us: 3742.0,
+            p90_us: 5477.0,
+            p95_us: 5989.0,
+            p99_us: 7979.0,
+            avg_us: 4013.0,
+            requests: 896,
+            failed: 3,
+            late: 0,
+            missed: 0,
+            stable: false,
+            throughput_spread_pct: 12.0,
+            p99_spread_pct: 0.0,
+            avg_spread_pct: 1.0,
+            server_avg_batch: 1.0,
+        };
+        let detail = PointDetail {
+            exchange_us: 3994.0,
+            stdev_us: 1148.0,
+            trials: 10,
+            server: Some(ServerStats::default()),
+            ..Default::default()
+        };
+        let text = point_block(&PointResult { row, detail }, Wire::Http, &description());
+        assert!(text.starts_with("Request concurrency: 1\n  Client: \n    Request count: 896\n    Throughput: 248.518 infer/sec\n    Avg latency: 4013 usec (standard deviation 1148 usec)\n    p50 latency: 3742 usec\n"));
+        assert!(text.contains("    Avg HTTP time: 3994 usec (send/recv 83 usec + response wait 3911 usec)\n  Server: \n    Inference count: 0\n"));
+        assert!(text.contains("  perfbench: 3 failed, 0 late, 0 missed requests\n"));
+        assert!(text.contains("  UNSTABLE: "));
+    }
+}

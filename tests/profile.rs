@@ -1,0 +1,450 @@
+//! `perfbench profile` end to end: the binary's errors and exit codes, and measurements against
+//! the bundled server's `delay` models (known compute time), with count windows and small request
+//! counts so each test takes seconds. Timing bounds are generous: CI is a noisy 2-core box.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use perfbench::measure::PointResult;
+use perfbench::profile::{run_config, ProfileArgs};
+use perfbench::report::LoadPoint;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: ProfileArgs,
+}
+
+fn perfbench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(args)
+        .output()
+        .expect("runs the binary")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim().to_string()
+}
+
+/// Asserts a failed run: exit 2, one line on stderr containing `needle`.
+fn assert_bad_input(args: &[&str], needle: &str) {
+    let out = perfbench(args);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "perfbench {args:?}\nstderr: {err}"
+    );
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "perfbench {args:?}: one line expected, got:\n{err}"
+    );
+    assert!(
+        err.contains(needle),
+        "perfbench {args:?}: expected '{needle}' in: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A model repository with `delay` models of known compute time.
+fn repository(models: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, config) in models {
+        let model_dir = dir.path().join(name);
+        std::fs::create_dir(&model_dir).unwrap();
+        std::fs::write(model_dir.join("config.pbtxt"), config).unwrap();
+    }
+    dir
+}
+
+fn delay_model(delay_us: u64, max_batch: u32, extra: &str) -> String {
+    let batching = if max_batch > 0 {
+        "dynamic_batching { max_queue_delay_microseconds: 0 }"
+    } else {
+        ""
+    };
+    format!(
+        r#"backend: "delay"
+max_batch_size: {max_batch}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+{batching}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters {{ key: "delay_us" value {{ string_value: "{delay_us}" }} }}
+parameters {{ key: "delay_per_item_us" value {{ string_value: "0" }} }}
+{extra}
+"#
+    )
+}
+
+/// Parses a perfbench command line and runs it in this process.
+fn profile(line: &str, repo: &Path) -> anyhow::Result<Vec<PointResult>> {
+    let argv: Vec<String> = std::iter::once("profile".to_string())
+        .chain(line.split_whitespace().map(String::from))
+        .chain(["--shape", "INPUT0:4", "--model-repository"].map(String::from))
+        .chain([repo.display().to_string()])
+        .collect();
+    let config = Cli::try_parse_from(argv)
+        .expect("flags parse")
+        .args
+        .resolve()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run_config(config))
+}
+
+fn within(value: f64, expected: f64, fraction: f64) -> bool {
+    (value - expected).abs() <= expected * fraction
+}
+
+#[test]
+fn a_bad_flag_is_one_line_and_exit_2() {
+    assert_bad_input(
+        &["profile", "-m", "identity", "--no-such-flag"],
+        "--no-such-flag",
+    );
+}
+
+#[test]
+fn unsupported_perf_analyzer_flags_are_named() {
+    assert_bad_input(
+        &["profile", "-m", "identity", "--max-threads", "4"],
+        "not supported: --max-threads",
+    );
+    assert_bad_input(
+        &["profile", "-m", "identity", "--sequence-length", "8"],
+        "not supported: --sequence-length",
+    );
+}
+
+#[test]
+fn an_unknown_model_is_reported() {
+    assert_bad_input(
+        &["profile", "-m", "nope", "--service-kind", "inprocess"],
+        "nope",
+    );
+    assert_bad_input(&["profile", "-m", "nope", "-p", "200"], "nope");
+    assert_bad_input(
+        &["profile", "-m", "delay", "--service-kind", "inprocess"],
+        "--shape",
+    );
+}
+
+#[test]
+fn a_wrong_shape_is_reported() {
+    assert_bad_input(
+        &[
+            "profile",
+            "-m",
+            "identity",
+            "--service-kind",
+            "inprocess",
+            "--shape",
+            "INPUT0:2,3",
+        ],
+        "INPUT0",
+    );
+    assert_bad_input(
+        &[
+            "profile",
+            "-m",
+            "identity",
+            "--service-kind",
+            "inprocess",
+            "--shape",
+            "NOPE:4",
+        ],
+        "NOPE",
+    );
+}
+
+#[test]
+fn an_unreachable_server_is_reported() {
+    assert_bad_input(
+        &["profile", "-m", "identity", "-u", "127.0.0.1:1"],
+        "unreachable",
+    );
+    assert_bad_input(
+        &[
+            "profile",
+            "-m",
+            "identity",
+            "-u",
+            "127.0.0.1:1",
+            "-i",
+            "grpc",
+        ],
+        "unreachable",
+    );
+}
+
+#[test]
+fn csv_and_summary_come_out_in_perf_analyzer_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("pa.csv");
+    let export = dir.path().join("export.json");
+    let out = perfbench(&[
+        "profile",
+        "-m",
+        "identity",
+        "--shape",
+        "INPUT0:16",
+        "--concurrency-range",
+        "1:2",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "30",
+        "-s",
+        "100",
+        "-f",
+        csv.to_str().unwrap(),
+        "--verbose-csv",
+        "--profile-export-file",
+        export.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("*** Measurement Settings ***\n  Batch size: 1\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Request concurrency: 2\n  Client: \n    Request count: "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("    Avg HTTP time: "), "{stdout}");
+    assert!(
+        stdout.contains("  Server: \n    Inference count: "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "Inferences/Second vs. Client Average Batch Latency\nConcurrency: 1, throughput: "
+        ),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait");
+    assert_eq!(lines.len(), 3);
+    for line in &lines[1..] {
+        assert_eq!(line.split(',').count(), 16, "{line}");
+        // Every column after the throughput is a whole number of microseconds.
+        assert!(
+            line.split(',').skip(2).all(|v| v.parse::<u64>().is_ok()),
+            "{line}"
+        );
+    }
+    let export: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    let first = &export["experiments"][0];
+    assert_eq!(first["experiment"]["mode"], "concurrency");
+    let requests = first["requests"].as_array().unwrap();
+    assert!(requests.len() >= 30);
+    let r = &requests[0];
+    assert!(r["response_timestamps"][0].as_u64().unwrap() > r["timestamp"].as_u64().unwrap());
+}
+
+#[test]
+fn delay_model_throughput_and_compute_match_the_configured_time() {
+    let repo = repository(&[("slow", &delay_model(5000, 8, ""))]);
+    for protocol in ["http", "grpc"] {
+        let line = format!("-m slow -i {protocol} --measurement-mode count_windows --measurement-request-count 40 -s 50 -r 6");
+        let rows = profile(&line, repo.path()).unwrap();
+        let r = &rows[0].row;
+        // 5 ms per request, one at a time: 200/s at most.
+        assert!(
+            r.throughput <= 205.0 && within(r.throughput, 200.0, 0.25),
+            "{protocol}: {} infer/s",
+            r.throughput
+        );
+        assert!(
+            within(r.server_compute_infer_us, 5000.0, 0.25),
+            "{protocol}: compute infer {} µs",
+            r.server_compute_infer_us
+        );
+        assert!(
+            r.server_queue_us < 1000.0,
+            "{protocol}: nothing should queue at concurrency 1: {} µs",
+            r.server_queue_us
+        );
+        assert_eq!(r.failed, 0);
+    }
+}
+
+#[test]
+fn dynamic_batching_at_concurrency_8_batches_and_queues() {
+    // One instance, 4 ms per execution whatever the batch: while one batch runs, the other
+    // requests wait and are executed together next.
+    let repo = repository(&[("batched", &delay_model(4000, 8, ""))]);
+    let rows = profile("-m batched --concurrency-range 8 --measurement-mode count_windows --measurement-request-count 80 -s 50 -r 6", repo.path())
+        .unwrap();
+    let r = &rows[0].row;
+    assert!(
+        r.server_avg_batch > 3.0,
+        "average batch {}",
+        r.server_avg_batch
+    );
+    // Each request waits for the running batch: about one execution time in the queue.
+    assert!(
+        r.server_queue_us > 2000.0 && r.server_queue_us < 12000.0,
+        "queue {} µs",
+        r.server_queue_us
+    );
+    // 8 requests per ~4 ms: far above the 250/s of one request at a time.
+    assert!(r.throughput > 600.0, "throughput {}", r.throughput);
+}
+
+#[test]
+fn open_loop_latency_grows_with_the_backlog() {
+    // 10 ms per request, no batching: capacity 100/s.
+    let repo = repository(&[("slow", &delay_model(10_000, 0, ""))]);
+    let under = profile(
+        "-m slow --request-rate-range 40 --request-count 40",
+        repo.path(),
+    )
+    .unwrap();
+    let over = profile(
+        "-m slow --request-rate-range 400 --request-count 120",
+        repo.path(),
+    )
+    .unwrap();
+    let (under, over) = (&under[0].row, &over[0].row);
+    assert_eq!((under.requests, over.requests), (40, 120));
+    assert!(
+        under.p99_us < 60_000.0,
+        "under capacity p99 {} µs",
+        under.p99_us
+    );
+    // 120 requests sent in 0.3 s take 1.2 s to serve: the last waited ~0.9 s. Latency from the
+    // intended send time includes that wait.
+    assert!(
+        over.p99_us > 400_000.0,
+        "over capacity p99 {} µs",
+        over.p99_us
+    );
+    assert!(over.avg_us > 5.0 * under.avg_us);
+    assert!(matches!(over.load, LoadPoint::RequestRate(r) if r == 400.0));
+}
+
+#[test]
+fn a_model_failing_one_request_in_four_completes_with_failures_counted() {
+    let repo = repository(&[(
+        "flaky",
+        &delay_model(
+            500,
+            0,
+            r#"parameters { key: "fail_every" value { string_value: "4" } }"#,
+        ),
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("flaky.csv");
+    let out = perfbench(&[
+        "profile",
+        "-m",
+        "flaky",
+        "--shape",
+        "INPUT0:4",
+        "--model-repository",
+        repo.path().to_str().unwrap(),
+        "--concurrency-range",
+        "1:2",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "40",
+        "-s",
+        "100",
+        "-f",
+        csv.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let failed: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("perfbench: "))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(failed.len(), 2, "{stdout}");
+    assert!(failed.iter().all(|&f| f > 0), "{stdout}");
+    assert!(stdout.contains("injected failure"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 3);
+}
+
+#[test]
+fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
+    let repo = repository(&[("slow", &delay_model(2000, 0, ""))]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime
+        .block_on(perfbench::server::serve::start(
+            perfbench::server::serve::ServeConfig {
+                options: perfbench::server::ServerOptions {
+                    model_repository: Some(repo.path().to_path_buf()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let csv: PathBuf = dir.path().join("partial.csv");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args([
+            "profile",
+            "-m",
+            "slow",
+            "--shape",
+            "INPUT0:4",
+            "--concurrency-range",
+            "1:40",
+        ])
+        .args([
+            "-u",
+            &server.http_addr.to_string(),
+            "-p",
+            "300",
+            "-s",
+            "100",
+            "-r",
+            "3",
+        ])
+        .arg("-f")
+        .arg(&csv)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until two rows are on disk, then take the server away.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&csv)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+        < 3
+    {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("no rows written in time; stderr: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    runtime.block_on(server.shutdown());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unreachable"), "{err}");
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    assert!(rows.lines().count() >= 3, "{rows}");
+    assert!(rows.lines().count() < 41, "the sweep stopped early: {rows}");
+}
