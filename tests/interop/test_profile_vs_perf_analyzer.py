@@ -90,6 +90,9 @@ def test_agrees_with_perf_analyzer(triton, tmp_path, model, protocol, concurrenc
             except PeerRunError as e:
                 pytest.fail(f"{tool} failed: {e}")
         problems = disagreements(rows["pa"][0], rows["pb"][0])
+        # The figures, for `pytest -s` and for the record of a failure.
+        print(f"\n{model} {protocol} c{concurrency} shm={shm} attempt {attempt + 1}: " + ", ".join(
+            f"{c} perf_analyzer {rows['pa'][0][c]} perfbench {rows['pb'][0][c]}" for c in COLUMNS))
         attempts.append((rows["pa"][0], rows["pb"][0], problems))
         if not problems:
             return
