@@ -206,7 +206,7 @@ async fn refused_connection_is_unreachable() {
 
 #[test]
 fn bad_urls_and_headers_are_clear_errors() {
-    let bad_header = ConnectOptions { concurrency: 1, headers: vec![("bad header".into(), "x".into())] };
+    let bad_header = ConnectOptions { concurrency: 1, headers: vec![("bad header".into(), "x".into())], ..Default::default() };
     assert!(HttpClient::new("localhost:1", &bad_header).err().unwrap().to_string().contains("bad header"));
     assert!(HttpClient::new("bad host:1", &ConnectOptions::default())
         .err()
@@ -273,7 +273,7 @@ mod own_server {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_requests_multiplex() {
         let server = start(ServeConfig::default()).await.expect("server starts");
-        let options = ConnectOptions { concurrency: 32, headers: vec![] };
+        let options = ConnectOptions { concurrency: 32, ..Default::default() };
         let http = HttpClient::new(&server.http_url(), &options).unwrap();
         let grpc = GrpcClient::new(&server.grpc_url(), &options).unwrap();
         async fn burst<C: InferClient>(client: &C) {
@@ -347,7 +347,7 @@ async fn client_cpu_per_request() {
     else {
         return;
     };
-    let options = ConnectOptions { concurrency: 16, headers: vec![] };
+    let options = ConnectOptions { concurrency: 16, ..Default::default() };
     run("http", HttpClient::new(&http, &options).unwrap()).await;
     run("grpc", GrpcClient::new(&grpc, &options).unwrap()).await;
 }

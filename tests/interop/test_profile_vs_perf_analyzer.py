@@ -79,8 +79,9 @@ def test_agrees_with_perf_analyzer(triton, tmp_path, model, protocol, concurrenc
         args += ["--shared-memory", shm, "--output-shared-memory-size", "64"]
 
     attempts = []
-    # The second attempt runs the pair in the other order, so neither tool always goes first.
-    for attempt, order in enumerate([("pa", "pb"), ("pb", "pa")]):
+    # Up to three attempts, alternating the order so neither tool always goes first: a shared
+    # 2-core box swings a Python-backend Triton by 30%+ between back-to-back runs of one tool.
+    for attempt, order in enumerate([("pa", "pb"), ("pb", "pa"), ("pa", "pb")]):
         rows = {}
         for tool in order:
             csv_path = tmp_path / f"{tool}-{attempt}.csv"
