@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
 cargo build --locked --quiet
-export PERFBENCH_BIN=${PERFBENCH_BIN:-$PWD/target/debug/perfbench}
+export PERFBENCH_BIN=${PERFBENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/debug/perfbench}
 export PERFBENCH_PA=$PEERS/pa.sh
 export PYTHONUNBUFFERED=1
 # pytriton's Python backend stub links libpython: point the loader at the interpreter's LIBDIR.

@@ -39,5 +39,6 @@ cat > "$PEERS/pa.sh" <<EOT
 LD_LIBRARY_PATH=$PEERS/pa/lib exec $PEERS/pa/bin/perf_analyzer "\$@"
 EOT
 chmod +x "$PEERS/pa.sh"
-"$PEERS/pa.sh" --help >/dev/null 2>&1 || { echo "perf_analyzer does not start" >&2; exit 1; }
+# perf_analyzer exits non-zero on --help; --version proves the binary and its libraries load.
+"$PEERS/pa.sh" --version >/dev/null 2>&1 || { echo "perf_analyzer does not start" >&2; exit 1; }
 echo "peers ready in $PEERS"

@@ -98,8 +98,6 @@ pub struct UnsupportedFlags {
     endpoint: Option<Option<String>>,
     #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
     triton_server_directory: Option<Option<String>>,
-    #[arg(long = "streaming", hide = true, num_args = 0..=1)]
-    streaming: Option<Option<String>>,
     #[arg(short = 't', hide = true, num_args = 0..=1)]
     concurrency_old: Option<Option<String>>,
     #[arg(short = 'd', hide = true, num_args = 0..=1)]
@@ -193,7 +191,6 @@ impl UnsupportedFlags {
                 "--triton-server-directory",
                 self.triton_server_directory.is_some(),
             ),
-            ("--streaming (decoupled models)", self.streaming.is_some()),
             (
                 "-t (use --concurrency-range)",
                 self.concurrency_old.is_some(),
@@ -294,6 +291,9 @@ pub struct ProfileArgs {
     /// Extra HTTP header / gRPC metadata, "Name: value" (repeatable).
     #[arg(short = 'H')]
     pub headers: Vec<String>,
+    /// Send requests over gRPC `ModelStreamInfer` streams (needs `-i grpc`).
+    #[arg(long)]
+    pub streaming: bool,
     /// CSV report (perf_analyzer's format).
     #[arg(short = 'f', long = "latency-report-file")]
     pub latency_report_file: Option<PathBuf>,
@@ -356,6 +356,8 @@ pub struct ProfileConfig {
     pub shared_memory: SharedMemoryKind,
     pub output_shm_bytes: u64,
     pub headers: Vec<(String, String)>,
+    /// `--streaming`: gRPC requests go over `ModelStreamInfer`.
+    pub streaming: bool,
     pub measure: MeasureSettings,
     pub plan: SweepPlan,
     pub csv: Option<PathBuf>,
@@ -420,6 +422,9 @@ impl ProfileArgs {
             "grpc" => Protocol::Grpc,
             other => return Err(invalid(format!("bad -i '{other}': expected http or grpc"))),
         };
+        if self.streaming && protocol != Protocol::Grpc {
+            return Err(invalid("--streaming needs -i grpc: HTTP has no streaming inference"));
+        }
         let service = match (self.service_kind.as_str(), &self.url) {
             ("triton", Some(url)) => {
                 if self.model_repository.is_some() {
@@ -580,6 +585,7 @@ impl ProfileArgs {
             shared_memory,
             output_shm_bytes: self.output_shared_memory_size,
             headers,
+            streaming: self.streaming,
             measure: MeasureSettings {
                 window,
                 stability_pct: self.stability_percentage,
@@ -743,6 +749,7 @@ pub async fn run_config(config: ProfileConfig) -> anyhow::Result<Vec<PointResult
     let connect = ConnectOptions {
         concurrency: config.peak_concurrency(),
         headers: config.headers.clone(),
+        streaming: config.streaming,
     };
     let server_options = |repository: &Option<PathBuf>| ServerOptions {
         model_repository: repository.clone(),
@@ -1056,7 +1063,8 @@ mod tests {
         assert!(resolve("-m m --streaming")
             .unwrap_err()
             .to_string()
-            .starts_with("not supported: --streaming"));
+            .starts_with("--streaming needs -i grpc"));
+        assert!(resolve("-m m -i grpc --streaming").unwrap().streaming);
     }
 
     #[test]

@@ -24,18 +24,10 @@ fn in_process() -> InProcessClient {
 /// A region prefix no other test (or process) uses, so parallel tests never collide.
 fn unique_prefix() -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "pbtest{}_{}_",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("pbtest{}_{}_", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-async fn specs_for<C: InferClient>(
-    client: &C,
-    model: &str,
-    options: &InputOptions,
-) -> Vec<RequestSpec> {
+async fn specs_for<C: InferClient>(client: &C, model: &str, options: &InputOptions) -> Vec<RequestSpec> {
     let meta = client.model_metadata(model, "").await.expect("metadata");
     let config = client.model_config(model, "").await.expect("config");
     build_requests(&meta, &config, options, "").expect("requests")
@@ -56,37 +48,20 @@ async fn assert_identity<C: InferClient>(client: &C, spec: &RequestSpec) {
     let prepared = client.prepare(spec).expect("prepare");
     let (result, timing) = client.infer(&prepared, true).await;
     let result = result.expect("infer");
-    assert!(
-        timing.total >= timing.send && timing.total >= timing.recv,
-        "{timing:?}"
-    );
-    let InputSource::Inline(input) = &spec.inputs[0].1 else {
-        panic!("inline input expected")
-    };
+    assert!(timing.total >= timing.send && timing.total >= timing.recv, "{timing:?}");
+    let InputSource::Inline(input) = &spec.inputs[0].1 else { panic!("inline input expected") };
     assert_eq!(result.outputs.len(), 1);
-    assert_eq!(
-        &result.outputs[0].1, input,
-        "output {} differs from the input",
-        result.outputs[0].0
-    );
+    assert_eq!(&result.outputs[0].1, input, "output {} differs from the input", result.outputs[0].0);
 }
 
-async fn identity_round_trip<C: InferClient>(
-    client: &C,
-    model: &str,
-    shape: &str,
-    batch_size: u64,
-) {
+async fn identity_round_trip<C: InferClient>(client: &C, model: &str, shape: &str, batch_size: u64) {
     let specs = specs_for(client, model, &random_input(shape, batch_size)).await;
     assert_identity(client, &specs[0]).await;
     // A prepared request can be sent again and again.
     let prepared = client.prepare(&specs[0]).unwrap();
     for _ in 0..3 {
         let (result, _) = client.infer(&prepared, false).await;
-        assert!(
-            result.expect("repeat infer").outputs.is_empty(),
-            "outputs not kept when not asked"
-        );
+        assert!(result.expect("repeat infer").outputs.is_empty(), "outputs not kept when not asked");
     }
 }
 
@@ -97,85 +72,53 @@ async fn shm_round_trip<C: InferClient>(client: &C, model: &str, shape: &str, ba
     let specs = build_requests(&meta, &config, &options, "").unwrap();
     let sizes = output_byte_sizes(&meta, &config, batch_size, DEFAULT_OUTPUT_SHM_BYTES);
     let prefix = unique_prefix();
-    let (set, shm_specs) = ShmSet::setup(client, &specs, &sizes, &prefix)
-        .await
-        .expect("shm setup");
+    let (set, shm_specs) = ShmSet::setup(client, &specs, &sizes, &prefix).await.expect("shm setup");
     let keys: Vec<String> = shm_specs[0]
         .inputs
         .iter()
         .map(|(_, s)| match s {
-            InputSource::SystemShm { region, .. } => {
-                set.region(region).expect("input region").key.clone()
-            }
+            InputSource::SystemShm { region, .. } => set.region(region).expect("input region").key.clone(),
             other => panic!("input not moved to shm: {other:?}"),
         })
         .collect();
-    assert_eq!(
-        keys[0],
-        format!("/{prefix}INPUT0_0_0"),
-        "perf_analyzer's region naming"
-    );
+    assert_eq!(keys[0], format!("/{prefix}INPUT0_0_0"), "perf_analyzer's region naming");
 
     let prepared = client.prepare(&shm_specs[0]).unwrap();
     let (result, _) = client.infer(&prepared, true).await;
     let mut result = result.expect("shm infer");
-    assert!(
-        result.outputs[0].1.data.is_empty(),
-        "shm outputs come back without data"
-    );
+    assert!(result.outputs[0].1.data.is_empty(), "shm outputs come back without data");
     set.read_outputs(&shm_specs[0], &mut result).unwrap();
-    let InputSource::Inline(input) = &specs[0].inputs[0].1 else {
-        unreachable!()
-    };
+    let InputSource::Inline(input) = &specs[0].inputs[0].1 else { unreachable!() };
     assert_eq!(&result.outputs[0].1, input);
 
     set.release(client).await.expect("release");
     for key in keys {
-        assert!(
-            !std::path::Path::new(&format!("/dev/shm{key}")).exists(),
-            "{key} still linked"
-        );
+        assert!(!std::path::Path::new(&format!("/dev/shm{key}")).exists(), "{key} still linked");
     }
 }
 
 async fn unknown_model_is_a_server_error<C: InferClient>(client: &C) {
     match client.model_metadata("no_such_model", "").await {
-        Err(ClientError::Server(message)) => {
-            assert!(message.contains("no_such_model"), "{message}")
-        }
+        Err(ClientError::Server(message)) => assert!(message.contains("no_such_model"), "{message}"),
         other => panic!("expected a server error, got {other:?}"),
     }
-    let mut spec = specs_for(client, "identity", &random_input("INPUT0:4", 1))
-        .await
-        .remove(0);
+    let mut spec = specs_for(client, "identity", &random_input("INPUT0:4", 1)).await.remove(0);
     spec.model_name = "no_such_model".into();
     let (result, _) = client.infer(&client.prepare(&spec).unwrap(), false).await;
     let err = result.unwrap_err();
-    assert!(
-        matches!(&err, ClientError::Server(m) if m.contains("no_such_model")),
-        "{err}"
-    );
+    assert!(matches!(&err, ClientError::Server(m) if m.contains("no_such_model")), "{err}");
     assert!(!err.is_fatal());
 }
 
 async fn statistics_count_requests<C: InferClient>(client: &C) {
     let before = client.statistics("identity", "").await.expect("stats");
     let count = |s: &[perfbench::proto::inference::ModelStatistics]| {
-        let s = s
-            .iter()
-            .find(|m| m.name == "identity")
-            .expect("identity stats");
-        let success = s
-            .inference_stats
-            .as_ref()
-            .and_then(|i| i.success.as_ref())
-            .map_or(0, |d| d.count);
+        let s = s.iter().find(|m| m.name == "identity").expect("identity stats");
+        let success = s.inference_stats.as_ref().and_then(|i| i.success.as_ref()).map_or(0, |d| d.count);
         (s.inference_count, success)
     };
     let (inferences_before, success_before) = count(&before[..]);
-    let spec = specs_for(client, "identity", &random_input("INPUT0:8", 2))
-        .await
-        .remove(0);
+    let spec = specs_for(client, "identity", &random_input("INPUT0:8", 2)).await.remove(0);
     let prepared = client.prepare(&spec).unwrap();
     for _ in 0..5 {
         client.infer(&prepared, false).await.0.expect("infer");
@@ -187,30 +130,18 @@ async fn statistics_count_requests<C: InferClient>(client: &C) {
         "batch 2 × 5 requests: {inferences_before} → {inferences_after}"
     );
     assert!(success_after >= success_before + 5);
-    let all = client
-        .statistics("", "")
-        .await
-        .expect("stats of all models");
+    let all = client.statistics("", "").await.expect("stats of all models");
     assert!(all.iter().any(|m| m.name == "identity"));
     let info = client.server_metadata().await.expect("server metadata");
-    assert!(
-        info.extensions.iter().any(|e| e == "statistics"),
-        "{info:?}"
-    );
+    assert!(info.extensions.iter().any(|e| e == "statistics"), "{info:?}");
 }
 
 async fn json_file_data<C: InferClient>(client: &C) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("input.json");
-    std::fs::write(
-        &path,
-        r#"{"data":[{"INPUT0":[1,2,3,4]},{"INPUT0":{"content":[[5,6],[7,8]],"shape":[4]}}]}"#,
-    )
-    .unwrap();
-    let options = InputOptions {
-        data: InputData::File(path),
-        ..Default::default()
-    };
+    std::fs::write(&path, r#"{"data":[{"INPUT0":[1,2,3,4]},{"INPUT0":{"content":[[5,6],[7,8]],"shape":[4]}}]}"#)
+        .unwrap();
+    let options = InputOptions { data: InputData::File(path), ..Default::default() };
     let specs = specs_for(client, "identity", &options).await;
     assert_eq!(specs.len(), 2);
     for spec in &specs {
@@ -266,9 +197,7 @@ async fn refused_connection_is_unreachable() {
     let url = format!("127.0.0.1:{}", closed_port());
     let http = HttpClient::new(&url, &ConnectOptions::default()).unwrap();
     assert_unreachable(http.server_metadata().await);
-    let spec = specs_for(&in_process(), "identity", &random_input("INPUT0:4", 1))
-        .await
-        .remove(0);
+    let spec = specs_for(&in_process(), "identity", &random_input("INPUT0:4", 1)).await.remove(0);
     assert_unreachable(http.infer(&http.prepare(&spec).unwrap(), false).await.0);
     let grpc = GrpcClient::new(&url, &ConnectOptions::default()).unwrap();
     assert_unreachable(grpc.server_metadata().await);
@@ -277,15 +206,8 @@ async fn refused_connection_is_unreachable() {
 
 #[test]
 fn bad_urls_and_headers_are_clear_errors() {
-    let bad_header = ConnectOptions {
-        concurrency: 1,
-        headers: vec![("bad header".into(), "x".into())],
-    };
-    assert!(HttpClient::new("localhost:1", &bad_header)
-        .err()
-        .unwrap()
-        .to_string()
-        .contains("bad header"));
+    let bad_header = ConnectOptions { concurrency: 1, headers: vec![("bad header".into(), "x".into())], ..Default::default() };
+    assert!(HttpClient::new("localhost:1", &bad_header).err().unwrap().to_string().contains("bad header"));
     assert!(HttpClient::new("bad host:1", &ConnectOptions::default())
         .err()
         .unwrap()
@@ -307,10 +229,7 @@ async fn against_triton<C: InferClient>(client: C) {
 /// perf_analyzer does), so two runs against one server must not overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_triton_http_and_grpc() {
-    let (Ok(http), Ok(grpc)) = (
-        std::env::var("PERFBENCH_TRITON_HTTP"),
-        std::env::var("PERFBENCH_TRITON_GRPC"),
-    ) else {
+    let (Ok(http), Ok(grpc)) = (std::env::var("PERFBENCH_TRITON_HTTP"), std::env::var("PERFBENCH_TRITON_GRPC")) else {
         eprintln!(
             "skipped: set PERFBENCH_TRITON_HTTP and PERFBENCH_TRITON_GRPC (host:port) to run against a real Triton"
         );
@@ -354,22 +273,15 @@ mod own_server {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_requests_multiplex() {
         let server = start(ServeConfig::default()).await.expect("server starts");
-        let options = ConnectOptions {
-            concurrency: 32,
-            headers: vec![],
-        };
+        let options = ConnectOptions { concurrency: 32, ..Default::default() };
         let http = HttpClient::new(&server.http_url(), &options).unwrap();
         let grpc = GrpcClient::new(&server.grpc_url(), &options).unwrap();
         async fn burst<C: InferClient>(client: &C) {
-            let specs: Vec<RequestSpec> =
-                futures::future::join_all((0..32).map(|seed| async move {
-                    let options = InputOptions {
-                        seed,
-                        ..random_input("INPUT0:64", 1)
-                    };
-                    specs_for(client, "identity", &options).await.remove(0)
-                }))
-                .await;
+            let specs: Vec<RequestSpec> = futures::future::join_all((0..32).map(|seed| async move {
+                let options = InputOptions { seed, ..random_input("INPUT0:64", 1) };
+                specs_for(client, "identity", &options).await.remove(0)
+            }))
+            .await;
             futures::future::join_all(specs.iter().map(|spec| assert_identity(client, spec))).await;
         }
         burst(&http).await;
@@ -383,18 +295,10 @@ mod own_server {
         let server = start(ServeConfig::default()).await.expect("server starts");
         let http = HttpClient::new(&server.http_url(), &ConnectOptions::default()).unwrap();
         let grpc = GrpcClient::new(&server.grpc_url(), &ConnectOptions::default()).unwrap();
-        let spec = specs_for(&http, "identity", &random_input("INPUT0:4", 1))
-            .await
-            .remove(0);
+        let spec = specs_for(&http, "identity", &random_input("INPUT0:4", 1)).await.remove(0);
         let (h, g) = (http.prepare(&spec).unwrap(), grpc.prepare(&spec).unwrap());
-        http.infer(&h, false)
-            .await
-            .0
-            .expect("http works while the server runs");
-        grpc.infer(&g, false)
-            .await
-            .0
-            .expect("grpc works while the server runs");
+        http.infer(&h, false).await.0.expect("http works while the server runs");
+        grpc.infer(&g, false).await.0.expect("grpc works while the server runs");
         server.shutdown().await;
         assert_unreachable(http.infer(&h, false).await.0);
         assert_unreachable(grpc.infer(&g, false).await.0);
@@ -414,9 +318,7 @@ async fn client_cpu_per_request() {
     }
     async fn run<C: InferClient>(name: &str, client: C) {
         let client = std::sync::Arc::new(client);
-        let spec = specs_for(&*client, "identity", &random_input("INPUT0:16", 1))
-            .await
-            .remove(0);
+        let spec = specs_for(&*client, "identity", &random_input("INPUT0:16", 1)).await.remove(0);
         let prepared = std::sync::Arc::new(client.prepare(&spec).unwrap());
         let per_worker = 2000;
         for round in 0..2 {
@@ -437,24 +339,15 @@ async fn client_cpu_per_request() {
             let n = (16 * per_worker) as f64;
             let (cpu, wall) = (cpu_us() - cpu0, t0.elapsed().as_secs_f64());
             if round == 1 {
-                eprintln!(
-                    "{name}: {:.1} client CPU-us/request, {:.0} requests/s",
-                    cpu / n,
-                    n / wall
-                );
+                eprintln!("{name}: {:.1} client CPU-us/request, {:.0} requests/s", cpu / n, n / wall);
             }
         }
     }
-    let (Ok(http), Ok(grpc)) = (
-        std::env::var("PERFBENCH_CPU_SERVER_HTTP"),
-        std::env::var("PERFBENCH_CPU_SERVER_GRPC"),
-    ) else {
+    let (Ok(http), Ok(grpc)) = (std::env::var("PERFBENCH_CPU_SERVER_HTTP"), std::env::var("PERFBENCH_CPU_SERVER_GRPC"))
+    else {
         return;
     };
-    let options = ConnectOptions {
-        concurrency: 16,
-        headers: vec![],
-    };
+    let options = ConnectOptions { concurrency: 16, ..Default::default() };
     run("http", HttpClient::new(&http, &options).unwrap()).await;
     run("grpc", GrpcClient::new(&grpc, &options).unwrap()).await;
 }

@@ -448,3 +448,24 @@ fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
     assert!(rows.lines().count() >= 3, "{rows}");
     assert!(rows.lines().count() < 41, "the sweep stopped early: {rows}");
 }
+
+#[test]
+fn grpc_streaming_measures_like_unary_and_counts_server_errors() {
+    let repo = repository(&[("slow", &delay_model(2000, 8, "")), ("flaky", &delay_model(0, 8, FAIL_EVERY_4))]);
+    let line = "-m slow -i grpc --streaming --concurrency-range 1:2 --measurement-mode count_windows \
+                --measurement-request-count 30 -s 50 -r 6";
+    let rows = profile(line, repo.path()).unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows.iter().map(|p| &p.row) {
+        assert_eq!(r.failed, 0);
+        assert!(r.requests >= 30, "{} requests", r.requests);
+        assert!(within(r.server_compute_infer_us, 2000.0, 0.5), "compute infer {} µs", r.server_compute_infer_us);
+    }
+    // Errors come back inside the stream; the stream stays usable and the run goes on.
+    let line = "-m flaky -i grpc --streaming --measurement-mode count_windows --measurement-request-count 40 -s 100 -r 3";
+    let rows = profile(line, repo.path()).unwrap();
+    let r = &rows[0].row;
+    assert!(r.failed > 0 && r.requests > 0, "{} requests, {} failed", r.requests, r.failed);
+}
+
+const FAIL_EVERY_4: &str = r#"parameters { key: "fail_every" value { string_value: "4" } }"#;

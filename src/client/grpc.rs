@@ -45,6 +45,8 @@ pub struct GrpcClient {
     channels: Vec<Channel>,
     next: AtomicUsize,
     metadata: MetadataMap,
+    /// `Some` with `--streaming`: requests go over `ModelStreamInfer` streams.
+    streams: Option<super::grpc_stream::StreamPool>,
 }
 
 /// A `ModelInferRequest`, protobuf-encoded once.
@@ -81,6 +83,7 @@ impl GrpcClient {
             channels,
             next: AtomicUsize::new(0),
             metadata,
+            streams: options.streaming.then(Default::default),
         })
     }
 
@@ -360,6 +363,19 @@ impl InferClient for GrpcClient {
         request: &GrpcRequest,
         keep_outputs: bool,
     ) -> (ClientResult<InferResult>, RequestTiming) {
+        if let Some(streams) = &self.streams {
+            let (response, timing) = streams
+                .infer(self.channel(), self.metadata.clone(), MAX_MESSAGE_BYTES, request.encoded.clone(), |s| {
+                    self.status_error(s)
+                })
+                .await;
+            let result = match response {
+                Ok(r) if keep_outputs => from_proto(r),
+                Ok(_) => Ok(InferResult::default()),
+                Err(e) => Err(e),
+            };
+            return (result, timing);
+        }
         let start = Instant::now();
         let times = Arc::new(CallTimes::default());
         let mut grpc = tonic::client::Grpc::new(self.channel())

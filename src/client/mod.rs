@@ -2,6 +2,7 @@
 //! generic over [`InferClient`] and never sees a wire format.
 
 pub mod grpc;
+pub mod grpc_stream;
 pub mod http;
 pub mod inprocess;
 pub mod shm;
@@ -45,6 +46,8 @@ pub struct ConnectOptions {
     pub concurrency: usize,
     /// Extra headers sent with every request (`-H`); gRPC sends them as metadata.
     pub headers: Vec<(String, String)>,
+    /// gRPC only: send requests on `ModelStreamInfer` streams (`--streaming`).
+    pub streaming: bool,
 }
 
 /// `localhost:8000` or `http://localhost:8000` → `http://localhost:8000` (no trailing slash).

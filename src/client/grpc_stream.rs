@@ -1,0 +1,130 @@
+//! gRPC `ModelStreamInfer` for `--streaming`: like perf_analyzer's per-context streams, each
+//! request in flight owns one open bidirectional stream, so responses need no reordering. Idle
+//! streams are kept for reuse.
+
+use std::time::Instant;
+
+use bytes::{BufMut, Bytes};
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::Channel;
+use tonic::{Status, Streaming};
+
+use super::{ClientError, ClientResult, RequestTiming};
+use crate::proto::inference::{ModelInferResponse, ModelStreamInferResponse};
+
+const STREAM_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
+
+/// One open stream: where requests go in and responses come out.
+struct OpenStream {
+    requests: mpsc::Sender<Bytes>,
+    responses: Streaming<ModelStreamInferResponse>,
+}
+
+/// Idle streams, reused by later requests.
+#[derive(Default)]
+pub struct StreamPool {
+    idle: Mutex<Vec<OpenStream>>,
+}
+
+impl StreamPool {
+    async fn open(channel: Channel, metadata: tonic::metadata::MetadataMap, max_bytes: usize) -> Result<OpenStream, Status> {
+        let (requests, rx) = mpsc::channel(1);
+        let mut grpc = tonic::client::Grpc::new(channel)
+            .max_decoding_message_size(max_bytes)
+            .max_encoding_message_size(max_bytes);
+        grpc.ready().await.map_err(|e| Status::from_error(Box::new(e)))?;
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        *request.metadata_mut() = metadata;
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(STREAM_INFER_PATH);
+        let responses = grpc.streaming(request, path, StreamCodec).await?.into_inner();
+        Ok(OpenStream { requests, responses })
+    }
+
+    /// Sends one pre-encoded `ModelInferRequest` on an idle (or new) stream and waits for its
+    /// response. Send ends when the request is queued on the stream; recv covers decoding.
+    pub async fn infer(
+        &self,
+        channel: Channel,
+        metadata: tonic::metadata::MetadataMap,
+        max_bytes: usize,
+        encoded: Bytes,
+        status_error: impl Fn(Status) -> ClientError,
+    ) -> (ClientResult<ModelInferResponse>, RequestTiming) {
+        let start = Instant::now();
+        let idle = self.idle.lock().pop();
+        let mut stream = match idle {
+            Some(s) => s,
+            None => match Self::open(channel, metadata, max_bytes).await {
+                Ok(s) => s,
+                Err(status) => return (Err(status_error(status)), timing(start, start, start)),
+            },
+        };
+        if stream.requests.send(encoded).await.is_err() {
+            let e = ClientError::Unreachable { url: "gRPC stream".into(), reason: "the stream closed".into() };
+            return (Err(e), timing(start, start, Instant::now()));
+        }
+        let sent = Instant::now();
+        let message = stream.responses.message().await;
+        let answered = Instant::now();
+        let result = match message {
+            Ok(Some(m)) if !m.error_message.is_empty() => {
+                self.idle.lock().push(stream);
+                Err(ClientError::Server(m.error_message))
+            }
+            Ok(Some(m)) => {
+                self.idle.lock().push(stream);
+                m.infer_response.ok_or_else(|| ClientError::Protocol("stream response without infer_response".into()))
+            }
+            Ok(None) => Err(ClientError::Protocol("the server closed the stream".into())),
+            Err(status) => Err(status_error(status)),
+        };
+        (result, timing(start, sent, answered))
+    }
+}
+
+fn timing(start: Instant, sent: Instant, answered: Instant) -> RequestTiming {
+    let end = Instant::now();
+    RequestTiming { send: sent - start, recv: end - answered, total: end - start }
+}
+
+/// Writes pre-encoded requests; decodes `ModelStreamInferResponse`.
+struct StreamCodec;
+
+struct PassThrough;
+struct StreamDecoder;
+
+impl Codec for StreamCodec {
+    type Encode = Bytes;
+    type Decode = ModelStreamInferResponse;
+    type Encoder = PassThrough;
+    type Decoder = StreamDecoder;
+    fn encoder(&mut self) -> PassThrough {
+        PassThrough
+    }
+    fn decoder(&mut self) -> StreamDecoder {
+        StreamDecoder
+    }
+}
+
+impl Encoder for PassThrough {
+    type Item = Bytes;
+    type Error = Status;
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for StreamDecoder {
+    type Item = ModelStreamInferResponse;
+    type Error = Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<ModelStreamInferResponse>, Status> {
+        ModelStreamInferResponse::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("bad ModelStreamInferResponse: {e}")))
+    }
+}

@@ -1,0 +1,255 @@
+"""Helpers of the interop suite: starting and stopping servers on loopback (perfbench serve, a
+real Triton), running the clients (NVIDIA perf_analyzer, perfbench profile) and reading their CSV.
+
+Environment (scripts/interop.sh sets it):
+  PERFBENCH_BIN   the perfbench binary under test
+  PERFBENCH_PA    a perf_analyzer launcher (scripts/setup-peers.sh writes $PEERS/pa.sh)
+  INTEROP_PORT_BASE  first port tried for the servers started here (default 24000); every server
+                  takes three consecutive free ports (http, grpc = +1, metrics = +2)
+
+The fixtures in conftest.py stop every server started here, also when a test fails.
+"""
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+LOOPBACK = "127.0.0.1"
+# A server has this long to load its models (bert builds its weights; Triton starts Python stubs).
+STARTUP_TIMEOUT_S = 180
+# Upper bound on one perf_analyzer / perfbench profile run; a hung peer fails the test, not CI.
+PEER_TIMEOUT_S = 300
+
+_next_port = int(os.environ.get("INTEROP_PORT_BASE", "24000"))
+
+
+def _port_is_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(count=3):
+    """The first `count` consecutive free loopback ports at or after the last block handed out."""
+    global _next_port
+    for _ in range(1000):
+        base = _next_port
+        _next_port += count
+        if all(_port_is_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free block of ports found")
+
+
+def http_status(url, timeout_s=2.0):
+    """HTTP status of a GET, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _tail(path, lines=40):
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Server:
+    """A server process on loopback: http on `port`, grpc on `port + 1`, metrics on `port + 2`."""
+
+    def __init__(self, name, cmd, port, log_path, ready_models, env=None):
+        self.name = name
+        self.port = port
+        self.log_path = log_path
+        self.models = list(ready_models)
+        log = open(log_path, "wb")
+        # Own process group: teardown signals the server and everything it spawned.
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+
+    @property
+    def http_url(self):
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def grpc_url(self):
+        return f"{LOOPBACK}:{self.port + 1}"
+
+    @property
+    def metrics_url(self):
+        return f"http://{LOOPBACK}:{self.port + 2}/metrics"
+
+    def url(self, protocol):
+        return self.grpc_url if protocol == "grpc" else self.http_url
+
+    def get_json(self, path, timeout_s=10):
+        """GET `path` from the HTTP front end, decoded."""
+        with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=timeout_s) as resp:
+            return json.load(resp)
+
+    def wait_ready(self, timeout_s=STARTUP_TIMEOUT_S):
+        """Waits until every model answers ready (the server's own readiness comes earlier)."""
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.models)
+        while pending:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode} while starting:\n"
+                    + _tail(self.log_path)
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"{self.name}: models {pending} not ready after {timeout_s} s:\n"
+                    + _tail(self.log_path)
+                )
+            url = f"http://{self.http_url}/v2/models/{pending[0]}/ready"
+            if http_status(url) == 200:
+                pending.pop(0)
+            else:
+                time.sleep(0.25)
+        return self
+
+    def stop(self, grace_s=15):
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=grace_s)
+
+
+def perfbench_bin():
+    path = os.environ.get("PERFBENCH_BIN")
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail("PERFBENCH_BIN must name the perfbench binary (run scripts/interop.sh)")
+    return path
+
+
+def pa_bin():
+    path = os.environ.get("PERFBENCH_PA")
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail("PERFBENCH_PA must name perf_analyzer (run scripts/setup-peers.sh)")
+    return path
+
+
+def start_perfbench(log_dir, models, repository=None):
+    """Starts `perfbench serve` on free ports and waits until `models` are ready."""
+    port = free_port_block()
+    cmd = [
+        perfbench_bin(), "serve", "--host", LOOPBACK,
+        "--http-port", str(port), "--grpc-port", str(port + 1), "--metrics-port", str(port + 2),
+        "--models", ",".join(models),
+    ]
+    if repository is not None:
+        cmd += ["--model-repository", str(repository)]
+    log = Path(log_dir) / f"perfbench-serve-{port}.log"
+    server = Server("perfbench serve", cmd, port, log, models)
+    try:
+        return server.wait_ready()
+    except Exception:
+        server.stop()
+        raise
+
+
+def write_repository(root, configs):
+    """A model repository of `name -> config.pbtxt text` under `root`."""
+    root = Path(root)
+    for name, text in configs.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "config.pbtxt").write_text(textwrap.dedent(text))
+    return root
+
+
+# The `delay` model's configured compute time, used by tests that assert the breakdown.
+DELAY_US = 8000
+
+
+# The pytriton `sleep` model's sleep per execution.
+TRITON_SLEEP_MS = 20
+
+
+# --- perf_analyzer and its CSV ----------------------------------------------------------------
+
+# Measurement settings for functional runs on a loaded 2-core machine: short count windows and a
+# loose stability bound, so perf_analyzer reports instead of giving up on noise.
+QUICK = ["--measurement-mode", "count_windows", "--measurement-request-count", "50",
+         "-s", "100", "-r", "10"]
+
+
+class PeerRunError(AssertionError):
+    pass
+
+
+def run_tool(cmd, timeout_s=PEER_TIMEOUT_S):
+    """Runs a client; returns its combined output, failing with the tail of it on error."""
+    try:
+        proc = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace")
+        raise PeerRunError(f"timed out after {timeout_s} s: {' '.join(cmd)}\n{out[-3000:]}")
+    out = proc.stdout.decode(errors="replace")
+    if proc.returncode != 0:
+        raise PeerRunError(
+            f"exit {proc.returncode}: {' '.join(map(str, cmd))}\n{out[-3000:]}"
+        )
+    return out
+
+
+def _number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def read_pa_csv(path):
+    """Rows of a perf_analyzer CSV (the block before the first blank line), numbers as floats."""
+    lines = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            break
+        lines.append(line)
+    reader = csv.DictReader(lines)
+    return [{k: _number(v) for k, v in row.items()} for row in reader]
+
+
+def run_pa(server, model, protocol, csv_path, args):
+    """Runs NVIDIA perf_analyzer against `server` and returns its CSV rows."""
+    cmd = [pa_bin(), "-m", model, "-u", server.url(protocol), "-i", protocol,
+           "-f", str(csv_path), *args]
+    output = run_tool(cmd)
+    rows = read_pa_csv(csv_path)
+    assert rows, f"perf_analyzer wrote no rows:\n{output[-3000:]}"
+    return rows, output
+
+

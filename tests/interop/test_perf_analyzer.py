@@ -1,0 +1,101 @@
+"""NVIDIA perf_analyzer (the real binary) against `perfbench serve` (issue 2, acceptance 1).
+
+perf_analyzer reads our statistics extension before and after each window to fill its server
+columns, registers system shared memory through our extension, and drives HTTP and gRPC. A run
+that completes and writes server columns that add up shows it understands our server.
+"""
+
+import json
+import random
+
+import pytest
+
+from peers import DELAY_US, QUICK, run_pa
+
+SERVER_STAGES = ["Server Queue", "Server Compute Input", "Server Compute Infer",
+                 "Server Compute Output"]
+PROTOCOLS = ["http", "grpc"]
+
+
+def server_us(row):
+    return sum(row[c] for c in SERVER_STAGES)
+
+
+def assert_measured(rows, concurrencies):
+    # perf_analyzer orders its rows by throughput, not by concurrency.
+    assert sorted(int(r["Concurrency"]) for r in rows) == concurrencies
+    for row in rows:
+        assert row["Inferences/Second"] > 0, row
+        assert row["p50 latency"] > 0, row
+        # The columns are whole µs: identity's compute stages are sub-µs and may print 0, but
+        # the server's share of each request (queue + compute) is never zero.
+        assert server_us(row) > 0, row
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_identity_concurrency_sweep(perfbench_zoo, tmp_path, protocol):
+    rows, _ = run_pa(
+        perfbench_zoo, "identity", protocol, tmp_path / "pa.csv",
+        ["--shape", "INPUT0:16", "--concurrency-range", "1:8:1", *QUICK],
+    )
+    assert_measured(rows, list(range(1, 9)))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_identity_system_shared_memory(perfbench_zoo, tmp_path, protocol):
+    # 16 FP32 = 64 bytes of output per request, written by the server into a region.
+    rows, _ = run_pa(
+        perfbench_zoo, "identity", protocol, tmp_path / "pa.csv",
+        ["--shape", "INPUT0:16", "--shared-memory", "system",
+         "--output-shared-memory-size", "64", "--concurrency-range", "1:8:7", *QUICK],
+    )
+    assert_measured(rows, [1, 8])
+    # perf_analyzer unregisters its regions when it exits.
+    status = perfbench_zoo.get_json("/v2/systemsharedmemory/status")
+    assert status == [], status
+
+
+def bert_input_data(path, seq=384, vocab=30522):
+    """perf_analyzer's JSON input format: one realistic sample (ids in range, a padded tail)."""
+    rng = random.Random(7)
+    used = 200
+    sample = {
+        "input__0": [rng.randrange(vocab) for _ in range(used)] + [0] * (seq - used),
+        "input__1": [0] * 100 + [1] * (used - 100) + [0] * (seq - used),
+        "input__2": [1] * used + [0] * (seq - used),
+    }
+    path.write_text(json.dumps({"data": [sample]}))
+    return path
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bert(perfbench_zoo, tmp_path, protocol):
+    # bert costs a few GFLOP per request on the CPU: small windows, concurrency 1 and 2.
+    data = bert_input_data(tmp_path / "bert.json")
+    rows, _ = run_pa(
+        perfbench_zoo, "bert", protocol, tmp_path / "pa.csv",
+        ["--input-data", str(data), "--concurrency-range", "1:2:1",
+         "--measurement-mode", "count_windows", "--measurement-request-count", "6",
+         "-s", "100", "-r", "10"],
+    )
+    assert_measured(rows, [1, 2])
+    for row in rows:
+        # Real compute: every stage the server times is visible at µs resolution.
+        assert row["Server Compute Infer"] > 100, row
+        assert row["Server Compute Input"] > 0, row
+        assert row["Server Compute Output"] > 0, row
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_delay_compute_infer_matches_config(perfbench_delay, tmp_path, protocol):
+    rows, _ = run_pa(
+        perfbench_delay, "delay", protocol, tmp_path / "pa.csv",
+        ["--shape", "INPUT0:16", "--concurrency-range", "1",
+         "--measurement-mode", "count_windows", "--measurement-request-count", "20",
+         "-s", "100", "-r", "10"],
+    )
+    assert_measured(rows, [1])
+    infer_us = rows[0]["Server Compute Infer"]
+    assert abs(infer_us - DELAY_US) <= 0.10 * DELAY_US, (
+        f"Server Compute Infer {infer_us} µs, configured {DELAY_US} µs"
+    )
