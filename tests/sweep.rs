@@ -38,7 +38,12 @@ const REPORT_COLUMNS: &[&str] = &[
 
 /// Checks the folder's files and returns its rows.
 fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
-    for file in ["perf_analyzer.csv", "report.csv", "report.md", "report.toml"] {
+    for file in [
+        "perf_analyzer.csv",
+        "report.csv",
+        "report.md",
+        "report.toml",
+    ] {
         assert!(dir.join(file).is_file(), "{} lacks {file}", dir.display());
     }
     for plot in plots {
@@ -148,7 +153,9 @@ fn online_sweep_writes_a_complete_folder() {
     let levels: Vec<LoadPoint> = rows.iter().map(|r| r.load).collect();
     assert_eq!(
         levels,
-        (1..=8).map(|i| LoadPoint::Concurrency(8 * i)).collect::<Vec<_>>()
+        (1..=8)
+            .map(|i| LoadPoint::Concurrency(8 * i))
+            .collect::<Vec<_>>()
     );
     assert!(rows.iter().all(|r| r.batch == 2));
 }
@@ -200,7 +207,11 @@ fn bad_scenarios_are_one_line_and_exit_2() {
     assert!(stderr(&run).contains("batchsize"), "{}", stderr(&run));
     let run = perfbench(&["run", "scenarios/wide_deep.toml", "--profile", "nope"]);
     assert_eq!(run.status.code(), Some(2));
-    assert!(stderr(&run).contains("no profile 'nope'"), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("no profile 'nope'"),
+        "{}",
+        stderr(&run)
+    );
     let run = perfbench(&["run", "scenarios/missing.toml"]);
     assert_eq!(run.status.code(), Some(2));
 }
