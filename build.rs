@@ -3,23 +3,13 @@
 use std::{env, fs, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = [
-        "proto/grpc_service.proto",
-        "proto/model_config.proto",
-        "proto/health.proto",
-    ];
+    let protos = ["proto/grpc_service.proto", "proto/model_config.proto", "proto/health.proto"];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
     let fds = protox::compile(protos, ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
-    fs::write(
-        out.join("descriptor.bin"),
-        prost::Message::encode_to_vec(&fds),
-    )?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(fds)?;
+    fs::write(out.join("descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
     Ok(())
 }

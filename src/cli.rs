@@ -6,11 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "perfbench",
-    version,
-    about = "Load generator and latency profiler for KServe v2 / Triton servers"
-)]
+#[command(name = "perfbench", version, about = "Load generator and latency profiler for KServe v2 / Triton servers")]
 pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `perfbench=debug`.
     #[arg(long, global = true, default_value = "warn")]
@@ -50,17 +46,12 @@ pub fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let text = e.to_string();
-            eprintln!(
-                "{}",
-                text.lines().next().unwrap_or("error: bad command line")
-            );
+            eprintln!("{}", text.lines().next().unwrap_or("error: bad command line"));
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     match run(cli.command) {
@@ -74,11 +65,7 @@ pub fn main() -> ExitCode {
 
 /// The error and its causes on one line.
 pub fn one_line(e: &anyhow::Error) -> String {
-    e.chain()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
-        .replace('\n', " ")
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {

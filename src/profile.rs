@@ -112,93 +112,39 @@ impl UnsupportedFlags {
         let given: &[(&'static str, bool)] = &[
             ("--max-threads", self.max_threads.is_some()),
             ("--sequence-length", self.sequence_length.is_some()),
-            (
-                "--sequence-length-variation",
-                self.sequence_length_variation.is_some(),
-            ),
+            ("--sequence-length-variation", self.sequence_length_variation.is_some()),
             ("--sequence-id-range", self.sequence_id_range.is_some()),
             ("--num-of-sequences", self.num_of_sequences.is_some()),
             ("--serial-sequences", self.serial_sequences.is_some()),
             ("--input-tensor-format", self.input_tensor_format.is_some()),
-            (
-                "--output-tensor-format",
-                self.output_tensor_format.is_some(),
-            ),
+            ("--output-tensor-format", self.output_tensor_format.is_some()),
             ("--trace-level", self.trace_level.is_some()),
             ("--trace-rate", self.trace_rate.is_some()),
             ("--trace-count", self.trace_count.is_some()),
             ("--log-frequency", self.log_frequency.is_some()),
             ("--ssl-grpc-use-ssl", self.ssl_grpc_use_ssl.is_some()),
-            (
-                "--ssl-grpc-root-certifications-file",
-                self.ssl_grpc_root_certifications_file.is_some(),
-            ),
-            (
-                "--ssl-grpc-private-key-file",
-                self.ssl_grpc_private_key_file.is_some(),
-            ),
-            (
-                "--ssl-grpc-certificate-chain-file",
-                self.ssl_grpc_certificate_chain_file.is_some(),
-            ),
-            (
-                "--ssl-https-verify-peer",
-                self.ssl_https_verify_peer.is_some(),
-            ),
-            (
-                "--ssl-https-verify-host",
-                self.ssl_https_verify_host.is_some(),
-            ),
-            (
-                "--ssl-https-ca-certificates-file",
-                self.ssl_https_ca_certificates_file.is_some(),
-            ),
-            (
-                "--ssl-https-client-certificate-file",
-                self.ssl_https_client_certificate_file.is_some(),
-            ),
-            (
-                "--ssl-https-client-certificate-type",
-                self.ssl_https_client_certificate_type.is_some(),
-            ),
-            (
-                "--ssl-https-private-key-file",
-                self.ssl_https_private_key_file.is_some(),
-            ),
-            (
-                "--ssl-https-private-key-type",
-                self.ssl_https_private_key_type.is_some(),
-            ),
+            ("--ssl-grpc-root-certifications-file", self.ssl_grpc_root_certifications_file.is_some()),
+            ("--ssl-grpc-private-key-file", self.ssl_grpc_private_key_file.is_some()),
+            ("--ssl-grpc-certificate-chain-file", self.ssl_grpc_certificate_chain_file.is_some()),
+            ("--ssl-https-verify-peer", self.ssl_https_verify_peer.is_some()),
+            ("--ssl-https-verify-host", self.ssl_https_verify_host.is_some()),
+            ("--ssl-https-ca-certificates-file", self.ssl_https_ca_certificates_file.is_some()),
+            ("--ssl-https-client-certificate-file", self.ssl_https_client_certificate_file.is_some()),
+            ("--ssl-https-client-certificate-type", self.ssl_https_client_certificate_type.is_some()),
+            ("--ssl-https-private-key-file", self.ssl_https_private_key_file.is_some()),
+            ("--ssl-https-private-key-type", self.ssl_https_private_key_type.is_some()),
             ("--string-length", self.string_length.is_some()),
             ("--string-data", self.string_data.is_some()),
             ("--data-directory", self.data_directory.is_some()),
-            (
-                "--grpc-compression-algorithm",
-                self.grpc_compression_algorithm.is_some(),
-            ),
-            (
-                "--bls-composing-models",
-                self.bls_composing_models.is_some(),
-            ),
-            (
-                "--periodic-concurrency-range",
-                self.periodic_concurrency_range.is_some(),
-            ),
+            ("--grpc-compression-algorithm", self.grpc_compression_algorithm.is_some()),
+            ("--bls-composing-models", self.bls_composing_models.is_some()),
+            ("--periodic-concurrency-range", self.periodic_concurrency_range.is_some()),
             ("--request-period", self.request_period.is_some()),
             ("--request-parameter", self.request_parameter.is_some()),
             ("--endpoint", self.endpoint.is_some()),
-            (
-                "--triton-server-directory",
-                self.triton_server_directory.is_some(),
-            ),
-            (
-                "-t (use --concurrency-range)",
-                self.concurrency_old.is_some(),
-            ),
-            (
-                "-d (use --concurrency-range with -l)",
-                self.dynamic_concurrency.is_some(),
-            ),
+            ("--triton-server-directory", self.triton_server_directory.is_some()),
+            ("-t (use --concurrency-range)", self.concurrency_old.is_some()),
+            ("-d (use --concurrency-range with -l)", self.dynamic_concurrency.is_some()),
             ("-v", self.verbose.is_some()),
         ];
         given.iter().find(|(_, set)| *set).map(|(name, _)| *name)
@@ -338,10 +284,7 @@ pub enum Service {
     /// A KServe v2 server at `url`.
     Remote { url: String, protocol: Protocol },
     /// The bundled server, started in this process on loopback ports, over the network.
-    Bundled {
-        protocol: Protocol,
-        repository: Option<PathBuf>,
-    },
+    Bundled { protocol: Protocol, repository: Option<PathBuf> },
     /// The bundled server, called directly (no network).
     InProcess { repository: Option<PathBuf> },
 }
@@ -382,22 +325,13 @@ fn invalid(msg: impl Into<String>) -> ConfigError {
 }
 
 /// Splits "start[:end[:step]]"; missing end = start, missing step = 1.
-fn parse_range<T: std::str::FromStr + Copy>(
-    flag: &str,
-    text: &str,
-    one: T,
-) -> Result<(T, T, T), ConfigError> {
+fn parse_range<T: std::str::FromStr + Copy>(flag: &str, text: &str, one: T) -> Result<(T, T, T), ConfigError> {
     let parts: Vec<&str> = text.split(':').collect();
     if parts.is_empty() || parts.len() > 3 {
-        return Err(invalid(format!(
-            "bad {flag} '{text}': expected start:end:step"
-        )));
+        return Err(invalid(format!("bad {flag} '{text}': expected start:end:step")));
     }
-    let num = |s: &str| {
-        s.trim()
-            .parse::<T>()
-            .map_err(|_| invalid(format!("bad {flag} '{text}': '{s}' is not a number")))
-    };
+    let num =
+        |s: &str| s.trim().parse::<T>().map_err(|_| invalid(format!("bad {flag} '{text}': '{s}' is not a number")));
     let start = num(parts[0])?;
     let end = match parts.get(1) {
         Some(s) => num(s)?,
@@ -428,25 +362,13 @@ impl ProfileArgs {
         let service = match (self.service_kind.as_str(), &self.url) {
             ("triton", Some(url)) => {
                 if self.model_repository.is_some() {
-                    return Err(invalid(
-                        "--model-repository is for the bundled server: drop -u to use it",
-                    ));
+                    return Err(invalid("--model-repository is for the bundled server: drop -u to use it"));
                 }
-                Service::Remote {
-                    url: url.clone(),
-                    protocol,
-                }
+                Service::Remote { url: url.clone(), protocol }
             }
-            ("triton", None) => Service::Bundled {
-                protocol,
-                repository: self.model_repository.clone(),
-            },
-            ("inprocess", None) => Service::InProcess {
-                repository: self.model_repository.clone(),
-            },
-            ("inprocess", Some(_)) => {
-                return Err(invalid("-u has no meaning with --service-kind inprocess"))
-            }
+            ("triton", None) => Service::Bundled { protocol, repository: self.model_repository.clone() },
+            ("inprocess", None) => Service::InProcess { repository: self.model_repository.clone() },
+            ("inprocess", Some(_)) => return Err(invalid("-u has no meaning with --service-kind inprocess")),
             (other, _) => return Err(ConfigError::NotSupported(format!("--service-kind {other}"))),
         };
         if self.model.trim().is_empty() {
@@ -459,27 +381,24 @@ impl ProfileArgs {
             "constant" => Distribution::Constant,
             "poisson" => Distribution::Poisson { seed: self.seed },
             other => {
-                return Err(invalid(format!(
-                    "bad --request-distribution '{other}': expected constant or poisson"
-                )))
+                return Err(invalid(format!("bad --request-distribution '{other}': expected constant or poisson")))
             }
         };
-        let latency_threshold_us =
-            (self.latency_threshold_ms > 0.0).then_some(self.latency_threshold_ms * 1000.0);
+        let latency_threshold_us = (self.latency_threshold_ms > 0.0).then_some(self.latency_threshold_ms * 1000.0);
         if self.latency_threshold_ms.is_nan() || self.latency_threshold_ms < 0.0 {
             return Err(invalid("-l must be a number of milliseconds >= 0"));
         }
         let points = match (&self.concurrency_range, &self.request_rate_range, &self.request_intervals) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
-                return Err(invalid(
-                    "choose one of --concurrency-range, --request-rate-range and --request-intervals",
-                ))
+                return Err(invalid("choose one of --concurrency-range, --request-rate-range and --request-intervals"))
             }
             (_, Some(range), None) => {
                 let (start, end, step) = parse_range::<f64>("--request-rate-range", range, 1.0)?;
                 let valid = start > 0.0 && end >= start && step > 0.0 && end.is_finite();
                 if !valid {
-                    return Err(invalid(format!("bad --request-rate-range '{range}': need 0 < start <= end and step > 0")));
+                    return Err(invalid(format!(
+                        "bad --request-rate-range '{range}': need 0 < start <= end and step > 0"
+                    )));
                 }
                 SweepPoints::RequestRate { start, end, step, distribution }
             }
@@ -491,12 +410,16 @@ impl ProfileArgs {
                 let text = range.as_deref().unwrap_or("1");
                 let (start, end, step) = parse_range::<u64>("--concurrency-range", text, 1)?;
                 if start == 0 || step == 0 {
-                    return Err(invalid(format!("bad --concurrency-range '{text}': start and step must be at least 1")));
+                    return Err(invalid(format!(
+                        "bad --concurrency-range '{text}': start and step must be at least 1"
+                    )));
                 }
                 let end = match end {
                     0 if latency_threshold_us.is_some() && !self.binary_search => None,
                     0 => return Err(invalid(format!("bad --concurrency-range '{text}': end 0 (no limit) needs -l"))),
-                    e if e < start => return Err(invalid(format!("bad --concurrency-range '{text}': end is below start"))),
+                    e if e < start => {
+                        return Err(invalid(format!("bad --concurrency-range '{text}': end is below start")))
+                    }
                     e => Some(e),
                 };
                 SweepPoints::Concurrency { start, end, step }
@@ -506,15 +429,11 @@ impl ProfileArgs {
             return Err(invalid("--metrics-url needs --collect-metrics"));
         }
         if self.binary_search && latency_threshold_us.is_none() {
-            return Err(invalid(
-                "--binary-search needs -l (the latency limit to search for)",
-            ));
+            return Err(invalid("--binary-search needs -l (the latency limit to search for)"));
         }
         if let Some(p) = self.percentile {
             if p.is_nan() || p <= 0.0 || p >= 100.0 {
-                return Err(invalid(format!(
-                    "bad --percentile {p}: expected a number between 0 and 100"
-                )));
+                return Err(invalid(format!("bad --percentile {p}: expected a number between 0 and 100")));
             }
         }
         if self.stability_percentage.is_nan() || self.stability_percentage <= 0.0 {
@@ -528,39 +447,30 @@ impl ProfileArgs {
                 WindowMode::Time(Duration::from_millis(self.measurement_interval_ms))
             }
             "time_windows" => return Err(invalid("-p must be at least 1 ms")),
-            "count_windows" if self.measurement_request_count > 0 => {
-                WindowMode::Count(self.measurement_request_count)
-            }
-            "count_windows" => {
-                return Err(invalid("--measurement-request-count must be at least 1"))
-            }
+            "count_windows" if self.measurement_request_count > 0 => WindowMode::Count(self.measurement_request_count),
+            "count_windows" => return Err(invalid("--measurement-request-count must be at least 1")),
             other => {
                 return Err(invalid(format!(
                     "bad --measurement-mode '{other}': expected time_windows or count_windows"
                 )))
             }
         };
-        let shared_memory: SharedMemoryKind = self
-            .shared_memory
-            .parse()
-            .map_err(|e: ClientError| invalid(e.to_string()))?;
+        let shared_memory: SharedMemoryKind =
+            self.shared_memory.parse().map_err(|e: ClientError| invalid(e.to_string()))?;
         if shared_memory != SharedMemoryKind::None && matches!(service, Service::InProcess { .. }) {
-            return Err(invalid("--shared-memory needs a server over the network; --service-kind inprocess shares memory already"));
+            return Err(invalid(
+                "--shared-memory needs a server over the network; --service-kind inprocess shares memory already",
+            ));
         }
         let data = if self.zero_input {
             InputData::Zero
         } else {
-            self.input_data
-                .parse()
-                .map_err(|e| invalid(format!("{e}")))?
+            self.input_data.parse().map_err(|e| invalid(format!("{e}")))?
         };
         let shapes = self
             .shapes
             .iter()
-            .map(|s| {
-                s.parse::<ShapeOverride>()
-                    .map_err(|e| invalid(e.to_string()))
-            })
+            .map(|s| s.parse::<ShapeOverride>().map_err(|e| invalid(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
         let headers = self
             .headers
@@ -576,12 +486,7 @@ impl ProfileArgs {
             model: self.model.clone(),
             version: self.model_version.clone(),
             service,
-            input: InputOptions {
-                data,
-                shapes,
-                batch_size: self.batch_size,
-                ..InputOptions::default()
-            },
+            input: InputOptions { data, shapes, batch_size: self.batch_size, ..InputOptions::default() },
             shared_memory,
             output_shm_bytes: self.output_shared_memory_size,
             headers,
@@ -603,18 +508,12 @@ impl ProfileArgs {
                 log_requests: self.profile_export_file.is_some(),
             },
             csv: self.latency_report_file.clone(),
-            csv_columns: CsvColumns {
-                verbose: self.verbose_csv,
-                gpu_metrics: self.collect_metrics,
-            },
+            csv_columns: CsvColumns { verbose: self.verbose_csv, gpu_metrics: self.collect_metrics },
             export: self.profile_export_file.clone(),
             asynchronous: self.asynchronous,
-            gpu_metrics: self.collect_metrics.then(|| {
-                (
-                    self.metrics_url.clone(),
-                    Duration::from_millis(self.metrics_interval_ms.max(1)),
-                )
-            }),
+            gpu_metrics: self
+                .collect_metrics
+                .then(|| (self.metrics_url.clone(), Duration::from_millis(self.metrics_interval_ms.max(1)))),
         })
     }
 }
@@ -639,30 +538,17 @@ impl ProfileConfig {
 
     fn description(&self, service_kind: &'static str) -> RunDescription {
         let (limit_line, distribution_line) = match &self.plan.points {
-            SweepPoints::Concurrency { end, .. } => (
-                end.map(|e| format!("Concurrency limit: {e} concurrent requests")),
-                None,
-            ),
-            SweepPoints::RequestRate {
-                end, distribution, ..
-            } => (
-                Some(format!(
-                    "Request Rate limit: {} requests per seconds",
-                    crate::report::pa_csv::cpp_double(*end)
-                )),
+            SweepPoints::Concurrency { end, .. } => {
+                (end.map(|e| format!("Concurrency limit: {e} concurrent requests")), None)
+            }
+            SweepPoints::RequestRate { end, distribution, .. } => (
+                Some(format!("Request Rate limit: {} requests per seconds", crate::report::pa_csv::cpp_double(*end))),
                 Some(match distribution {
-                    Distribution::Constant => {
-                        "Using uniform distribution on request generation".to_string()
-                    }
-                    Distribution::Poisson { .. } => {
-                        "Using poisson distribution on request generation".to_string()
-                    }
+                    Distribution::Constant => "Using uniform distribution on request generation".to_string(),
+                    Distribution::Poisson { .. } => "Using poisson distribution on request generation".to_string(),
                 }),
             ),
-            SweepPoints::Trace(_) => (
-                None,
-                Some("Using the --request-intervals trace for request generation".into()),
-            ),
+            SweepPoints::Trace(_) => (None, Some("Using the --request-intervals trace for request generation".into())),
         };
         RunDescription {
             batch: self.measure.batch,
@@ -699,8 +585,7 @@ impl SweepObserver for Reporter {
             LoadPoint::Concurrency(c) => format!("concurrency {c}"),
             LoadPoint::RequestRate(r) => format!("{} req/s", crate::report::pa_csv::cpp_double(r)),
         };
-        self.progress
-            .set_message(format!("{}: measuring", self.point));
+        self.progress.set_message(format!("{}: measuring", self.point));
         if let Some((http, url, interval)) = &self.gpu {
             self.collector = Some(GpuCollector::start(http.clone(), url.clone(), *interval));
         }
@@ -722,12 +607,7 @@ impl SweepObserver for Reporter {
         if let Some(csv) = &mut self.csv {
             csv.append(result, gpu.as_ref())?;
         }
-        self.progress.suspend(|| {
-            println!(
-                "{}",
-                pa_summary::point_block(result, self.wire, &self.description)
-            )
-        });
+        self.progress.suspend(|| println!("{}", pa_summary::point_block(result, self.wire, &self.description)));
         self.results.push(result.clone());
         Ok(())
     }
@@ -736,10 +616,7 @@ impl SweepObserver for Reporter {
 /// Entry point of `perfbench profile`.
 pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     let config = args.resolve()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("perfbench-load")
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("perfbench-load").build()?;
     runtime.block_on(run_config(config))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -757,28 +634,14 @@ pub async fn run_config(config: ProfileConfig) -> anyhow::Result<Vec<PointResult
         ..ServerOptions::default()
     };
     match &config.service {
-        Service::Remote {
-            url,
-            protocol: Protocol::Http,
-        } => {
-            let run = Run {
-                config: &config,
-                wire: Wire::Http,
-                kind: "TRITON",
-                metrics_url: "localhost:8002/metrics".into(),
-            };
+        Service::Remote { url, protocol: Protocol::Http } => {
+            let run =
+                Run { config: &config, wire: Wire::Http, kind: "TRITON", metrics_url: "localhost:8002/metrics".into() };
             profile_with(HttpClient::new(url, &connect)?, run).await
         }
-        Service::Remote {
-            url,
-            protocol: Protocol::Grpc,
-        } => {
-            let run = Run {
-                config: &config,
-                wire: Wire::Grpc,
-                kind: "TRITON",
-                metrics_url: "localhost:8002/metrics".into(),
-            };
+        Service::Remote { url, protocol: Protocol::Grpc } => {
+            let run =
+                Run { config: &config, wire: Wire::Grpc, kind: "TRITON", metrics_url: "localhost:8002/metrics".into() };
             profile_with(GrpcClient::new(url, &connect)?, run).await
         }
         Service::InProcess { repository } => {
@@ -786,18 +649,10 @@ pub async fn run_config(config: ProfileConfig) -> anyhow::Result<Vec<PointResult
             let core = tokio::task::spawn_blocking(move || InferenceServer::new(options))
                 .await?
                 .map_err(|e| anyhow!("{}", e.message))?;
-            let run = Run {
-                config: &config,
-                wire: Wire::InProcess,
-                kind: "INPROCESS",
-                metrics_url: String::new(),
-            };
+            let run = Run { config: &config, wire: Wire::InProcess, kind: "INPROCESS", metrics_url: String::new() };
             profile_with(InProcessClient::new(core), run).await
         }
-        Service::Bundled {
-            protocol,
-            repository,
-        } => {
+        Service::Bundled { protocol, repository } => {
             let server = serve::start(ServeConfig {
                 host: "127.0.0.1".into(),
                 http_port: 0,
@@ -809,21 +664,11 @@ pub async fn run_config(config: ProfileConfig) -> anyhow::Result<Vec<PointResult
             let metrics_url = format!("{}/metrics", server.metrics_addr);
             let outcome = match protocol {
                 Protocol::Http => {
-                    let run = Run {
-                        config: &config,
-                        wire: Wire::Http,
-                        kind: "TRITON",
-                        metrics_url,
-                    };
+                    let run = Run { config: &config, wire: Wire::Http, kind: "TRITON", metrics_url };
                     profile_with(HttpClient::new(&server.http_url(), &connect)?, run).await
                 }
                 Protocol::Grpc => {
-                    let run = Run {
-                        config: &config,
-                        wire: Wire::Grpc,
-                        kind: "TRITON",
-                        metrics_url,
-                    };
+                    let run = Run { config: &config, wire: Wire::Grpc, kind: "TRITON", metrics_url };
                     profile_with(GrpcClient::new(&server.grpc_url(), &connect)?, run).await
                 }
             };
@@ -850,25 +695,14 @@ async fn profile_with<C: InferClient>(client: C, run: Run<'_>) -> anyhow::Result
     let client = Arc::new(client);
     let (model, version) = (config.model.as_str(), config.version.as_str());
     let info = client.server_metadata().await?;
-    let meta = client
-        .model_metadata(model, version)
-        .await
-        .with_context(|| format!("model '{model}'"))?;
-    let model_config = client
-        .model_config(model, version)
-        .await
-        .with_context(|| format!("model '{model}'"))?;
+    let meta = client.model_metadata(model, version).await.with_context(|| format!("model '{model}'"))?;
+    let model_config = client.model_config(model, version).await.with_context(|| format!("model '{model}'"))?;
     let mut specs = build_requests(&meta, &model_config, &config.input, version)?;
 
     let mut shm = None;
     if config.shared_memory != SharedMemoryKind::None {
         config.shared_memory.check_available()?;
-        let sizes = output_byte_sizes(
-            &meta,
-            &model_config,
-            config.input.batch_size,
-            config.output_shm_bytes,
-        );
+        let sizes = output_byte_sizes(&meta, &model_config, config.input.batch_size, config.output_shm_bytes);
         let prefix = format!("perfbench_{}_", std::process::id());
         let (set, rewritten) = ShmSet::setup(&*client, &specs, &sizes, &prefix).await?;
         shm = Some(set);
@@ -892,10 +726,7 @@ async fn sweep_and_report<C: InferClient>(
     server_stats: bool,
 ) -> anyhow::Result<Vec<PointResult>> {
     let (config, wire, kind) = (run.config, run.wire, run.kind);
-    let prepared = specs
-        .iter()
-        .map(|s| client.prepare(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let prepared = specs.iter().map(|s| client.prepare(s)).collect::<Result<Vec<_>, _>>()?;
     // One request with its answer checked first: a wrong shape or input fails here with the
     // server's reason, instead of as a sweep of failed requests.
     let (probe, _) = client.infer(&prepared[0], true).await;
@@ -903,17 +734,11 @@ async fn sweep_and_report<C: InferClient>(
 
     let description = config.description(kind);
     let csv = match &config.csv {
-        Some(path) => Some(PaCsvWriter::create(
-            path,
-            config.first_point(),
-            config.csv_columns,
-        )?),
+        Some(path) => Some(PaCsvWriter::create(path, config.first_point(), config.csv_columns)?),
         None => None,
     };
     let progress = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").expect("static template"),
-    );
+    progress.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").expect("static template"));
     progress.enable_steady_tick(Duration::from_millis(200));
     println!("{}", pa_summary::settings_block(&description));
     let gpu = match &config.gpu_metrics {
@@ -924,22 +749,12 @@ async fn sweep_and_report<C: InferClient>(
                 bail!("--collect-metrics needs --metrics-url with --service-kind inprocess");
             }
             let url = crate::client::base_url(&url);
-            let http = reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()?;
+            let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
             Some((http, url, *interval))
         }
     };
-    let mut reporter = Reporter {
-        csv,
-        wire,
-        description,
-        progress,
-        point: String::new(),
-        results: Vec::new(),
-        gpu,
-        collector: None,
-    };
+    let mut reporter =
+        Reporter { csv, wire, description, progress, point: String::new(), results: Vec::new(), gpu, collector: None };
     let target = Target {
         client: client.clone(),
         requests: prepared.into(),
@@ -987,25 +802,9 @@ mod tests {
     #[test]
     fn defaults_follow_perf_analyzer() {
         let c = resolve("-m identity").unwrap();
-        assert_eq!(
-            c.service,
-            Service::Bundled {
-                protocol: Protocol::Http,
-                repository: None
-            }
-        );
-        assert_eq!(
-            c.plan.points,
-            SweepPoints::Concurrency {
-                start: 1,
-                end: Some(1),
-                step: 1
-            }
-        );
-        assert_eq!(
-            c.measure.window,
-            WindowMode::Time(Duration::from_millis(5000))
-        );
+        assert_eq!(c.service, Service::Bundled { protocol: Protocol::Http, repository: None });
+        assert_eq!(c.plan.points, SweepPoints::Concurrency { start: 1, end: Some(1), step: 1 });
+        assert_eq!(c.measure.window, WindowMode::Time(Duration::from_millis(5000)));
         assert_eq!((c.measure.stability_pct, c.measure.max_trials), (10.0, 10));
         assert_eq!(c.measure.request_count, None);
     }
@@ -1013,25 +812,13 @@ mod tests {
     #[test]
     fn ranges_modes_and_services_resolve() {
         let c = resolve("-m m -u localhost:8001 -i grpc --concurrency-range 2:8:2 --measurement-mode count_windows --measurement-request-count 30 -l 5 --percentile 95").unwrap();
-        assert_eq!(
-            c.service,
-            Service::Remote {
-                url: "localhost:8001".into(),
-                protocol: Protocol::Grpc
-            }
-        );
-        assert_eq!(
-            c.plan.points,
-            SweepPoints::Concurrency {
-                start: 2,
-                end: Some(8),
-                step: 2
-            }
-        );
+        assert_eq!(c.service, Service::Remote { url: "localhost:8001".into(), protocol: Protocol::Grpc });
+        assert_eq!(c.plan.points, SweepPoints::Concurrency { start: 2, end: Some(8), step: 2 });
         assert_eq!(c.measure.window, WindowMode::Count(30));
         assert_eq!(c.plan.latency_threshold_us, Some(5000.0));
         assert_eq!(c.measure.percentile, Some(95.0));
-        let c = resolve("-m m --request-rate-range 100:200:50 --request-distribution poisson --service-kind inprocess").unwrap();
+        let c = resolve("-m m --request-rate-range 100:200:50 --request-distribution poisson --service-kind inprocess")
+            .unwrap();
         assert_eq!(
             c.plan.points,
             SweepPoints::RequestRate {
@@ -1046,24 +833,13 @@ mod tests {
 
     #[test]
     fn unsupported_flags_are_named() {
+        assert_eq!(resolve("-m m --max-threads 4").unwrap_err(), ConfigError::NotSupported("--max-threads".into()));
+        assert_eq!(resolve("-m m --ssl-grpc-use-ssl").unwrap_err().to_string(), "not supported: --ssl-grpc-use-ssl");
         assert_eq!(
-            resolve("-m m --max-threads 4").unwrap_err(),
-            ConfigError::NotSupported("--max-threads".into())
-        );
-        assert_eq!(
-            resolve("-m m --ssl-grpc-use-ssl").unwrap_err().to_string(),
-            "not supported: --ssl-grpc-use-ssl"
-        );
-        assert_eq!(
-            resolve("-m m --service-kind openai")
-                .unwrap_err()
-                .to_string(),
+            resolve("-m m --service-kind openai").unwrap_err().to_string(),
             "not supported: --service-kind openai"
         );
-        assert!(resolve("-m m --streaming")
-            .unwrap_err()
-            .to_string()
-            .starts_with("--streaming needs -i grpc"));
+        assert!(resolve("-m m --streaming").unwrap_err().to_string().starts_with("--streaming needs -i grpc"));
         assert!(resolve("-m m -i grpc --streaming").unwrap().streaming);
     }
 
@@ -1075,14 +851,8 @@ mod tests {
             ("-m m --concurrency-range a:2", "not a number"),
             ("-m m --binary-search --concurrency-range 1:8", "needs -l"),
             ("-m m -i udp", "expected http or grpc"),
-            (
-                "-m m --measurement-mode both",
-                "time_windows or count_windows",
-            ),
-            (
-                "-m m --concurrency-range 1:2 --request-rate-range 5",
-                "choose one",
-            ),
+            ("-m m --measurement-mode both", "time_windows or count_windows"),
+            ("-m m --concurrency-range 1:2 --request-rate-range 5", "choose one"),
             ("-m m --shape INPUT0:x", "--shape"),
             ("-m m --percentile 100", "--percentile"),
             ("-m m --service-kind inprocess -u h:1", "-u"),

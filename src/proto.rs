@@ -17,19 +17,13 @@ pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/desc
 pub fn descriptor_pool() -> &'static prost_reflect::DescriptorPool {
     static POOL: std::sync::OnceLock<prost_reflect::DescriptorPool> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {
-        prost_reflect::DescriptorPool::decode(DESCRIPTOR_SET)
-            .expect("descriptor set built by build.rs")
+        prost_reflect::DescriptorPool::decode(DESCRIPTOR_SET).expect("descriptor set built by build.rs")
     })
 }
 
 /// A generated message as a prost-reflect `DynamicMessage` (for JSON printing), by full name.
-pub fn to_dynamic<M: prost::Message>(
-    message: &M,
-    full_name: &str,
-) -> prost_reflect::DynamicMessage {
-    let desc = descriptor_pool()
-        .get_message_by_name(full_name)
-        .expect("message in descriptor set");
+pub fn to_dynamic<M: prost::Message>(message: &M, full_name: &str) -> prost_reflect::DynamicMessage {
+    let desc = descriptor_pool().get_message_by_name(full_name).expect("message in descriptor set");
     prost_reflect::DynamicMessage::decode(desc, message.encode_to_vec().as_slice())
         .expect("round trip through descriptor")
 }

@@ -76,18 +76,11 @@ pub struct ProfileOverride {
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     #[error("cannot read scenario {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("scenario {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("scenario '{scenario}' has no profile '{profile}' (it has: {known})")]
-    UnknownProfile {
-        scenario: String,
-        profile: String,
-        known: String,
-    },
+    UnknownProfile { scenario: String, profile: String, known: String },
     #[error("scenario '{0}': {1}")]
     Invalid(String, String),
 }
@@ -119,72 +112,44 @@ impl Section {
 impl Scenario {
     /// Parses scenario text; `path` only names the file in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
-        let scenario: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
-            path: path.to_path_buf(),
-            message: e.message().replace('\n', " "),
-        })?;
+        let scenario: Scenario = toml::from_str(text)
+            .map_err(|e| ScenarioError::Parse { path: path.to_path_buf(), message: e.message().replace('\n', " ") })?;
         if scenario.offline.is_none() && scenario.online.is_none() {
-            return Err(ScenarioError::Invalid(
-                scenario.name,
-                "needs an [offline] or an [online] section".into(),
-            ));
+            return Err(ScenarioError::Invalid(scenario.name, "needs an [offline] or an [online] section".into()));
         }
-        scenario
-            .gate
-            .validate()
-            .map_err(|e| ScenarioError::Invalid(scenario.name.clone(), e.to_string()))?;
+        scenario.gate.validate().map_err(|e| ScenarioError::Invalid(scenario.name.clone(), e.to_string()))?;
         Ok(scenario)
     }
 
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ScenarioError::Read { path: path.to_path_buf(), source })?;
         Scenario::parse(&text, path)
     }
 
     /// The offline and online sections with `profile`'s overrides merged in.
-    pub fn sections(
-        &self,
-        profile: Option<&str>,
-    ) -> Result<(Option<Section>, Option<Section>), ScenarioError> {
-        let over =
-            match profile {
-                None => ProfileOverride::default(),
-                Some(name) => self.profiles.get(name).cloned().ok_or_else(|| {
-                    ScenarioError::UnknownProfile {
-                        scenario: self.name.clone(),
-                        profile: name.to_string(),
-                        known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
-                    }
-                })?,
-            };
-        let merge = |base: &Option<Section>, over: &Option<Section>| {
-            base.as_ref()
-                .map(|b| b.merged(over.as_ref().unwrap_or(&Section::default())))
+    pub fn sections(&self, profile: Option<&str>) -> Result<(Option<Section>, Option<Section>), ScenarioError> {
+        let over = match profile {
+            None => ProfileOverride::default(),
+            Some(name) => self.profiles.get(name).cloned().ok_or_else(|| ScenarioError::UnknownProfile {
+                scenario: self.name.clone(),
+                profile: name.to_string(),
+                known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
+            })?,
         };
-        Ok((
-            merge(&self.offline, &over.offline),
-            merge(&self.online, &over.online),
-        ))
+        let merge = |base: &Option<Section>, over: &Option<Section>| {
+            base.as_ref().map(|b| b.merged(over.as_ref().unwrap_or(&Section::default())))
+        };
+        Ok((merge(&self.offline, &over.offline), merge(&self.online, &over.online)))
     }
 
     /// The sweeps of a run, each writing under `out/offline` or `out/online`.
-    pub fn plans(
-        &self,
-        profile: Option<&str>,
-        url: Option<&str>,
-        out: &Path,
-    ) -> Result<Vec<SweepPlan>, ScenarioError> {
+    pub fn plans(&self, profile: Option<&str>, url: Option<&str>, out: &Path) -> Result<Vec<SweepPlan>, ScenarioError> {
         let (offline, online) = self.sections(profile)?;
         let invalid = |why: String| ScenarioError::Invalid(self.name.clone(), why);
         let mut plans = Vec::new();
         if let Some(s) = offline {
-            let batches = s
-                .batch_sizes
-                .clone()
-                .ok_or_else(|| invalid("[offline] needs batch_sizes".into()))?;
+            let batches = s.batch_sizes.clone().ok_or_else(|| invalid("[offline] needs batch_sizes".into()))?;
             if batches.is_empty() || batches.contains(&0) {
                 return Err(invalid("[offline] batch_sizes must be at least 1".into()));
             }
@@ -218,20 +183,14 @@ impl Scenario {
             kind,
             model: self.model.name.clone(),
             protocol: s.protocol.clone().unwrap_or_else(|| "http".into()),
-            shared_memory: s
-                .shared_memory
-                .clone()
-                .unwrap_or_else(|| default_shm.into()),
+            shared_memory: s.shared_memory.clone().unwrap_or_else(|| default_shm.into()),
             points,
             measure: MeasureArgs {
                 model: Some(self.model.name.clone()),
                 url: url.map(str::to_string),
                 input_data: s.input_data.clone().unwrap_or_else(|| "random".into()),
                 shapes: s.shapes.clone().unwrap_or_default(),
-                measurement_mode: s
-                    .measurement_mode
-                    .clone()
-                    .unwrap_or_else(|| "count_windows".into()),
+                measurement_mode: s.measurement_mode.clone().unwrap_or_else(|| "count_windows".into()),
                 measurement_interval_ms: s.measurement_interval_ms.unwrap_or(5000),
                 measurement_request_count: s.measurement_request_count.unwrap_or(50),
                 warmup_request_count: s.warmup_request_count.unwrap_or(10),
@@ -271,11 +230,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let scenario = Scenario::load(&args.scenario)?;
     let out = args.out.clone().unwrap_or_else(|| {
         let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
-        let profile = args
-            .profile
-            .as_deref()
-            .map(|p| format!("-{p}"))
-            .unwrap_or_default();
+        let profile = args.profile.as_deref().map(|p| format!("-{p}")).unwrap_or_default();
         PathBuf::from("results").join(format!("{}{profile}-{stamp}", scenario.name))
     });
     let plans = scenario.plans(args.profile.as_deref(), args.url.as_deref(), &out)?;
@@ -284,21 +239,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(base) => Some(baseline_files(base, &plans)?),
         None => None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("perfbench-run")
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("perfbench-run").build()?;
     for plan in &plans {
-        let outcome = runtime.block_on(crate::sweep::run_sweep(
-            plan,
-            scenario.model.config.as_deref(),
-        ))?;
-        println!(
-            "{} {}:\n{}",
-            scenario.name,
-            plan.kind.title().to_lowercase(),
-            crate::sweep::summary(&outcome.rows)
-        );
+        let outcome = runtime.block_on(crate::sweep::run_sweep(plan, scenario.model.config.as_deref()))?;
+        println!("{} {}:\n{}", scenario.name, plan.kind.title().to_lowercase(), crate::sweep::summary(&outcome.rows));
     }
     println!("Results: {}", out.display());
     match baselines {
@@ -337,23 +281,16 @@ fn baseline_files(base: &Path, plans: &[SweepPlan]) -> anyhow::Result<Vec<(PathB
 fn gate_run(scenario: &Scenario, pairs: &[(PathBuf, PathBuf)]) -> anyhow::Result<ExitCode> {
     let mut passed = true;
     for (base, current) in pairs {
-        let baseline_rows = crate::gate::results::read_results(base, 1)
-            .with_context(|| format!("baseline {}", base.display()))?;
+        let baseline_rows =
+            crate::gate::results::read_results(base, 1).with_context(|| format!("baseline {}", base.display()))?;
         let current_rows = crate::gate::results::read_results(current, 1)?;
         let outcome = crate::gate::verdict::compare(&baseline_rows, &current_rows, &scenario.gate)?;
         let (b, c) = (base.display().to_string(), current.display().to_string());
-        let sources = crate::gate::markdown::Sources {
-            baseline: &b,
-            current: &c,
-        };
+        let sources = crate::gate::markdown::Sources { baseline: &b, current: &c };
         let code = crate::gate::report(&outcome, &sources, Default::default())?;
         passed &= code == ExitCode::SUCCESS;
     }
-    Ok(if passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(crate::gate::EXIT_REGRESSION)
-    })
+    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(crate::gate::EXIT_REGRESSION) })
 }
 
 #[cfg(test)]
@@ -386,9 +323,7 @@ max_throughput_drop = 20.0
         assert_eq!(plans[1].points, vec![(4, 2), (4, 4), (4, 6)]);
         assert_eq!(plans[1].out, Path::new("/tmp/x/online"));
         assert_eq!(s.gate.max_throughput_drop, 20.0);
-        let err = s
-            .plans(Some("slow"), None, Path::new("/tmp/x"))
-            .unwrap_err();
+        let err = s.plans(Some("slow"), None, Path::new("/tmp/x")).unwrap_err();
         assert!(err.to_string().contains("no profile 'slow'"), "{err}");
     }
 
@@ -396,14 +331,8 @@ max_throughput_drop = 20.0
     fn unknown_keys_are_named() {
         for (bad, key) in [
             (TEXT.replace("batch = 4", "bacth = 4"), "bacth"),
-            (
-                TEXT.replace("name = \"t\"", "name = \"t\"\ncolour = 1"),
-                "colour",
-            ),
-            (
-                TEXT.replace("max_throughput_drop", "max_tput_drop"),
-                "max_tput_drop",
-            ),
+            (TEXT.replace("name = \"t\"", "name = \"t\"\ncolour = 1"), "colour"),
+            (TEXT.replace("max_throughput_drop", "max_tput_drop"), "max_tput_drop"),
         ] {
             let err = Scenario::parse(&bad, Path::new("t.toml")).unwrap_err();
             assert!(err.to_string().contains(key), "{err}");
@@ -417,8 +346,7 @@ max_throughput_drop = 20.0
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "toml") {
                 let s = Scenario::load(&path).unwrap();
-                s.plans(Some("quick"), None, Path::new("/tmp/x"))
-                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                s.plans(Some("quick"), None, Path::new("/tmp/x")).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             }
         }
     }

@@ -31,11 +31,7 @@ pub struct SyntaxError {
 /// Parses a concurrency sweep: `A..B` steps by A (`8..256` = 8, 16, …, 256; `1..16` = 1…16),
 /// `A..B:S` steps by S, `8,16,64` is a list, `8` is one point.
 pub fn parse_concurrency(text: &str) -> Result<Vec<u64>, SyntaxError> {
-    let err = |why: &str| SyntaxError {
-        flag: "--concurrency",
-        text: text.to_string(),
-        why: why.to_string(),
-    };
+    let err = |why: &str| SyntaxError { flag: "--concurrency", text: text.to_string(), why: why.to_string() };
     let num = |s: &str| -> Result<u64, SyntaxError> {
         match s.trim().parse::<u64>() {
             Ok(0) => Err(err("values must be at least 1")),
@@ -60,11 +56,7 @@ pub fn parse_concurrency(text: &str) -> Result<Vec<u64>, SyntaxError> {
 
 /// Parses a comma-separated list of positive whole numbers, e.g. `--batch-sizes 1,8,16`.
 pub fn parse_list(flag: &'static str, text: &str) -> Result<Vec<u64>, SyntaxError> {
-    let err = |why: String| SyntaxError {
-        flag,
-        text: text.to_string(),
-        why,
-    };
+    let err = |why: String| SyntaxError { flag, text: text.to_string(), why };
     let values = text
         .split(',')
         .map(|s| match s.trim().parse::<u64>() {
@@ -189,11 +181,7 @@ impl OnlineArgs {
     pub fn plan(&self) -> Result<SweepPlan, SyntaxError> {
         let levels = parse_concurrency(&self.concurrency)?;
         if self.batch == 0 {
-            return Err(SyntaxError {
-                flag: "-b",
-                text: "0".into(),
-                why: "the batch must be at least 1".into(),
-            });
+            return Err(SyntaxError { flag: "-b", text: "0".into(), why: "the batch must be at least 1".into() });
         }
         Ok(plan(
             SweepKind::Online,
@@ -212,10 +200,7 @@ fn plan(
     shared_memory: &str,
     points: Vec<(u64, u64)>,
 ) -> SweepPlan {
-    let model = measure
-        .model
-        .clone()
-        .unwrap_or_else(|| DEFAULT_MODEL.into());
+    let model = measure.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into());
     let out = measure.out.clone().unwrap_or_else(|| {
         let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
         PathBuf::from("results").join(format!("{model}-{}-{stamp}", kind.title().to_lowercase()))
@@ -256,10 +241,7 @@ impl SweepPlan {
         flag("--input-data", m.input_data.clone());
         flag("--measurement-mode", m.measurement_mode.clone());
         flag("-p", m.measurement_interval_ms.to_string());
-        flag(
-            "--measurement-request-count",
-            m.measurement_request_count.to_string(),
-        );
+        flag("--measurement-request-count", m.measurement_request_count.to_string());
         flag("--warmup-request-count", m.warmup_request_count.to_string());
         flag("-s", m.stability_percentage.to_string());
         flag("-r", m.max_trials.to_string());
@@ -270,12 +252,7 @@ impl SweepPlan {
             flag("--shape", shape.clone());
         }
         Ok(ProfileArgv::try_parse_from(&argv)
-            .map_err(|e| {
-                anyhow!(
-                    "{}",
-                    e.to_string().lines().next().unwrap_or("bad flags").trim()
-                )
-            })?
+            .map_err(|e| anyhow!("{}", e.to_string().lines().next().unwrap_or("bad flags").trim()))?
             .args)
     }
 }
@@ -300,11 +277,7 @@ pub async fn start_embedded(
     };
     let server = serve::start(ServeConfig {
         options: ServerOptions {
-            model_repository: if extra_pbtxt.is_some() {
-                None
-            } else {
-                repository
-            },
+            model_repository: if extra_pbtxt.is_some() { None } else { repository },
             models,
             ..ServerOptions::default()
         },
@@ -312,19 +285,14 @@ pub async fn start_embedded(
     })
     .await?;
     if let Some(text) = extra_pbtxt {
-        server
-            .core
-            .repository
-            .load_pbtxt(model, text)
-            .map_err(|e| anyhow!("model '{model}': {}", e.message))?;
+        server.core.repository.load_pbtxt(model, text).map_err(|e| anyhow!("model '{model}': {}", e.message))?;
     }
     Ok(server)
 }
 
 /// Runs every point of `plan` against `url`, writing the results folder.
 pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcome> {
-    std::fs::create_dir_all(&plan.out)
-        .with_context(|| format!("cannot create {}", plan.out.display()))?;
+    std::fs::create_dir_all(&plan.out).with_context(|| format!("cannot create {}", plan.out.display()))?;
     let config = run_config_table(plan, url).await?;
     let csv_path = plan.out.join("perf_analyzer.csv");
     let first = LoadPoint::Concurrency(plan.points.first().map_or(1, |p| p.1));
@@ -348,10 +316,7 @@ pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcom
         }
     }
     crate::report::write_results(&plan.out, &rows, &config, plan.kind)?;
-    Ok(SweepOutcome {
-        rows,
-        dir: plan.out.clone(),
-    })
+    Ok(SweepOutcome { rows, dir: plan.out.clone() })
 }
 
 /// The configuration table of report.md, from the model config the server reports.
@@ -373,11 +338,7 @@ async fn run_config_table(plan: &SweepPlan, url: &str) -> anyhow::Result<RunConf
         .and_then(|i| crate::proto::inference::DataType::try_from(i.data_type).ok())
         .map(|t| t.as_str_name().trim_start_matches("TYPE_").to_string())
         .unwrap_or_else(|| "unknown".into());
-    let backend = if config.backend.is_empty() {
-        config.platform.clone()
-    } else {
-        config.backend.clone()
-    };
+    let backend = if config.backend.is_empty() { config.platform.clone() } else { config.backend.clone() };
     let device = match &plan.measure.url {
         None => Device::Cpu(format!(
             "CPU, bundled perfbench server ({} cores)",
@@ -399,19 +360,11 @@ async fn run_config_table(plan: &SweepPlan, url: &str) -> anyhow::Result<RunConf
 }
 
 /// Runs a sweep against `-u` or the embedded server; returns the rows written.
-pub async fn run_sweep(
-    plan: &SweepPlan,
-    extra_pbtxt: Option<&str>,
-) -> anyhow::Result<SweepOutcome> {
+pub async fn run_sweep(plan: &SweepPlan, extra_pbtxt: Option<&str>) -> anyhow::Result<SweepOutcome> {
     match &plan.measure.url {
         Some(url) => run_plan(plan, url).await,
         None => {
-            let server = start_embedded(
-                &plan.model,
-                plan.measure.model_repository.clone(),
-                extra_pbtxt,
-            )
-            .await?;
+            let server = start_embedded(&plan.model, plan.measure.model_repository.clone(), extra_pbtxt).await?;
             let url = match plan.protocol.as_str() {
                 "grpc" => server.grpc_url(),
                 _ => server.http_url(),
@@ -432,10 +385,7 @@ fn run_blocking(plan: SweepPlan) -> anyhow::Result<ExitCode> {
     if !matches!(plan.protocol.as_str(), "http" | "grpc") {
         bail!("bad -i '{}': expected http or grpc", plan.protocol);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("perfbench-sweep")
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("perfbench-sweep").build()?;
     let outcome = runtime.block_on(run_sweep(&plan, None))?;
     println!("{}", summary(&outcome.rows));
     println!("Results: {}", outcome.dir.display());
@@ -454,9 +404,7 @@ pub fn run_online(args: OnlineArgs) -> anyhow::Result<ExitCode> {
 
 /// Whether a results folder holds everything a sweep writes.
 pub fn is_complete(dir: &Path) -> bool {
-    ["perf_analyzer.csv", "report.csv", "report.md"]
-        .iter()
-        .all(|f| dir.join(f).is_file())
+    ["perf_analyzer.csv", "report.csv", "report.md"].iter().all(|f| dir.join(f).is_file())
 }
 
 #[cfg(test)]
@@ -479,10 +427,7 @@ mod tests {
 
     #[test]
     fn batch_list_syntax() {
-        assert_eq!(
-            parse_list("--batch-sizes", "1, 8,16").unwrap(),
-            vec![1, 8, 16]
-        );
+        assert_eq!(parse_list("--batch-sizes", "1, 8,16").unwrap(), vec![1, 8, 16]);
         assert!(parse_list("--batch-sizes", "1,0").is_err());
         assert!(parse_list("--batch-sizes", "one").is_err());
     }

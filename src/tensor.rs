@@ -108,13 +108,7 @@ impl fmt::Display for DataType {
 
 /// Number of elements of a fully specified shape; `None` if a dim is negative or it overflows.
 pub fn element_count(shape: &[i64]) -> Option<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| {
-        if d < 0 {
-            None
-        } else {
-            acc.checked_mul(d as usize)
-        }
-    })
+    shape.iter().try_fold(1usize, |acc, &d| if d < 0 { None } else { acc.checked_mul(d as usize) })
 }
 
 /// Byte size of a fixed-size tensor; `None` for `BYTES` or a bad shape.
@@ -201,11 +195,7 @@ macro_rules! typed_access {
             for v in values {
                 data.extend_from_slice(&v.to_le_bytes());
             }
-            Tensor {
-                dtype: $dt,
-                shape,
-                data: data.into(),
-            }
+            Tensor { dtype: $dt, shape, data: data.into() }
         }
     };
 }

@@ -206,7 +206,8 @@ async fn refused_connection_is_unreachable() {
 
 #[test]
 fn bad_urls_and_headers_are_clear_errors() {
-    let bad_header = ConnectOptions { concurrency: 1, headers: vec![("bad header".into(), "x".into())], ..Default::default() };
+    let bad_header =
+        ConnectOptions { concurrency: 1, headers: vec![("bad header".into(), "x".into())], ..Default::default() };
     assert!(HttpClient::new("localhost:1", &bad_header).err().unwrap().to_string().contains("bad header"));
     assert!(HttpClient::new("bad host:1", &ConnectOptions::default())
         .err()

@@ -44,26 +44,19 @@ fn bert_inputs(first_id: i32) -> Vec<(&'static str, Tensor)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compute_models_serve_through_the_batcher() {
-    let options = ServerOptions {
-        models: vec!["bert".into(), "wide_deep".into(), "dlrm".into()],
-        ..Default::default()
-    };
+    let options =
+        ServerOptions { models: vec!["bert".into(), "wide_deep".into(), "dlrm".into()], ..Default::default() };
     let server = InferenceServer::new(options).unwrap();
 
     // Two bert requests at once may share a batch; each gets its own deterministic logits.
-    let (a, b) = tokio::join!(
-        server.infer(request("bert", &bert_inputs(1))),
-        server.infer(request("bert", &bert_inputs(2)))
-    );
+    let (a, b) =
+        tokio::join!(server.infer(request("bert", &bert_inputs(1))), server.infer(request("bert", &bert_inputs(2))));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.outputs.len(), 2);
     assert_eq!(a.outputs[0].name, "output__0");
     assert_eq!(a.outputs[0].shape, vec![1, 384]);
     assert_ne!(raw(&a.outputs[0].data), raw(&b.outputs[0].data));
-    let again = server
-        .infer(request("bert", &bert_inputs(1)))
-        .await
-        .unwrap();
+    let again = server.infer(request("bert", &bert_inputs(1))).await.unwrap();
     assert_eq!(raw(&again.outputs[0].data), raw(&a.outputs[0].data));
     assert_eq!(raw(&again.outputs[1].data), raw(&a.outputs[1].data));
 
@@ -71,11 +64,7 @@ async fn compute_models_serve_through_the_batcher() {
     let mut bad = bert_inputs(1);
     bad[0].1 = Tensor::from_i32(vec![1, 384], &[40_000; 384]);
     let err = server.infer(request("bert", &bad)).await.unwrap_err();
-    assert!(
-        err.message.contains("token id (input__0) 40000"),
-        "{}",
-        err.message
-    );
+    assert!(err.message.contains("token id (input__0) 40000"), "{}", err.message);
     // ...and the model keeps serving.
     assert!(server.infer(request("bert", &bert_inputs(3))).await.is_ok());
 
@@ -87,10 +76,8 @@ async fn compute_models_serve_through_the_batcher() {
         let response = server.infer(request(model, &inputs)).await.unwrap();
         assert_eq!(response.outputs[0].name, "click_probability");
         assert_eq!(response.outputs[0].shape, vec![2, 1]);
-        let p: Vec<f32> = raw(&response.outputs[0].data)
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let p: Vec<f32> =
+            raw(&response.outputs[0].data).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert!(p.iter().all(|&v| v > 0.0 && v < 1.0), "{model}: {p:?}");
     }
 }

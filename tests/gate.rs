@@ -22,13 +22,7 @@ struct Point {
 }
 
 fn point(concurrency: u64, throughput: f64, p99_us: f64, avg_us: f64) -> Point {
-    Point {
-        concurrency,
-        throughput,
-        p99_us,
-        avg_us,
-        spread_pct: [0.0; 3],
-    }
+    Point { concurrency, throughput, p99_us, avg_us, spread_pct: [0.0; 3] }
 }
 
 /// A perf_analyzer `-f` CSV (no batch, no avg, no spread columns).
@@ -72,11 +66,7 @@ fn report_csv(points: &[Point]) -> String {
 }
 
 fn sweep() -> Vec<Point> {
-    vec![
-        point(1, 1000.0, 1500.0, 1000.0),
-        point(2, 1800.0, 1800.0, 1100.0),
-        point(4, 2500.0, 2600.0, 1600.0),
-    ]
+    vec![point(1, 1000.0, 1500.0, 1000.0), point(2, 1800.0, 1800.0, 1100.0), point(4, 2500.0, 2600.0, 1600.0)]
 }
 
 struct Case {
@@ -85,9 +75,7 @@ struct Case {
 
 impl Case {
     fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
+        Self { dir: tempfile::tempdir().expect("temp dir") }
     }
 
     fn file(&self, name: &str, text: &str) -> PathBuf {
@@ -117,11 +105,7 @@ fn gate(baseline: &Path, current: &Path, extra: &[&str]) -> Output {
 fn expect_exit(out: &Output, code: i32) -> (String, String) {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    assert_eq!(out.status.code(), Some(code), "stdout:\n{stdout}\nstderr:\n{stderr}");
     (stdout, stderr)
 }
 
@@ -144,19 +128,11 @@ fn thirty_percent_throughput_drop_fails() {
     let cur = case.file("cur.csv", &pa_csv(&slower));
     let (stdout, stderr) = expect_exit(&gate(&base, &cur, &[]), 1);
     assert!(stdout.starts_with("# perfbench gate: FAIL"), "{stdout}");
-    assert!(
-        stdout.contains("## batch 1, concurrency 2: REGRESSION"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("| throughput (infer/s) | 1800.0 | 1260.0 | -30.0% |"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("## batch 1, concurrency 2: REGRESSION"), "{stdout}");
+    assert!(stdout.contains("| throughput (infer/s) | 1800.0 | 1260.0 | -30.0% |"), "{stdout}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains(
-            "REGRESSION in 1 of 3 rows: batch 1, concurrency 2 (throughput (infer/s) -30.0%)"
-        ),
+        stderr.contains("REGRESSION in 1 of 3 rows: batch 1, concurrency 2 (throughput (infer/s) -30.0%)"),
         "{stderr}"
     );
 }
@@ -169,10 +145,7 @@ fn p99_rise_beyond_threshold_fails_and_threshold_flag_can_allow_it() {
     slower[2].p99_us *= 1.2;
     let cur = case.file("cur.csv", &pa_csv(&slower));
     let (_, stderr) = expect_exit(&gate(&base, &cur, &[]), 1);
-    assert!(
-        stderr.contains("batch 1, concurrency 4 (p99 latency (µs) +20.0%)"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("batch 1, concurrency 4 (p99 latency (µs) +20.0%)"), "{stderr}");
     expect_exit(&gate(&base, &cur, &["--max-p99-rise", "25"]), 0);
 }
 
@@ -186,22 +159,11 @@ fn the_same_drop_passes_when_the_runs_recorded_that_much_noise() {
     let mut dropped = noisy_base.clone();
     dropped[0].throughput *= 0.8;
     // Without spread columns a 20% drop is a regression; with a recorded 25% spread it is noise.
-    let quiet = gate(
-        &case.file("qb.csv", &pa_csv(&noisy_base)),
-        &case.file("qc.csv", &pa_csv(&dropped)),
-        &[],
-    );
+    let quiet = gate(&case.file("qb.csv", &pa_csv(&noisy_base)), &case.file("qc.csv", &pa_csv(&dropped)), &[]);
     expect_exit(&quiet, 1);
-    let noisy = gate(
-        &case.file("nb.csv", &report_csv(&noisy_base)),
-        &case.file("nc.csv", &report_csv(&dropped)),
-        &[],
-    );
+    let noisy = gate(&case.file("nb.csv", &report_csv(&noisy_base)), &case.file("nc.csv", &report_csv(&dropped)), &[]);
     let (stdout, _) = expect_exit(&noisy, 0);
-    assert!(
-        stdout.contains("| -20.0% | ±25.0% | drop ≤ 10% | within noise |"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("| -20.0% | ±25.0% | drop ≤ 10% | within noise |"), "{stdout}");
 }
 
 #[test]
@@ -214,9 +176,7 @@ fn change_beyond_threshold_but_within_current_noise_passes() {
     let cur = case.file("cur.csv", &report_csv(&cur_points));
     let (stdout, _) = expect_exit(&gate(&base, &cur, &[]), 0);
     assert!(
-        stdout.contains(
-            "| p99 latency (µs) | 1500.0 | 1875.0 | +25.0% | ±30.0% | rise ≤ 15% | within noise |"
-        ),
+        stdout.contains("| p99 latency (µs) | 1500.0 | 1875.0 | +25.0% | ±30.0% | rise ≤ 15% | within noise |"),
         "{stdout}"
     );
 }
@@ -227,10 +187,7 @@ fn perf_analyzer_baseline_gates_a_report_csv() {
     let base = case.file("pa.csv", &pa_csv(&sweep()));
     let cur = case.file("report.csv", &report_csv(&sweep()));
     let (stdout, _) = expect_exit(&gate(&base, &cur, &[]), 0);
-    assert!(
-        stdout.contains("| avg latency (µs) | 1000.0 | 1000.0 | +0.0% |"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("| avg latency (µs) | 1000.0 | 1000.0 | +0.0% |"), "{stdout}");
 }
 
 #[test]
@@ -241,14 +198,8 @@ fn missing_rows_are_reported_and_do_not_fail() {
     other[2].concurrency = 8;
     let cur = case.file("cur.csv", &pa_csv(&other));
     let (stdout, stderr) = expect_exit(&gate(&base, &cur, &[]), 0);
-    assert!(
-        stdout.contains("- only in baseline: batch 1, concurrency 4"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("- only in current: batch 1, concurrency 8"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("- only in baseline: batch 1, concurrency 4"), "{stdout}");
+    assert!(stdout.contains("- only in current: batch 1, concurrency 8"), "{stdout}");
     assert!(stderr.contains("2 rows matched, 2 unmatched"), "{stderr}");
 }
 
@@ -258,15 +209,8 @@ fn missing_file_is_bad_input() {
     let base = case.file("base.csv", &pa_csv(&sweep()));
     let (_, stderr) = expect_exit(&gate(&base, &case.path("nope.csv"), &[]), 2);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("cannot read") && stderr.contains("nope.csv"),
-        "{stderr}"
-    );
-    assert_eq!(
-        stderr.matches("No such file").count(),
-        1,
-        "the cause once: {stderr}"
-    );
+    assert!(stderr.contains("cannot read") && stderr.contains("nope.csv"), "{stderr}");
+    assert_eq!(stderr.matches("No such file").count(), 1, "the cause once: {stderr}");
 }
 
 #[test]
@@ -277,9 +221,7 @@ fn wrong_columns_are_bad_input() {
     let (_, stderr) = expect_exit(&gate(&base, &cur, &[]), 2);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("cur.csv")
-            && stderr.contains("Inferences/Second")
-            && stderr.contains("p99 latency"),
+        stderr.contains("cur.csv") && stderr.contains("Inferences/Second") && stderr.contains("p99 latency"),
         "{stderr}"
     );
 }
@@ -288,17 +230,12 @@ fn wrong_columns_are_bad_input() {
 fn garbage_and_empty_files_are_bad_input() {
     let case = Case::new();
     let base = case.file("base.csv", &pa_csv(&sweep()));
-    for (name, text) in [
-        ("empty.csv", ""),
-        ("header.csv", PA_HEADER),
-        ("cell.csv", &pa_csv(&sweep()).replace("1800", "n/a")),
-    ] {
+    for (name, text) in
+        [("empty.csv", ""), ("header.csv", PA_HEADER), ("cell.csv", &pa_csv(&sweep()).replace("1800", "n/a"))]
+    {
         let cur = case.file(name, text);
         let (_, stderr) = expect_exit(&gate(&base, &cur, &[]), 2);
-        assert!(
-            stderr.starts_with("error: ") && stderr.contains(name),
-            "{stderr}"
-        );
+        assert!(stderr.starts_with("error: ") && stderr.contains(name), "{stderr}");
     }
 }
 
@@ -310,14 +247,8 @@ fn no_matching_rows_is_bad_input() {
     assert!(stderr.contains("pass"));
     let cur = case.file("cur.csv", &report_csv(&sweep()).replace("\n1,", "\n8,"));
     let (_, stderr) = expect_exit(&gate(&base, &cur, &[]), 2);
-    assert!(
-        stderr.contains("no row of the current results matches"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("only in current: batch 8, concurrency 1"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("no row of the current results matches"), "{stderr}");
+    assert!(stderr.contains("only in current: batch 8, concurrency 1"), "{stderr}");
 }
 
 #[test]
@@ -331,23 +262,10 @@ fn scenario_gate_table_sets_thresholds_and_flags_override_it() {
     let scenario = lenient.to_str().unwrap();
     expect_exit(&gate(&base, &cur, &[]), 1);
     expect_exit(&gate(&base, &cur, &["--scenario", scenario]), 0);
-    expect_exit(
-        &gate(
-            &base,
-            &cur,
-            &["--scenario", scenario, "--max-avg-rise", "20"],
-        ),
-        1,
-    );
+    expect_exit(&gate(&base, &cur, &["--scenario", scenario, "--max-avg-rise", "20"]), 1);
     let typo = case.file("typo.toml", "[gate]\nmax_avg = 50\n");
-    let (_, stderr) = expect_exit(
-        &gate(&base, &cur, &["--scenario", typo.to_str().unwrap()]),
-        2,
-    );
-    assert!(
-        stderr.contains("bad [gate] table") && stderr.contains("max_avg"),
-        "{stderr}"
-    );
+    let (_, stderr) = expect_exit(&gate(&base, &cur, &["--scenario", typo.to_str().unwrap()]), 2);
+    assert!(stderr.contains("bad [gate] table") && stderr.contains("max_avg"), "{stderr}");
 }
 
 #[test]
@@ -359,16 +277,7 @@ fn markdown_and_junit_files_are_written() {
     other[2].concurrency = 16;
     let cur = case.file("cur.csv", &pa_csv(&other));
     let (md, junit) = (case.path("gate.md"), case.path("junit.xml"));
-    let out = gate(
-        &base,
-        &cur,
-        &[
-            "--markdown",
-            md.to_str().unwrap(),
-            "--junit",
-            junit.to_str().unwrap(),
-        ],
-    );
+    let out = gate(&base, &cur, &["--markdown", md.to_str().unwrap(), "--junit", junit.to_str().unwrap()]);
     let (stdout, _) = expect_exit(&out, 1);
     assert_eq!(std::fs::read_to_string(&md).unwrap(), stdout);
 
@@ -376,19 +285,11 @@ fn markdown_and_junit_files_are_written() {
     let junit = parse_junit(&xml);
     assert_eq!(
         junit.cases,
-        [
-            "batch 1, concurrency 1",
-            "batch 1, concurrency 2",
-            "batch 1, concurrency 4",
-            "batch 1, concurrency 16"
-        ],
+        ["batch 1, concurrency 1", "batch 1, concurrency 2", "batch 1, concurrency 4", "batch 1, concurrency 16"],
         "{xml}"
     );
     assert_eq!((junit.failures, junit.skipped), (1, 2), "{xml}");
-    assert!(
-        xml.contains("tests=\"4\" failures=\"1\" errors=\"0\" skipped=\"2\""),
-        "{xml}"
-    );
+    assert!(xml.contains("tests=\"4\" failures=\"1\" errors=\"0\" skipped=\"2\""), "{xml}");
 }
 
 /// What a CI reporter would see in a JUnit file.
@@ -401,22 +302,12 @@ struct Junit {
 /// Parses the JUnit XML back; quick-xml checks that every end tag matches its start tag.
 fn parse_junit(xml: &str) -> Junit {
     let mut reader = Reader::from_str(xml);
-    let mut junit = Junit {
-        cases: Vec::new(),
-        failures: 0,
-        skipped: 0,
-    };
+    let mut junit = Junit { cases: Vec::new(), failures: 0, skipped: 0 };
     loop {
-        match reader
-            .read_event()
-            .unwrap_or_else(|e| panic!("malformed JUnit ({e}):\n{xml}"))
-        {
+        match reader.read_event().unwrap_or_else(|e| panic!("malformed JUnit ({e}):\n{xml}")) {
             Event::Start(e) | Event::Empty(e) => match e.name().as_ref() {
                 b"testcase" => {
-                    let name = e
-                        .try_get_attribute("name")
-                        .unwrap()
-                        .expect("testcase has a name");
+                    let name = e.try_get_attribute("name").unwrap().expect("testcase has a name");
                     let name = name.decode_and_unescape_value(reader.decoder()).unwrap();
                     junit.cases.push(name.into_owned());
                 }

@@ -54,12 +54,7 @@ fn run(dir: &Path, name: &str, delay_us: u64, gate: Option<&Path>) -> Output {
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, scenario(delay_us)).unwrap();
     let out = dir.join(name);
-    let mut args = vec![
-        "run".to_string(),
-        file.display().to_string(),
-        "--out".into(),
-        out.display().to_string(),
-    ];
+    let mut args = vec!["run".to_string(), file.display().to_string(), "--out".into(), out.display().to_string()];
     if let Some(base) = gate {
         args.push("--gate".into());
         args.push(base.display().to_string());
@@ -72,11 +67,7 @@ fn run(dir: &Path, name: &str, delay_us: u64, gate: Option<&Path>) -> Output {
 fn unchanged_run_passes_and_injected_slowdown_fails() {
     let dir = tempfile::tempdir().unwrap();
     let base = run(dir.path(), "base", 5000, None);
-    assert!(
-        base.status.success(),
-        "{}",
-        String::from_utf8_lossy(&base.stderr)
-    );
+    assert!(base.status.success(), "{}", String::from_utf8_lossy(&base.stderr));
     let baseline = dir.path().join("base");
 
     let same = run(dir.path(), "same", 5000, Some(&baseline));
@@ -89,12 +80,7 @@ fn unchanged_run_passes_and_injected_slowdown_fails() {
     );
 
     let slow = run(dir.path(), "slow", 10000, Some(&baseline));
-    assert_eq!(
-        slow.status.code(),
-        Some(1),
-        "slowed run should fail: {}",
-        String::from_utf8_lossy(&slow.stderr)
-    );
+    assert_eq!(slow.status.code(), Some(1), "slowed run should fail: {}", String::from_utf8_lossy(&slow.stderr));
     let err = String::from_utf8_lossy(&slow.stderr);
     assert!(err.to_lowercase().contains("regress"), "{err}");
 }

@@ -18,10 +18,7 @@ struct Cli {
 }
 
 fn perfbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(args)
-        .output()
-        .expect("runs the binary")
+    Command::new(env!("CARGO_BIN_EXE_perfbench")).args(args).output().expect("runs the binary")
 }
 
 fn stderr(out: &Output) -> String {
@@ -32,20 +29,9 @@ fn stderr(out: &Output) -> String {
 fn assert_bad_input(args: &[&str], needle: &str) {
     let out = perfbench(args);
     let err = stderr(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "perfbench {args:?}\nstderr: {err}"
-    );
-    assert_eq!(
-        err.lines().count(),
-        1,
-        "perfbench {args:?}: one line expected, got:\n{err}"
-    );
-    assert!(
-        err.contains(needle),
-        "perfbench {args:?}: expected '{needle}' in: {err}"
-    );
+    assert_eq!(out.status.code(), Some(2), "perfbench {args:?}\nstderr: {err}");
+    assert_eq!(err.lines().count(), 1, "perfbench {args:?}: one line expected, got:\n{err}");
+    assert!(err.contains(needle), "perfbench {args:?}: expected '{needle}' in: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -61,11 +47,7 @@ fn repository(models: &[(&str, &str)]) -> tempfile::TempDir {
 }
 
 fn delay_model(delay_us: u64, max_batch: u32, extra: &str) -> String {
-    let batching = if max_batch > 0 {
-        "dynamic_batching { max_queue_delay_microseconds: 0 }"
-    } else {
-        ""
-    };
+    let batching = if max_batch > 0 { "dynamic_batching { max_queue_delay_microseconds: 0 }" } else { "" };
     format!(
         r#"backend: "delay"
 max_batch_size: {max_batch}
@@ -87,14 +69,8 @@ fn profile(line: &str, repo: &Path) -> anyhow::Result<Vec<PointResult>> {
         .chain(["--shape", "INPUT0:4", "--model-repository"].map(String::from))
         .chain([repo.display().to_string()])
         .collect();
-    let config = Cli::try_parse_from(argv)
-        .expect("flags parse")
-        .args
-        .resolve()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let config = Cli::try_parse_from(argv).expect("flags parse").args.resolve()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(run_config(config))
 }
 
@@ -104,83 +80,32 @@ fn within(value: f64, expected: f64, fraction: f64) -> bool {
 
 #[test]
 fn a_bad_flag_is_one_line_and_exit_2() {
-    assert_bad_input(
-        &["profile", "-m", "identity", "--no-such-flag"],
-        "--no-such-flag",
-    );
+    assert_bad_input(&["profile", "-m", "identity", "--no-such-flag"], "--no-such-flag");
 }
 
 #[test]
 fn unsupported_perf_analyzer_flags_are_named() {
-    assert_bad_input(
-        &["profile", "-m", "identity", "--max-threads", "4"],
-        "not supported: --max-threads",
-    );
-    assert_bad_input(
-        &["profile", "-m", "identity", "--sequence-length", "8"],
-        "not supported: --sequence-length",
-    );
+    assert_bad_input(&["profile", "-m", "identity", "--max-threads", "4"], "not supported: --max-threads");
+    assert_bad_input(&["profile", "-m", "identity", "--sequence-length", "8"], "not supported: --sequence-length");
 }
 
 #[test]
 fn an_unknown_model_is_reported() {
-    assert_bad_input(
-        &["profile", "-m", "nope", "--service-kind", "inprocess"],
-        "nope",
-    );
+    assert_bad_input(&["profile", "-m", "nope", "--service-kind", "inprocess"], "nope");
     assert_bad_input(&["profile", "-m", "nope", "-p", "200"], "nope");
-    assert_bad_input(
-        &["profile", "-m", "delay", "--service-kind", "inprocess"],
-        "--shape",
-    );
+    assert_bad_input(&["profile", "-m", "delay", "--service-kind", "inprocess"], "--shape");
 }
 
 #[test]
 fn a_wrong_shape_is_reported() {
-    assert_bad_input(
-        &[
-            "profile",
-            "-m",
-            "identity",
-            "--service-kind",
-            "inprocess",
-            "--shape",
-            "INPUT0:2,3",
-        ],
-        "INPUT0",
-    );
-    assert_bad_input(
-        &[
-            "profile",
-            "-m",
-            "identity",
-            "--service-kind",
-            "inprocess",
-            "--shape",
-            "NOPE:4",
-        ],
-        "NOPE",
-    );
+    assert_bad_input(&["profile", "-m", "identity", "--service-kind", "inprocess", "--shape", "INPUT0:2,3"], "INPUT0");
+    assert_bad_input(&["profile", "-m", "identity", "--service-kind", "inprocess", "--shape", "NOPE:4"], "NOPE");
 }
 
 #[test]
 fn an_unreachable_server_is_reported() {
-    assert_bad_input(
-        &["profile", "-m", "identity", "-u", "127.0.0.1:1"],
-        "unreachable",
-    );
-    assert_bad_input(
-        &[
-            "profile",
-            "-m",
-            "identity",
-            "-u",
-            "127.0.0.1:1",
-            "-i",
-            "grpc",
-        ],
-        "unreachable",
-    );
+    assert_bad_input(&["profile", "-m", "identity", "-u", "127.0.0.1:1"], "unreachable");
+    assert_bad_input(&["profile", "-m", "identity", "-u", "127.0.0.1:1", "-i", "grpc"], "unreachable");
 }
 
 #[test]
@@ -210,23 +135,12 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.starts_with("*** Measurement Settings ***\n  Batch size: 1\n"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("Request concurrency: 2\n  Client: \n    Request count: "),
-        "{stdout}"
-    );
+    assert!(stdout.starts_with("*** Measurement Settings ***\n  Batch size: 1\n"), "{stdout}");
+    assert!(stdout.contains("Request concurrency: 2\n  Client: \n    Request count: "), "{stdout}");
     assert!(stdout.contains("    Avg HTTP time: "), "{stdout}");
+    assert!(stdout.contains("  Server: \n    Inference count: "), "{stdout}");
     assert!(
-        stdout.contains("  Server: \n    Inference count: "),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains(
-            "Inferences/Second vs. Client Average Batch Latency\nConcurrency: 1, throughput: "
-        ),
+        stdout.contains("Inferences/Second vs. Client Average Batch Latency\nConcurrency: 1, throughput: "),
         "{stdout}"
     );
     let text = std::fs::read_to_string(&csv).unwrap();
@@ -236,13 +150,9 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
     for line in &lines[1..] {
         assert_eq!(line.split(',').count(), 16, "{line}");
         // Every column after the throughput is a whole number of microseconds.
-        assert!(
-            line.split(',').skip(2).all(|v| v.parse::<u64>().is_ok()),
-            "{line}"
-        );
+        assert!(line.split(',').skip(2).all(|v| v.parse::<u64>().is_ok()), "{line}");
     }
-    let export: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    let export: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
     let first = &export["experiments"][0];
     assert_eq!(first["experiment"]["mode"], "concurrency");
     let requests = first["requests"].as_array().unwrap();
@@ -255,15 +165,12 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
 fn delay_model_throughput_and_compute_match_the_configured_time() {
     let repo = repository(&[("slow", &delay_model(5000, 8, ""))]);
     for protocol in ["http", "grpc"] {
-        let line = format!("-m slow -i {protocol} --measurement-mode count_windows --measurement-request-count 40 -s 50 -r 6");
+        let line =
+            format!("-m slow -i {protocol} --measurement-mode count_windows --measurement-request-count 40 -s 50 -r 6");
         let rows = profile(&line, repo.path()).unwrap();
         let r = &rows[0].row;
         // 5 ms per request, one at a time: 200/s at most.
-        assert!(
-            r.throughput <= 205.0 && within(r.throughput, 200.0, 0.25),
-            "{protocol}: {} infer/s",
-            r.throughput
-        );
+        assert!(r.throughput <= 205.0 && within(r.throughput, 200.0, 0.25), "{protocol}: {} infer/s", r.throughput);
         assert!(
             within(r.server_compute_infer_us, 5000.0, 0.25),
             "{protocol}: compute infer {} µs",
@@ -283,20 +190,15 @@ fn dynamic_batching_at_concurrency_8_batches_and_queues() {
     // One instance, 4 ms per execution whatever the batch: while one batch runs, the other
     // requests wait and are executed together next.
     let repo = repository(&[("batched", &delay_model(4000, 8, ""))]);
-    let rows = profile("-m batched --concurrency-range 8 --measurement-mode count_windows --measurement-request-count 80 -s 50 -r 6", repo.path())
-        .unwrap();
+    let rows = profile(
+        "-m batched --concurrency-range 8 --measurement-mode count_windows --measurement-request-count 80 -s 50 -r 6",
+        repo.path(),
+    )
+    .unwrap();
     let r = &rows[0].row;
-    assert!(
-        r.server_avg_batch > 3.0,
-        "average batch {}",
-        r.server_avg_batch
-    );
+    assert!(r.server_avg_batch > 3.0, "average batch {}", r.server_avg_batch);
     // Each request waits for the running batch: about one execution time in the queue.
-    assert!(
-        r.server_queue_us > 2000.0 && r.server_queue_us < 12000.0,
-        "queue {} µs",
-        r.server_queue_us
-    );
+    assert!(r.server_queue_us > 2000.0 && r.server_queue_us < 12000.0, "queue {} µs", r.server_queue_us);
     // 8 requests per ~4 ms: far above the 250/s of one request at a time.
     assert!(r.throughput > 600.0, "throughput {}", r.throughput);
 }
@@ -305,30 +207,14 @@ fn dynamic_batching_at_concurrency_8_batches_and_queues() {
 fn open_loop_latency_grows_with_the_backlog() {
     // 10 ms per request, no batching: capacity 100/s.
     let repo = repository(&[("slow", &delay_model(10_000, 0, ""))]);
-    let under = profile(
-        "-m slow --request-rate-range 40 --request-count 40",
-        repo.path(),
-    )
-    .unwrap();
-    let over = profile(
-        "-m slow --request-rate-range 400 --request-count 120",
-        repo.path(),
-    )
-    .unwrap();
+    let under = profile("-m slow --request-rate-range 40 --request-count 40", repo.path()).unwrap();
+    let over = profile("-m slow --request-rate-range 400 --request-count 120", repo.path()).unwrap();
     let (under, over) = (&under[0].row, &over[0].row);
     assert_eq!((under.requests, over.requests), (40, 120));
-    assert!(
-        under.p99_us < 60_000.0,
-        "under capacity p99 {} µs",
-        under.p99_us
-    );
+    assert!(under.p99_us < 60_000.0, "under capacity p99 {} µs", under.p99_us);
     // 120 requests sent in 0.3 s take 1.2 s to serve: the last waited ~0.9 s. Latency from the
     // intended send time includes that wait.
-    assert!(
-        over.p99_us > 400_000.0,
-        "over capacity p99 {} µs",
-        over.p99_us
-    );
+    assert!(over.p99_us > 400_000.0, "over capacity p99 {} µs", over.p99_us);
     assert!(over.avg_us > 5.0 * under.avg_us);
     assert!(matches!(over.load, LoadPoint::RequestRate(r) if r == 400.0));
 }
@@ -337,11 +223,7 @@ fn open_loop_latency_grows_with_the_backlog() {
 fn a_model_failing_one_request_in_four_completes_with_failures_counted() {
     let repo = repository(&[(
         "flaky",
-        &delay_model(
-            500,
-            0,
-            r#"parameters { key: "fail_every" value { string_value: "4" } }"#,
-        ),
+        &delay_model(500, 0, r#"parameters { key: "fail_every" value { string_value: "4" } }"#),
     )]);
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("flaky.csv");
@@ -380,44 +262,21 @@ fn a_model_failing_one_request_in_four_completes_with_failures_counted() {
 #[test]
 fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
     let repo = repository(&[("slow", &delay_model(2000, 0, ""))]);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let server = runtime
-        .block_on(perfbench::server::serve::start(
-            perfbench::server::serve::ServeConfig {
-                options: perfbench::server::ServerOptions {
-                    model_repository: Some(repo.path().to_path_buf()),
-                    ..Default::default()
-                },
+        .block_on(perfbench::server::serve::start(perfbench::server::serve::ServeConfig {
+            options: perfbench::server::ServerOptions {
+                model_repository: Some(repo.path().to_path_buf()),
                 ..Default::default()
             },
-        ))
+            ..Default::default()
+        }))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let csv: PathBuf = dir.path().join("partial.csv");
     let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args([
-            "profile",
-            "-m",
-            "slow",
-            "--shape",
-            "INPUT0:4",
-            "--concurrency-range",
-            "1:40",
-        ])
-        .args([
-            "-u",
-            &server.http_addr.to_string(),
-            "-p",
-            "300",
-            "-s",
-            "100",
-            "-r",
-            "3",
-        ])
+        .args(["profile", "-m", "slow", "--shape", "INPUT0:4", "--concurrency-range", "1:40"])
+        .args(["-u", &server.http_addr.to_string(), "-p", "300", "-s", "100", "-r", "3"])
         .arg("-f")
         .arg(&csv)
         .stdout(std::process::Stdio::null())
@@ -426,11 +285,7 @@ fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
         .unwrap();
     // Wait until two rows are on disk, then take the server away.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&csv)
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
-        < 3
-    {
+    while std::fs::read_to_string(&csv).map(|t| t.lines().count()).unwrap_or(0) < 3 {
         if Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
@@ -462,7 +317,8 @@ fn grpc_streaming_measures_like_unary_and_counts_server_errors() {
         assert!(within(r.server_compute_infer_us, 2000.0, 0.5), "compute infer {} µs", r.server_compute_infer_us);
     }
     // Errors come back inside the stream; the stream stays usable and the run goes on.
-    let line = "-m flaky -i grpc --streaming --measurement-mode count_windows --measurement-request-count 40 -s 100 -r 3";
+    let line =
+        "-m flaky -i grpc --streaming --measurement-mode count_windows --measurement-request-count 40 -s 100 -r 3";
     let rows = profile(line, repo.path()).unwrap();
     let r = &rows[0].row;
     assert!(r.failed > 0 && r.requests > 0, "{} requests, {} failed", r.requests, r.failed);

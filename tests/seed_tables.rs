@@ -33,10 +33,7 @@ fn reference_csvs() -> Vec<PathBuf> {
 
 /// The seed reports, when this checkout sits beside them (main checkout or a worktree).
 fn shared_seeds() -> Option<PathBuf> {
-    let candidates = [
-        repo().join("../shared/seeds"),
-        repo().join("../../shared/seeds"),
-    ];
+    let candidates = [repo().join("../shared/seeds"), repo().join("../../shared/seeds")];
     candidates.into_iter().find(|p| p.is_dir())
 }
 
@@ -65,11 +62,7 @@ fn check_all(expected: impl Fn(&Path) -> Option<String>) -> usize {
         let got = table::render_results(&rows, &meta.layout);
         checked += 1;
         if got != want {
-            let line = got
-                .lines()
-                .zip(want.lines())
-                .position(|(g, w)| g != w)
-                .unwrap_or(0);
+            let line = got.lines().zip(want.lines()).position(|(g, w)| g != w).unwrap_or(0);
             failures.push(format!(
                 "{}: line {}\n  got:  {:?}\n  want: {:?}",
                 csv.display(),
@@ -79,22 +72,14 @@ fn check_all(expected: impl Fn(&Path) -> Option<String>) -> usize {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {checked} tables differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {checked} tables differ:\n{}", failures.len(), failures.join("\n"));
     checked
 }
 
 #[test]
 fn every_table_renders_back_to_the_committed_original() {
     let checked = check_all(|csv| {
-        Some(
-            std::fs::read_to_string(csv.with_extension("md"))
-                .expect("original table beside the CSV"),
-        )
+        Some(std::fs::read_to_string(csv.with_extension("md")).expect("original table beside the CSV"))
     });
     assert_eq!(checked, 76);
 }
@@ -122,21 +107,9 @@ fn every_table_renders_back_to_the_seed_report_itself() {
         let source = meta.source.expect("seed CSVs name their source");
         let table = printed
             .get(&(source.file.clone(), source.line))
-            .unwrap_or_else(|| {
-                panic!(
-                    "{}: no results table at {}:{}",
-                    csv.display(),
-                    source.file,
-                    source.line
-                )
-            });
+            .unwrap_or_else(|| panic!("{}: no results table at {}:{}", csv.display(), source.file, source.line));
         // The committed values are the seed's values, exactly as printed.
-        assert_eq!(
-            std::fs::read_to_string(csv).unwrap(),
-            table.csv(),
-            "{}",
-            csv.display()
-        );
+        assert_eq!(std::fs::read_to_string(csv).unwrap(), table.csv(), "{}", csv.display());
         Some(table.markdown.clone())
     });
     assert_eq!(checked, 76);
@@ -144,31 +117,16 @@ fn every_table_renders_back_to_the_seed_report_itself() {
 
 #[test]
 fn perfbench_report_rerenders_a_seed_table_in_its_own_layout() {
-    let csv = reference_csvs()
-        .into_iter()
-        .find(|p| p.to_string_lossy().contains("003-"))
-        .unwrap();
+    let csv = reference_csvs().into_iter().find(|p| p.to_string_lossy().contains("003-")).unwrap();
     let out = tempfile::tempdir().unwrap();
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args([
-            "report",
-            csv.to_str().unwrap(),
-            "--out",
-            out.path().to_str().unwrap(),
-        ])
+        .args(["report", csv.to_str().unwrap(), "--out", out.path().to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     let original = std::fs::read_to_string(csv.with_extension("md")).unwrap();
-    assert!(
-        md.contains(&original),
-        "report.md lacks the seed's table:\n{md}"
-    );
+    assert!(md.contains(&original), "report.md lacks the seed's table:\n{md}");
     assert!(md.contains("| GPU "), "{md}");
     assert!(out.path().join("plots/latency_vs_batch.png").is_file());
     // The re-written report.csv is µs and renders the same table again.
@@ -182,10 +140,7 @@ fn perfbench_report_on_a_bad_file_exits_2_with_one_line() {
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "Concurrency,Inferences/Second\n1,fast\n").unwrap();
     for file in [bad.to_str().unwrap(), "/nonexistent/perf.csv"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_perfbench"))
-            .args(["report", file])
-            .output()
-            .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_perfbench")).args(["report", file]).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{file}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");

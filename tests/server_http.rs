@@ -13,16 +13,8 @@ use shared_memory::{Shmem, ShmemConf};
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 
 async fn start() -> RunningServer {
-    let options = ServerOptions {
-        max_request_bytes: MAX_REQUEST_BYTES,
-        ..Default::default()
-    };
-    serve::start(ServeConfig {
-        options,
-        ..Default::default()
-    })
-    .await
-    .expect("server starts")
+    let options = ServerOptions { max_request_bytes: MAX_REQUEST_BYTES, ..Default::default() };
+    serve::start(ServeConfig { options, ..Default::default() }).await.expect("server starts")
 }
 
 fn f32_bytes(values: &[f32]) -> Vec<u8> {
@@ -42,16 +34,8 @@ impl Reply {
     }
     /// The JSON error message; the status must be `status`.
     fn error(&self, status: StatusCode) -> String {
-        assert_eq!(
-            self.status,
-            status,
-            "body: {}",
-            String::from_utf8_lossy(&self.body)
-        );
-        self.json()["error"]
-            .as_str()
-            .expect("an error string")
-            .to_string()
+        assert_eq!(self.status, status, "body: {}", String::from_utf8_lossy(&self.body));
+        self.json()["error"].as_str().expect("an error string").to_string()
     }
 }
 
@@ -62,10 +46,7 @@ struct Http {
 
 impl Http {
     fn new(server: &RunningServer) -> Self {
-        Http {
-            client: Client::new(),
-            base: server.http_url(),
-        }
+        Http { client: Client::new(), base: server.http_url() }
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
@@ -73,21 +54,15 @@ impl Http {
         let status = response.status();
         let headers = response.headers().clone();
         let body = response.bytes().await.expect("body").to_vec();
-        Reply {
-            status,
-            headers,
-            body,
-        }
+        Reply { status, headers, body }
     }
 
     async fn get(&self, path: &str) -> Reply {
-        self.send(self.client.get(format!("{}{path}", self.base)))
-            .await
+        self.send(self.client.get(format!("{}{path}", self.base))).await
     }
 
     async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> Reply {
-        self.send(self.client.post(format!("{}{path}", self.base)).body(body))
-            .await
+        self.send(self.client.post(format!("{}{path}", self.base)).body(body)).await
     }
 
     async fn post_json(&self, path: &str, body: &Value) -> Reply {
@@ -109,15 +84,8 @@ impl Http {
 
     /// A good identity request, proving the server still serves after a bad one.
     async fn assert_still_serves(&self) {
-        let reply = self
-            .post_json("/v2/models/identity/infer", &json_infer(&[1.0, 2.0]))
-            .await;
-        assert_eq!(
-            reply.status,
-            StatusCode::OK,
-            "{}",
-            String::from_utf8_lossy(&reply.body)
-        );
+        let reply = self.post_json("/v2/models/identity/infer", &json_infer(&[1.0, 2.0])).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", String::from_utf8_lossy(&reply.body));
         assert_eq!(reply.json()["outputs"][0]["data"], json!([1.0, 2.0]));
     }
 }
@@ -138,12 +106,9 @@ async fn health_metadata_config_and_routing() {
     let server = start().await;
     let http = Http::new(&server);
 
-    for path in [
-        "/v2/health/live",
-        "/v2/health/ready",
-        "/v2/models/identity/ready",
-        "/v2/models/identity/versions/1/ready",
-    ] {
+    for path in
+        ["/v2/health/live", "/v2/health/ready", "/v2/models/identity/ready", "/v2/models/identity/versions/1/ready"]
+    {
         let r = http.get(path).await;
         assert_eq!(r.status, StatusCode::OK, "{path}");
         assert!(r.body.is_empty(), "{path} has an empty body");
@@ -153,31 +118,15 @@ async fn health_metadata_config_and_routing() {
 
     let meta = http.get("/v2").await.json();
     assert_eq!(meta["name"], "perfbench");
-    let extensions: Vec<&str> = meta["extensions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect();
-    for e in [
-        "statistics",
-        "binary_tensor_data",
-        "model_configuration",
-        "system_shared_memory",
-    ] {
+    let extensions: Vec<&str> = meta["extensions"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    for e in ["statistics", "binary_tensor_data", "model_configuration", "system_shared_memory"] {
         assert!(extensions.contains(&e), "{e} listed");
     }
 
     let model = http.get("/v2/models/identity").await.json();
     assert_eq!(model["versions"], json!(["1"]));
-    assert_eq!(
-        model["inputs"][0],
-        json!({"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]})
-    );
-    assert_eq!(
-        http.get("/v2/models/identity/versions/1").await.json()["name"],
-        "identity"
-    );
+    assert_eq!(model["inputs"][0], json!({"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}));
+    assert_eq!(http.get("/v2/models/identity/versions/1").await.json()["name"], "identity");
 
     let config = http.get("/v2/models/identity/config").await.json();
     assert_eq!(config["max_batch_size"], 64);
@@ -188,19 +137,12 @@ async fn health_metadata_config_and_routing() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.json(), json!({"error": "Not Found"}));
     let r = http.get("/v2/models/identity/infer").await;
-    assert_eq!(
-        r.error(StatusCode::METHOD_NOT_ALLOWED),
-        "Method Not Allowed"
-    );
+    assert_eq!(r.error(StatusCode::METHOD_NOT_ALLOWED), "Method Not Allowed");
 
     let trace = http.get("/v2/trace/setting").await.json();
     assert_eq!(trace["trace_level"], json!(["OFF"]));
-    let r = http
-        .post_json("/v2/trace/setting", &json!({"trace_level": ["TIMESTAMPS"]}))
-        .await;
-    assert!(r
-        .error(StatusCode::NOT_IMPLEMENTED)
-        .contains("does not trace"));
+    let r = http.post_json("/v2/trace/setting", &json!({"trace_level": ["TIMESTAMPS"]})).await;
+    assert!(r.error(StatusCode::NOT_IMPLEMENTED).contains("does not trace"));
     server.shutdown().await;
 }
 
@@ -213,9 +155,7 @@ async fn json_inference_echoes_id_and_returns_json_data() {
         "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2, 2], "data": [[1.5, 2], [3, 4.25]]}],
         "outputs": [{"name": "OUTPUT0"}]
     });
-    let r = http
-        .post_json("/v2/models/identity/versions/1/infer", &body)
-        .await;
+    let r = http.post_json("/v2/models/identity/versions/1/infer", &body).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.headers.get("inference-header-content-length").is_none());
     let v = r.json();
@@ -225,24 +165,15 @@ async fn json_inference_echoes_id_and_returns_json_data() {
     let out = &v["outputs"][0];
     assert_eq!(out["shape"], json!([2, 2]));
     assert_eq!(out["data"], json!([1.5, 2.0, 3.0, 4.25]));
-    assert!(
-        out.get("parameters").is_none(),
-        "no parameters object on a JSON output: {out}"
-    );
+    assert!(out.get("parameters").is_none(), "no parameters object on a JSON output: {out}");
 
     // Without an id, none comes back.
-    let v = http
-        .post_json("/v2/models/identity/infer", &json_infer(&[1.0]))
-        .await
-        .json();
+    let v = http.post_json("/v2/models/identity/infer", &json_infer(&[1.0])).await.json();
     assert!(v.get("id").is_none());
 
     // BYTES as JSON strings.
     let body = json!({"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [1, 2], "data": ["héllo", ""]}]});
-    let v = http
-        .post_json("/v2/models/identity_bytes/infer", &body)
-        .await
-        .json();
+    let v = http.post_json("/v2/models/identity_bytes/infer", &body).await.json();
     assert_eq!(v["outputs"][0]["data"], json!(["héllo", ""]));
     assert_eq!(v["outputs"][0]["datatype"], "BYTES");
     server.shutdown().await;
@@ -254,21 +185,10 @@ async fn binary_inference_round_trips_bytes_exactly() {
     let http = Http::new(&server);
     let values = [1.0f32, -2.5, f32::MAX, 1e-30];
     let data = f32_bytes(&values);
-    let r = http
-        .post_binary("/v2/models/identity/infer", &binary_infer(4), &data)
-        .await;
-    assert_eq!(
-        r.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&r.body)
-    );
+    let r = http.post_binary("/v2/models/identity/infer", &binary_infer(4), &data).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.headers["content-type"], "application/octet-stream");
-    let header_len: usize = r.headers["inference-header-content-length"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let header_len: usize = r.headers["inference-header-content-length"].to_str().unwrap().parse().unwrap();
     let head: Value = serde_json::from_slice(&r.body[..header_len]).unwrap();
     assert_eq!(head["outputs"][0]["parameters"]["binary_data_size"], 16);
     assert_eq!(&r.body[header_len..], &data[..]);
@@ -277,14 +197,8 @@ async fn binary_inference_round_trips_bytes_exactly() {
     let mut header = binary_infer(4);
     header.as_object_mut().unwrap().remove("outputs");
     header["parameters"] = json!({"binary_data_output": true});
-    let r = http
-        .post_binary("/v2/models/identity/infer", &header, &data)
-        .await;
-    let header_len: usize = r.headers["inference-header-content-length"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let r = http.post_binary("/v2/models/identity/infer", &header, &data).await;
+    let header_len: usize = r.headers["inference-header-content-length"].to_str().unwrap().parse().unwrap();
     assert_eq!(&r.body[header_len..], &data[..]);
 
     // Inference-Header-Content-Length: 0 — the whole body is the single input.
@@ -294,17 +208,8 @@ async fn binary_inference_round_trips_bytes_exactly() {
         .header("Inference-Header-Content-Length", "0")
         .body(data.clone());
     let r = http.send(request).await;
-    assert_eq!(
-        r.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&r.body)
-    );
-    let header_len: usize = r.headers["inference-header-content-length"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
+    let header_len: usize = r.headers["inference-header-content-length"].to_str().unwrap().parse().unwrap();
     let head: Value = serde_json::from_slice(&r.body[..header_len]).unwrap();
     assert_eq!(head["outputs"][0]["shape"], json!([1, 4]));
     assert_eq!(&r.body[header_len..], &data[..]);
@@ -315,20 +220,12 @@ async fn binary_inference_round_trips_bytes_exactly() {
         "inputs": [{"name": "INPUT0", "datatype": "FP16", "shape": [2], "parameters": {"binary_data_size": 4}}],
         "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}]
     });
-    let r = http
-        .post_binary("/v2/models/identity_fp16/infer", &header, &half)
-        .await;
-    let header_len: usize = r.headers["inference-header-content-length"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let r = http.post_binary("/v2/models/identity_fp16/infer", &header, &half).await;
+    let header_len: usize = r.headers["inference-header-content-length"].to_str().unwrap().parse().unwrap();
     assert_eq!(&r.body[header_len..], &half[..]);
     let mut header = header;
     header["outputs"][0]["parameters"]["binary_data"] = json!(false);
-    let r = http
-        .post_binary("/v2/models/identity_fp16/infer", &header, &half)
-        .await;
+    let r = http.post_binary("/v2/models/identity_fp16/infer", &header, &half).await;
     let e = r.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("FP16") && e.contains("JSON"), "{e}");
     server.shutdown().await;
@@ -348,12 +245,7 @@ async fn compressed_requests_and_responses() {
         .header("Content-Encoding", "gzip")
         .body(gz.finish().unwrap());
     let r = http.send(request).await;
-    assert_eq!(
-        r.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&r.body)
-    );
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
 
     let mut deflate = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
     deflate.write_all(body.as_bytes()).unwrap();
@@ -369,24 +261,17 @@ async fn compressed_requests_and_responses() {
         .post(format!("{}/v2/models/identity/infer", http.base))
         .header("Content-Encoding", "br")
         .body(body.clone());
-    let e = http
-        .send(request)
-        .await
-        .error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let e = http.send(request).await.error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert!(e.contains("Unsupported compression type"), "{e}");
 
     // The response is gzip when the client accepts it (a raw client, so we see the encoding).
     let raw = Client::builder().no_gzip().no_deflate().build().unwrap();
-    let request = raw
-        .post(format!("{}/v2/models/identity/infer", http.base))
-        .header("Accept-Encoding", "gzip")
-        .body(body);
+    let request =
+        raw.post(format!("{}/v2/models/identity/infer", http.base)).header("Accept-Encoding", "gzip").body(body);
     let r = http.send(request).await;
     assert_eq!(r.headers["content-encoding"], "gzip");
     let mut text = String::new();
-    flate2::read::GzDecoder::new(&r.body[..])
-        .read_to_string(&mut text)
-        .unwrap();
+    flate2::read::GzDecoder::new(&r.body[..]).read_to_string(&mut text).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["outputs"][0]["data"][63], 3.0);
     server.shutdown().await;
@@ -398,89 +283,55 @@ async fn every_bad_input_names_the_problem_and_the_server_keeps_serving() {
     let http = Http::new(&server);
     let infer = "/v2/models/identity/infer";
 
-    let e = http
-        .post_json("/v2/models/nope/infer", &json_infer(&[1.0]))
-        .await
-        .error(StatusCode::NOT_FOUND);
+    let e = http.post_json("/v2/models/nope/infer", &json_infer(&[1.0])).await.error(StatusCode::NOT_FOUND);
     assert!(e.contains("unknown model") && e.contains("'nope'"), "{e}");
     http.assert_still_serves().await;
 
-    let e = http
-        .post_json("/v2/models/identity/versions/7/infer", &json_infer(&[1.0]))
-        .await
-        .error(StatusCode::NOT_FOUND);
+    let e =
+        http.post_json("/v2/models/identity/versions/7/infer", &json_infer(&[1.0])).await.error(StatusCode::NOT_FOUND);
     assert!(e.contains("version 7"), "{e}");
     http.assert_still_serves().await;
 
-    let body =
-        json!({"inputs": [{"name": "WRONG", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]});
-    let e = http
-        .post_json(infer, &body)
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let body = json!({"inputs": [{"name": "WRONG", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]});
+    let e = http.post_json(infer, &body).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("unexpected inference input 'WRONG'"), "{e}");
     http.assert_still_serves().await;
 
-    let body =
-        json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [1]}]});
-    let e = http
-        .post_json(infer, &body)
-        .await
-        .error(StatusCode::BAD_REQUEST);
-    assert!(
-        e.contains("data-type is 'INT32'") && e.contains("expects 'FP32'"),
-        "{e}"
-    );
+    let body = json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [1]}]});
+    let e = http.post_json(infer, &body).await.error(StatusCode::BAD_REQUEST);
+    assert!(e.contains("data-type is 'INT32'") && e.contains("expects 'FP32'"), "{e}");
     http.assert_still_serves().await;
 
     let body = json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1, 1], "data": [1.0]}]});
-    let e = http
-        .post_json(infer, &body)
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e = http.post_json(infer, &body).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("unexpected shape for input 'INPUT0'"), "{e}");
     http.assert_still_serves().await;
 
     let body = json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1.0, 2.0]}]});
-    let e = http
-        .post_json(infer, &body)
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e = http.post_json(infer, &body).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("Shape does not match"), "{e}");
     http.assert_still_serves().await;
 
     // binary_data_size disagrees with the shape.
     let mut header = binary_infer(3);
     header["inputs"][0]["parameters"]["binary_data_size"] = json!(8);
-    let e = http
-        .post_binary(infer, &header, &[0u8; 8])
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e = http.post_binary(infer, &header, &[0u8; 8]).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("expecting 12 bytes but got 8"), "{e}");
     http.assert_still_serves().await;
 
     // Truncated binary body: 12 bytes declared, 8 sent.
-    let e = http
-        .post_binary(infer, &binary_infer(3), &[0u8; 8])
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e = http.post_binary(infer, &binary_infer(3), &[0u8; 8]).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("expecting 4 additional bytes"), "{e}");
     http.assert_still_serves().await;
 
     // Leftover bytes after the last input.
-    let e = http
-        .post_binary(infer, &binary_infer(3), &[0u8; 13])
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e = http.post_binary(infer, &binary_infer(3), &[0u8; 13]).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("unexpected additional input data"), "{e}");
     http.assert_still_serves().await;
 
     // Header length larger than the body.
-    let request = http
-        .client
-        .post(format!("{}{infer}", http.base))
-        .header("Inference-Header-Content-Length", "999")
-        .body("{}");
+    let request =
+        http.client.post(format!("{}{infer}", http.base)).header("Inference-Header-Content-Length", "999").body("{}");
     let e = http.send(request).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("inference header size"), "{e}");
     http.assert_still_serves().await;
@@ -488,96 +339,55 @@ async fn every_bad_input_names_the_problem_and_the_server_keeps_serving() {
     // Oversized body: a 400 that names the limit, not a dropped connection.
     let big = vec![b' '; 2 * MAX_REQUEST_BYTES];
     let e = http.post(infer, big).await.error(StatusCode::BAD_REQUEST);
-    assert!(
-        e.contains("exceeds the server's limit") && e.contains(&MAX_REQUEST_BYTES.to_string()),
-        "{e}"
-    );
+    assert!(e.contains("exceeds the server's limit") && e.contains(&MAX_REQUEST_BYTES.to_string()), "{e}");
     http.assert_still_serves().await;
 
-    let e = http
-        .post(infer, "{\"inputs\": [")
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e = http.post(infer, "{\"inputs\": [").await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("failed to parse the request JSON"), "{e}");
     http.assert_still_serves().await;
 
     let body = json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1.0], "parameters": {"binary_data_size": 4}}]});
-    let e = http
-        .post_json(infer, &body)
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e = http.post_json(infer, &body).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("must set only one of"), "{e}");
     http.assert_still_serves().await;
 
     let body = json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2],
         "parameters": {"shared_memory_region": "never_registered", "shared_memory_byte_size": 8}}]});
-    let e = http
-        .post_json(infer, &body)
-        .await
-        .error(StatusCode::BAD_REQUEST);
-    assert!(
-        e.contains("Unable to find system shared memory region: 'never_registered'"),
-        "{e}"
-    );
+    let e = http.post_json(infer, &body).await.error(StatusCode::BAD_REQUEST);
+    assert!(e.contains("Unable to find system shared memory region: 'never_registered'"), "{e}");
     http.assert_still_serves().await;
 
     // A real region for the offset/size and duplicate cases.
     let region = Region::new("bad", 64);
     let register = json!({"key": region.key, "offset": 0, "byte_size": 64});
-    assert_eq!(
-        http.post_json("/v2/systemsharedmemory/region/bad/register", &register)
-            .await
-            .status,
-        StatusCode::OK
-    );
-    let e = http
-        .post_json("/v2/systemsharedmemory/region/bad/register", &register)
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    assert_eq!(http.post_json("/v2/systemsharedmemory/region/bad/register", &register).await.status, StatusCode::OK);
+    let e =
+        http.post_json("/v2/systemsharedmemory/region/bad/register", &register).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("'bad' already in manager"), "{e}");
     http.assert_still_serves().await;
 
     let body = json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
         "parameters": {"shared_memory_region": "bad", "shared_memory_byte_size": 16, "shared_memory_offset": 56}}]});
-    let e = http
-        .post_json(infer, &body)
-        .await
-        .error(StatusCode::BAD_REQUEST);
-    assert!(
-        e.contains("Invalid offset + byte size for shared memory region: 'bad'"),
-        "{e}"
-    );
+    let e = http.post_json(infer, &body).await.error(StatusCode::BAD_REQUEST);
+    assert!(e.contains("Invalid offset + byte size for shared memory region: 'bad'"), "{e}");
     http.assert_still_serves().await;
 
     let too_big = json!({"key": region.key, "offset": 32, "byte_size": 64});
-    let e = http
-        .post_json("/v2/systemsharedmemory/region/bad2/register", &too_big)
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    let e =
+        http.post_json("/v2/systemsharedmemory/region/bad2/register", &too_big).await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("Invalid offset + byte size"), "{e}");
     let e = http
-        .post_json(
-            "/v2/systemsharedmemory/region/x/register",
-            &json!({"key": "/pb_no_such_key", "byte_size": 8}),
-        )
+        .post_json("/v2/systemsharedmemory/region/x/register", &json!({"key": "/pb_no_such_key", "byte_size": 8}))
         .await
         .error(StatusCode::BAD_REQUEST);
     assert!(e.contains("Unable to open shared memory region"), "{e}");
     let e = http
-        .post_json(
-            "/v2/systemsharedmemory/region/x/register",
-            &json!({"offset": 0}),
-        )
+        .post_json("/v2/systemsharedmemory/region/x/register", &json!({"offset": 0}))
         .await
         .error(StatusCode::BAD_REQUEST);
     assert!(e.contains("missing field"), "{e}");
     http.assert_still_serves().await;
-    assert_eq!(
-        http.post("/v2/systemsharedmemory/unregister", "")
-            .await
-            .status,
-        StatusCode::OK
-    );
+    assert_eq!(http.post("/v2/systemsharedmemory/unregister", "").await.status, StatusCode::OK);
     server.shutdown().await;
 }
 
@@ -590,22 +400,12 @@ struct Region {
 impl Region {
     fn new(tag: &str, size: usize) -> Region {
         let key = format!("/pb_http_{tag}_{}", std::process::id());
-        let shmem = ShmemConf::new()
-            .os_id(&key)
-            .size(size)
-            .create()
-            .expect("create shm");
+        let shmem = ShmemConf::new().os_id(&key).size(size).create().expect("create shm");
         Region { key, shmem }
     }
     fn write(&self, offset: usize, data: &[u8]) {
         // SAFETY: the test owns the mapping and stays within its size.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.shmem.as_ptr().add(offset),
-                data.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.shmem.as_ptr().add(offset), data.len()) };
     }
     fn read(&self, offset: usize, len: usize) -> Vec<u8> {
         // SAFETY: as in `write`.
@@ -628,12 +428,7 @@ async fn system_shared_memory_round_trip() {
             &json!({"key": input.key, "offset": 0, "byte_size": 64}),
         )
         .await;
-    assert_eq!(
-        r.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&r.body)
-    );
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
     let r = http
         .post_json(
             "/v2/systemsharedmemory/region/out/register",
@@ -643,14 +438,8 @@ async fn system_shared_memory_round_trip() {
     assert_eq!(r.status, StatusCode::OK);
     let status = http.get("/v2/systemsharedmemory/status").await.json();
     assert_eq!(status.as_array().unwrap().len(), 2);
-    let one = http
-        .get("/v2/systemsharedmemory/region/out/status")
-        .await
-        .json();
-    assert_eq!(
-        one,
-        json!([{"name": "out", "key": output.key, "offset": 8, "byte_size": 56}])
-    );
+    let one = http.get("/v2/systemsharedmemory/region/out/status").await.json();
+    assert_eq!(one, json!([{"name": "out", "key": output.key, "offset": 8, "byte_size": 56}]));
 
     let body = json!({
         "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
@@ -659,12 +448,7 @@ async fn system_shared_memory_round_trip() {
             "parameters": {"shared_memory_region": "out", "shared_memory_byte_size": 16, "shared_memory_offset": 4}}]
     });
     let r = http.post_json("/v2/models/identity/infer", &body).await;
-    assert_eq!(
-        r.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&r.body)
-    );
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
     let out = &r.json()["outputs"][0];
     assert_eq!(
         *out,
@@ -677,49 +461,17 @@ async fn system_shared_memory_round_trip() {
     // An output region too small for the result is the server's INTERNAL error, as in Triton.
     let mut small = body.clone();
     small["outputs"][0]["parameters"]["shared_memory_byte_size"] = json!(8);
-    let e = http
-        .post_json("/v2/models/identity/infer", &small)
-        .await
-        .error(StatusCode::INTERNAL_SERVER_ERROR);
+    let e = http.post_json("/v2/models/identity/infer", &small).await.error(StatusCode::INTERNAL_SERVER_ERROR);
     assert!(e.contains("should be at least 16 bytes"), "{e}");
 
-    assert_eq!(
-        http.post("/v2/systemsharedmemory/region/in/unregister", "")
-            .await
-            .status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        http.get("/v2/systemsharedmemory/status")
-            .await
-            .json()
-            .as_array()
-            .unwrap()
-            .len(),
-        1
-    );
-    assert_eq!(
-        http.post("/v2/systemsharedmemory/unregister", "")
-            .await
-            .status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        http.get("/v2/systemsharedmemory/status").await.json(),
-        json!([])
-    );
+    assert_eq!(http.post("/v2/systemsharedmemory/region/in/unregister", "").await.status, StatusCode::OK);
+    assert_eq!(http.get("/v2/systemsharedmemory/status").await.json().as_array().unwrap().len(), 1);
+    assert_eq!(http.post("/v2/systemsharedmemory/unregister", "").await.status, StatusCode::OK);
+    assert_eq!(http.get("/v2/systemsharedmemory/status").await.json(), json!([]));
 
     // CUDA shared memory: none without a GPU, and unregistering is always fine.
-    assert_eq!(
-        http.get("/v2/cudasharedmemory/status").await.json(),
-        json!([])
-    );
-    assert_eq!(
-        http.post("/v2/cudasharedmemory/unregister", "")
-            .await
-            .status,
-        StatusCode::OK
-    );
+    assert_eq!(http.get("/v2/cudasharedmemory/status").await.json(), json!([]));
+    assert_eq!(http.post("/v2/cudasharedmemory/unregister", "").await.status, StatusCode::OK);
     let e = http
         .post_json(
             "/v2/cudasharedmemory/region/g/register",
@@ -740,8 +492,7 @@ async fn statistics_count_every_request() {
         http.assert_still_serves().await;
     }
     // A rejected request is not an inference.
-    http.post_json("/v2/models/identity/infer", &json!({"inputs": []}))
-        .await;
+    http.post_json("/v2/models/identity/infer", &json!({"inputs": []})).await;
 
     let stats = http.get("/v2/models/identity/stats").await.json();
     let m = &stats["model_stats"][0];
@@ -757,38 +508,17 @@ async fn statistics_count_every_request() {
         assert_eq!(m["inference_stats"][k]["count"], N, "{k}");
     }
     assert!(m["last_inference"].as_u64().unwrap() > 0);
-    assert_eq!(
-        http.get("/v2/models/identity/versions/1/stats")
-            .await
-            .json(),
-        stats
-    );
+    assert_eq!(http.get("/v2/models/identity/versions/1/stats").await.json(), stats);
 
     let all = http.get("/v2/models/stats").await.json();
-    let names: Vec<&str> = all["model_stats"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap())
-        .collect();
-    assert!(
-        names.contains(&"identity") && names.contains(&"delay"),
-        "{names:?}"
-    );
+    let names: Vec<&str> = all["model_stats"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"identity") && names.contains(&"delay"), "{names:?}");
 
-    let e = http
-        .get("/v2/models/nope/stats")
-        .await
-        .error(StatusCode::NOT_FOUND);
+    let e = http.get("/v2/models/nope/stats").await.error(StatusCode::NOT_FOUND);
     assert!(e.contains("'nope'"), "{e}");
 
     // Prometheus metrics read the same statistics.
-    let text = reqwest::get(format!("http://{}/metrics", server.metrics_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = reqwest::get(format!("http://{}/metrics", server.metrics_addr)).await.unwrap().text().await.unwrap();
     for line in [
         "nv_inference_request_success{model=\"identity\",version=\"1\"} 5.000000",
         "nv_inference_count{model=\"identity\",version=\"1\"} 5.000000",
@@ -823,88 +553,38 @@ async fn repository_index_unload_and_load() {
         .unwrap()
         .contains(&json!({"name": "delay", "version": "1", "state": "READY", "reason": ""})));
 
-    assert_eq!(
-        http.post("/v2/repository/models/delay/unload", "")
-            .await
-            .status,
-        StatusCode::OK
-    );
-    let ready_only = http
-        .post_json("/v2/repository/index", &json!({"ready": true}))
-        .await
-        .json();
-    assert!(!ready_only
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|m| m["name"] == "delay"));
+    assert_eq!(http.post("/v2/repository/models/delay/unload", "").await.status, StatusCode::OK);
+    let ready_only = http.post_json("/v2/repository/index", &json!({"ready": true})).await.json();
+    assert!(!ready_only.as_array().unwrap().iter().any(|m| m["name"] == "delay"));
     let index = http.post("/v2/repository/index", "").await.json();
-    assert!(index
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|m| m["name"] == "delay" && m["state"] == "UNAVAILABLE"));
-    assert_eq!(
-        http.get("/v2/models/delay/ready").await.status,
-        StatusCode::BAD_REQUEST
-    );
-    let e = http
-        .post("/v2/repository/models/delay/unload", "")
-        .await
-        .error(StatusCode::BAD_REQUEST);
+    assert!(index.as_array().unwrap().iter().any(|m| m["name"] == "delay" && m["state"] == "UNAVAILABLE"));
+    assert_eq!(http.get("/v2/models/delay/ready").await.status, StatusCode::BAD_REQUEST);
+    let e = http.post("/v2/repository/models/delay/unload", "").await.error(StatusCode::BAD_REQUEST);
     assert!(e.contains("not loaded"), "{e}");
 
-    assert_eq!(
-        http.post("/v2/repository/models/delay/load", "")
-            .await
-            .status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        http.get("/v2/models/delay/ready").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(http.post("/v2/repository/models/delay/load", "").await.status, StatusCode::OK);
+    assert_eq!(http.get("/v2/models/delay/ready").await.status, StatusCode::OK);
 
     // A config override, as JSON text.
     let mut config = http.get("/v2/models/delay/config").await.json();
     config["parameters"]["delay_us"]["string_value"] = json!("10");
     let r = http
-        .post_json(
-            "/v2/repository/models/delay/load",
-            &json!({"parameters": {"config": config.to_string()}}),
-        )
+        .post_json("/v2/repository/models/delay/load", &json!({"parameters": {"config": config.to_string()}}))
         .await;
-    assert_eq!(
-        r.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&r.body)
-    );
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
     let after = http.get("/v2/models/delay/config").await.json();
     assert_eq!(after["parameters"]["delay_us"]["string_value"], "10");
 
     let e = http
-        .post_json(
-            "/v2/repository/models/delay/load",
-            &json!({"parameters": {"config": "{not json"}}),
-        )
+        .post_json("/v2/repository/models/delay/load", &json!({"parameters": {"config": "{not json"}}))
         .await
         .error(StatusCode::BAD_REQUEST);
     assert!(e.contains("bad config JSON"), "{e}");
-    let e = http
-        .post("/v2/repository/models/nope/load", "")
-        .await
-        .error(StatusCode::NOT_FOUND);
+    let e = http.post("/v2/repository/models/nope/load", "").await.error(StatusCode::NOT_FOUND);
     assert!(e.contains("'nope'"), "{e}");
-    let e = http
-        .post("/v2/repository/other/models/delay/load", "")
-        .await
-        .error(StatusCode::NOT_IMPLEMENTED);
+    let e = http.post("/v2/repository/other/models/delay/load", "").await.error(StatusCode::NOT_IMPLEMENTED);
     assert!(e.contains("repository_name"), "{e}");
-    assert_eq!(
-        http.post("/v2/repository/any/index", "").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(http.post("/v2/repository/any/index", "").await.status, StatusCode::OK);
     http.assert_still_serves().await;
     server.shutdown().await;
 }

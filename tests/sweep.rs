@@ -38,12 +38,7 @@ const REPORT_COLUMNS: &[&str] = &[
 
 /// Checks the folder's files and returns its rows.
 fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
-    for file in [
-        "perf_analyzer.csv",
-        "report.csv",
-        "report.md",
-        "report.toml",
-    ] {
+    for file in ["perf_analyzer.csv", "report.csv", "report.md", "report.toml"] {
         assert!(dir.join(file).is_file(), "{} lacks {file}", dir.display());
     }
     for plot in plots {
@@ -58,12 +53,7 @@ fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
     let pa = std::fs::read_to_string(dir.join("perf_analyzer.csv")).unwrap();
     assert!(pa.starts_with("Concurrency,Inferences/Second,"), "{pa}");
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    for parameter in [
-        "Backend",
-        "Precision",
-        "Max batch size",
-        "Number of model instances",
-    ] {
+    for parameter in ["Backend", "Precision", "Max batch size", "Number of model instances"] {
         assert!(md.contains(parameter), "report.md lacks {parameter}");
     }
     let (rows, _) = perfbench::report::read_table(&dir.join("report.csv")).unwrap();
@@ -110,19 +100,9 @@ fn offline_sweep_writes_a_complete_folder() {
         out.to_str().unwrap(),
     ]);
     assert!(run.status.success(), "{}", stderr(&run));
-    let rows = check_folder(
-        &out,
-        &[
-            "throughput_vs_batch",
-            "latency_vs_batch",
-            "throughput_vs_latency",
-        ],
-    );
+    let rows = check_folder(&out, &["throughput_vs_batch", "latency_vs_batch", "throughput_vs_latency"]);
     let points: Vec<(u64, LoadPoint)> = rows.iter().map(|r| (r.batch, r.load)).collect();
-    assert_eq!(
-        points,
-        [1, 8, 16].map(|b| (b, LoadPoint::Concurrency(1))).to_vec()
-    );
+    assert_eq!(points, [1, 8, 16].map(|b| (b, LoadPoint::Concurrency(1))).to_vec());
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(stdout.contains("Inferences/Second"), "summary table");
 }
@@ -151,12 +131,7 @@ fn online_sweep_writes_a_complete_folder() {
     assert!(run.status.success(), "{}", stderr(&run));
     let rows = check_folder(&out, &["latency_vs_concurrency"]);
     let levels: Vec<LoadPoint> = rows.iter().map(|r| r.load).collect();
-    assert_eq!(
-        levels,
-        (1..=8)
-            .map(|i| LoadPoint::Concurrency(8 * i))
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(levels, (1..=8).map(|i| LoadPoint::Concurrency(8 * i)).collect::<Vec<_>>());
     assert!(rows.iter().all(|r| r.batch == 2));
 }
 
@@ -164,20 +139,10 @@ fn online_sweep_writes_a_complete_folder() {
 fn scenario_quick_profile_writes_offline_and_online_folders() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let run = perfbench(&[
-        "run",
-        "scenarios/wide_deep.toml",
-        "--profile",
-        "quick",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let run = perfbench(&["run", "scenarios/wide_deep.toml", "--profile", "quick", "--out", out.to_str().unwrap()]);
     assert!(run.status.success(), "{}", stderr(&run));
     let offline = check_folder(&out.join("offline"), &["throughput_vs_batch"]);
-    assert_eq!(
-        offline.iter().map(|r| r.batch).collect::<Vec<_>>(),
-        [1, 256, 1024]
-    );
+    assert_eq!(offline.iter().map(|r| r.batch).collect::<Vec<_>>(), [1, 256, 1024]);
     let online = check_folder(&out.join("online"), &["latency_vs_concurrency"]);
     assert_eq!(online.len(), 3);
 }
@@ -207,11 +172,7 @@ fn bad_scenarios_are_one_line_and_exit_2() {
     assert!(stderr(&run).contains("batchsize"), "{}", stderr(&run));
     let run = perfbench(&["run", "scenarios/wide_deep.toml", "--profile", "nope"]);
     assert_eq!(run.status.code(), Some(2));
-    assert!(
-        stderr(&run).contains("no profile 'nope'"),
-        "{}",
-        stderr(&run)
-    );
+    assert!(stderr(&run).contains("no profile 'nope'"), "{}", stderr(&run));
     let run = perfbench(&["run", "scenarios/missing.toml"]);
     assert_eq!(run.status.code(), Some(2));
 }

@@ -18,16 +18,16 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use super::{
-    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult,
-    InputSource, OutputTarget, RequestSpec, RequestTiming, ServerInfo,
+    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
+    OutputTarget, RequestSpec, RequestTiming, ServerInfo,
 };
 use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::{
-    infer_parameter::ParameterChoice, CudaSharedMemoryUnregisterRequest, InferParameter,
-    ModelConfig, ModelConfigRequest, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
-    ModelMetadataResponse, ModelStatistics, ModelStatisticsRequest, ServerMetadataRequest,
-    SystemSharedMemoryRegisterRequest, SystemSharedMemoryUnregisterRequest,
+    infer_parameter::ParameterChoice, CudaSharedMemoryUnregisterRequest, InferParameter, ModelConfig,
+    ModelConfigRequest, ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse,
+    ModelStatistics, ModelStatisticsRequest, ServerMetadataRequest, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryUnregisterRequest,
 };
 use crate::tensor::{DataType, Tensor};
 
@@ -60,21 +60,15 @@ impl GrpcClient {
     pub fn new(url: &str, options: &ConnectOptions) -> ClientResult<Self> {
         let base = base_url(url);
         let endpoint = Endpoint::from_shared(base.clone())
-            .map_err(|e| {
-                ClientError::Invalid(format!("bad server URL '{url}': {}", error_chain(&e)))
-            })?
+            .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {}", error_chain(&e))))?
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(10));
-        let count = options
-            .concurrency
-            .div_ceil(STREAMS_PER_CHANNEL)
-            .clamp(1, MAX_CHANNELS);
+        let count = options.concurrency.div_ceil(STREAMS_PER_CHANNEL).clamp(1, MAX_CHANNELS);
         let channels = (0..count).map(|_| endpoint.connect_lazy()).collect();
         let mut metadata = MetadataMap::new();
         for (name, value) in &options.headers {
             let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));
-            let key =
-                MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes()).map_err(|_| bad())?;
+            let key = MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes()).map_err(|_| bad())?;
             let value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
             metadata.append(key, value);
         }
@@ -108,10 +102,7 @@ impl GrpcClient {
     /// status the server sent has none.
     fn status_error(&self, status: Status) -> ClientError {
         if std::error::Error::source(&status).is_some() && status.code() != Code::Cancelled {
-            ClientError::Unreachable {
-                url: self.base.clone(),
-                reason: error_chain(&status),
-            }
+            ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&status) }
         } else {
             ClientError::Server(status.message().to_string())
         }
@@ -119,29 +110,18 @@ impl GrpcClient {
 }
 
 fn string_param(s: &str) -> InferParameter {
-    InferParameter {
-        parameter_choice: Some(ParameterChoice::StringParam(s.to_string())),
-    }
+    InferParameter { parameter_choice: Some(ParameterChoice::StringParam(s.to_string())) }
 }
 
 fn int64_param(v: u64) -> InferParameter {
-    InferParameter {
-        parameter_choice: Some(ParameterChoice::Int64Param(v as i64)),
-    }
+    InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(v as i64)) }
 }
 
 /// Shared-memory tensor parameters; the offset only when non-zero, as Triton's clients send it.
-fn shm_parameters(
-    region: &str,
-    offset: u64,
-    byte_size: u64,
-) -> std::collections::HashMap<String, InferParameter> {
+fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> std::collections::HashMap<String, InferParameter> {
     let mut p = std::collections::HashMap::new();
     p.insert("shared_memory_region".to_string(), string_param(region));
-    p.insert(
-        "shared_memory_byte_size".to_string(),
-        int64_param(byte_size),
-    );
+    p.insert("shared_memory_byte_size".to_string(), int64_param(byte_size));
     if offset != 0 {
         p.insert("shared_memory_offset".to_string(), int64_param(offset));
     }
@@ -160,17 +140,9 @@ fn to_proto(spec: &RequestSpec) -> ModelInferRequest {
                 request.raw_input_contents.push(t.data.to_vec());
                 (t.dtype, t.shape.clone(), Default::default())
             }
-            InputSource::SystemShm {
-                region,
-                offset,
-                byte_size,
-                dtype,
-                shape,
-            } => (
-                *dtype,
-                shape.clone(),
-                shm_parameters(region, *offset, *byte_size),
-            ),
+            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => {
+                (*dtype, shape.clone(), shm_parameters(region, *offset, *byte_size))
+            }
         };
         request.inputs.push(InferInputTensor {
             name: name.clone(),
@@ -183,16 +155,9 @@ fn to_proto(spec: &RequestSpec) -> ModelInferRequest {
     for (name, target) in &spec.outputs {
         let parameters = match target {
             OutputTarget::Inline => Default::default(),
-            OutputTarget::SystemShm {
-                region,
-                offset,
-                byte_size,
-            } => shm_parameters(region, *offset, *byte_size),
+            OutputTarget::SystemShm { region, offset, byte_size } => shm_parameters(region, *offset, *byte_size),
         };
-        request.outputs.push(InferRequestedOutputTensor {
-            name: name.clone(),
-            parameters,
-        });
+        request.outputs.push(InferRequestedOutputTensor { name: name.clone(), parameters });
     }
     request
 }
@@ -225,15 +190,11 @@ impl Codec for InferCodec {
     type Decoder = ResponseDecoder;
 
     fn encoder(&mut self) -> PreEncoded {
-        PreEncoded {
-            times: self.times.clone(),
-        }
+        PreEncoded { times: self.times.clone() }
     }
 
     fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder {
-            times: self.times.clone(),
-        }
+        ResponseDecoder { times: self.times.clone() }
     }
 }
 
@@ -254,9 +215,7 @@ impl Decoder for ResponseDecoder {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<ModelInferResponse>, Status> {
         let _ = self.times.decoding.set(Instant::now());
-        ModelInferResponse::decode(src)
-            .map(Some)
-            .map_err(|e| Status::internal(format!("bad ModelInferResponse: {e}")))
+        ModelInferResponse::decode(src).map(Some).map_err(|e| Status::internal(format!("bad ModelInferResponse: {e}")))
     }
 }
 
@@ -265,23 +224,12 @@ fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
     let mut raw = response.raw_output_contents.into_iter();
     let mut outputs = Vec::with_capacity(response.outputs.len());
     for o in response.outputs {
-        let dtype = DataType::parse(&o.datatype)
-            .or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes))
-            .ok_or_else(|| {
-                ClientError::Protocol(format!(
-                    "output '{}' has unknown datatype '{}'",
-                    o.name, o.datatype
-                ))
-            })?;
+        let dtype =
+            DataType::parse(&o.datatype).or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes)).ok_or_else(
+                || ClientError::Protocol(format!("output '{}' has unknown datatype '{}'", o.name, o.datatype)),
+            )?;
         let data = raw.next().unwrap_or_default();
-        outputs.push((
-            o.name,
-            Tensor {
-                dtype,
-                shape: o.shape,
-                data: data.into(),
-            },
-        ));
+        outputs.push((o.name, Tensor { dtype, shape: o.shape, data: data.into() }));
     }
     Ok(InferResult { outputs })
 }
@@ -296,59 +244,33 @@ impl InferClient for GrpcClient {
             .await
             .map_err(|s| self.status_error(s))?
             .into_inner();
-        Ok(ServerInfo {
-            name: m.name,
-            version: m.version,
-            extensions: m.extensions,
-        })
+        Ok(ServerInfo { name: m.name, version: m.version, extensions: m.extensions })
     }
 
-    async fn model_metadata(
-        &self,
-        model: &str,
-        version: &str,
-    ) -> ClientResult<ModelMetadataResponse> {
-        let request = ModelMetadataRequest {
-            name: model.to_string(),
-            version: version.to_string(),
-        };
+    async fn model_metadata(&self, model: &str, version: &str) -> ClientResult<ModelMetadataResponse> {
+        let request = ModelMetadataRequest { name: model.to_string(), version: version.to_string() };
         let response = self.client().model_metadata(self.request(request)).await;
         Ok(response.map_err(|s| self.status_error(s))?.into_inner())
     }
 
     async fn model_config(&self, model: &str, version: &str) -> ClientResult<ModelConfig> {
-        let request = ModelConfigRequest {
-            name: model.to_string(),
-            version: version.to_string(),
-        };
+        let request = ModelConfigRequest { name: model.to_string(), version: version.to_string() };
         let response = self.client().model_config(self.request(request)).await;
         response
             .map_err(|s| self.status_error(s))?
             .into_inner()
             .config
-            .ok_or_else(|| {
-                ClientError::Protocol(format!(
-                    "model '{model}': ModelConfig response has no config"
-                ))
-            })
+            .ok_or_else(|| ClientError::Protocol(format!("model '{model}': ModelConfig response has no config")))
     }
 
     async fn statistics(&self, model: &str, version: &str) -> ClientResult<Vec<ModelStatistics>> {
-        let request = ModelStatisticsRequest {
-            name: model.to_string(),
-            version: version.to_string(),
-        };
+        let request = ModelStatisticsRequest { name: model.to_string(), version: version.to_string() };
         let response = self.client().model_statistics(self.request(request)).await;
-        Ok(response
-            .map_err(|s| self.status_error(s))?
-            .into_inner()
-            .model_stats)
+        Ok(response.map_err(|s| self.status_error(s))?.into_inner().model_stats)
     }
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<GrpcRequest> {
-        Ok(GrpcRequest {
-            encoded: to_proto(spec).encode_to_vec().into(),
-        })
+        Ok(GrpcRequest { encoded: to_proto(spec).encode_to_vec().into() })
     }
 
     /// Timing, measured on our side of the connection:
@@ -358,11 +280,7 @@ impl InferClient for GrpcClient {
     ///   decoded and turned into outputs. HTTP/2 framing runs in tonic's connection task and is
     ///   not separable, so it counts as network + server time;
     /// - `total`: from the call to the end of `recv`.
-    async fn infer(
-        &self,
-        request: &GrpcRequest,
-        keep_outputs: bool,
-    ) -> (ClientResult<InferResult>, RequestTiming) {
+    async fn infer(&self, request: &GrpcRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
         if let Some(streams) = &self.streams {
             let (response, timing) = streams
                 .infer(self.channel(), self.metadata.clone(), MAX_MESSAGE_BYTES, request.encoded.clone(), |s| {
@@ -382,18 +300,11 @@ impl InferClient for GrpcClient {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let response = match grpc.ready().await {
-            Err(e) => Err(ClientError::Unreachable {
-                url: self.base.clone(),
-                reason: error_chain(&e),
-            }),
+            Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
             Ok(()) => {
-                let codec = InferCodec {
-                    times: times.clone(),
-                };
+                let codec = InferCodec { times: times.clone() };
                 let path = tonic::codegen::http::uri::PathAndQuery::from_static(MODEL_INFER_PATH);
-                grpc.unary(self.request(request.encoded.clone()), path, codec)
-                    .await
-                    .map_err(|s| self.status_error(s))
+                grpc.unary(self.request(request.encoded.clone()), path, codec).await.map_err(|s| self.status_error(s))
             }
         };
         let answered = Instant::now();
@@ -406,56 +317,27 @@ impl InferClient for GrpcClient {
             }
         };
         let end = Instant::now();
-        let sent = times
-            .encoded
-            .get()
-            .copied()
-            .unwrap_or(answered)
-            .min(answered);
+        let sent = times.encoded.get().copied().unwrap_or(answered).min(answered);
         let decoding = times.decoding.get().copied().unwrap_or(answered);
-        let timing = RequestTiming {
-            send: sent - start,
-            recv: end - decoding,
-            total: end - start,
-        };
+        let timing = RequestTiming { send: sent - start, recv: end - decoding, total: end - start };
         (result, timing)
     }
 
-    async fn register_system_shm(
-        &self,
-        name: &str,
-        key: &str,
-        offset: u64,
-        byte_size: u64,
-    ) -> ClientResult<()> {
-        let request = SystemSharedMemoryRegisterRequest {
-            name: name.into(),
-            key: key.into(),
-            offset,
-            byte_size,
-        };
-        let response = self
-            .client()
-            .system_shared_memory_register(self.request(request))
-            .await;
+    async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
+        let request = SystemSharedMemoryRegisterRequest { name: name.into(), key: key.into(), offset, byte_size };
+        let response = self.client().system_shared_memory_register(self.request(request)).await;
         response.map(|_| ()).map_err(|s| self.status_error(s))
     }
 
     async fn unregister_system_shm(&self, name: &str) -> ClientResult<()> {
         let request = SystemSharedMemoryUnregisterRequest { name: name.into() };
-        let response = self
-            .client()
-            .system_shared_memory_unregister(self.request(request))
-            .await;
+        let response = self.client().system_shared_memory_unregister(self.request(request)).await;
         response.map(|_| ()).map_err(|s| self.status_error(s))
     }
 
     async fn unregister_cuda_shm(&self, name: &str) -> ClientResult<()> {
         let request = CudaSharedMemoryUnregisterRequest { name: name.into() };
-        let response = self
-            .client()
-            .cuda_shared_memory_unregister(self.request(request))
-            .await;
+        let response = self.client().cuda_shared_memory_unregister(self.request(request)).await;
         response.map(|_| ()).map_err(|s| self.status_error(s))
     }
 }
@@ -481,26 +363,17 @@ mod tests {
                         shape: vec![2],
                     },
                 ),
-                (
-                    "A".into(),
-                    InputSource::Inline(Tensor::from_i32(vec![1], &[7])),
-                ),
+                ("A".into(), InputSource::Inline(Tensor::from_i32(vec![1], &[7]))),
             ],
             outputs: vec![("X".into(), OutputTarget::Inline)],
         };
         let p = to_proto(&spec);
         assert_eq!(p.raw_input_contents, vec![7i32.to_le_bytes().to_vec()]);
-        assert_eq!(
-            p.inputs[0].parameters["shared_memory_offset"],
-            int64_param(4)
-        );
+        assert_eq!(p.inputs[0].parameters["shared_memory_offset"], int64_param(4));
         assert!(p.inputs[1].parameters.is_empty());
         assert_eq!(p.outputs[0].name, "X");
         // The pre-encoded bytes decode back to the same message.
-        assert_eq!(
-            ModelInferRequest::decode(&p.encode_to_vec()[..]).unwrap(),
-            p
-        );
+        assert_eq!(ModelInferRequest::decode(&p.encode_to_vec()[..]).unwrap(), p);
     }
 
     #[test]

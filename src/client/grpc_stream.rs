@@ -31,11 +31,14 @@ pub struct StreamPool {
 }
 
 impl StreamPool {
-    async fn open(channel: Channel, metadata: tonic::metadata::MetadataMap, max_bytes: usize) -> Result<OpenStream, Status> {
+    async fn open(
+        channel: Channel,
+        metadata: tonic::metadata::MetadataMap,
+        max_bytes: usize,
+    ) -> Result<OpenStream, Status> {
         let (requests, rx) = mpsc::channel(1);
-        let mut grpc = tonic::client::Grpc::new(channel)
-            .max_decoding_message_size(max_bytes)
-            .max_encoding_message_size(max_bytes);
+        let mut grpc =
+            tonic::client::Grpc::new(channel).max_decoding_message_size(max_bytes).max_encoding_message_size(max_bytes);
         grpc.ready().await.map_err(|e| Status::from_error(Box::new(e)))?;
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
         *request.metadata_mut() = metadata;

@@ -15,12 +15,10 @@ use reqwest::{StatusCode, Url};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult,
-    InputSource, OutputTarget, RequestSpec, RequestTiming, ServerInfo,
+    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
+    OutputTarget, RequestSpec, RequestTiming, ServerInfo,
 };
-use crate::proto::inference::{
-    ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse,
-};
+use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse};
 use crate::tensor::{DataType, Tensor};
 
 /// `Inference-Header-Content-Length` (header names are case-insensitive; reqwest lower-cases).
@@ -44,8 +42,7 @@ pub struct HttpRequest {
 impl HttpClient {
     pub fn new(url: &str, options: &ConnectOptions) -> ClientResult<Self> {
         let base = base_url(url);
-        Url::parse(&base)
-            .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+        Url::parse(&base).map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &options.headers {
             let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));
@@ -63,9 +60,7 @@ impl HttpClient {
             .connect_timeout(Duration::from_secs(10))
             .default_headers(headers)
             .build()
-            .map_err(|e| {
-                ClientError::Invalid(format!("cannot build the HTTP client: {}", error_chain(&e)))
-            })?;
+            .map_err(|e| ClientError::Invalid(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
         Ok(HttpClient { base, http })
     }
 
@@ -86,18 +81,12 @@ impl HttpClient {
 
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = Url::parse(&self.base).expect("checked in new");
-        url.path_segments_mut()
-            .expect("http URLs have a path")
-            .pop_if_empty()
-            .extend(segments);
+        url.path_segments_mut().expect("http URLs have a path").pop_if_empty().extend(segments);
         url
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> ClientError {
-        ClientError::Unreachable {
-            url: self.base.clone(),
-            reason: error_chain(e),
-        }
+        ClientError::Unreachable { url: self.base.clone(), reason: error_chain(e) }
     }
 
     /// Sends a request and returns the body of a 200 answer; any other status becomes the
@@ -112,19 +101,13 @@ impl HttpClient {
         Ok(body)
     }
 
-    async fn get_proto<T: prost::Message + Default>(
-        &self,
-        url: Url,
-        message: &str,
-    ) -> ClientResult<T> {
+    async fn get_proto<T: prost::Message + Default>(&self, url: Url, message: &str) -> ClientResult<T> {
         let body = self.call(self.http.get(url)).await?;
         proto_from_json(message, &body)
     }
 
     async fn post_empty(&self, url: Url) -> ClientResult<()> {
-        self.call(self.http.post(url).header(CONTENT_LENGTH, 0))
-            .await
-            .map(|_| ())
+        self.call(self.http.post(url).header(CONTENT_LENGTH, 0)).await.map(|_| ())
     }
 }
 
@@ -158,9 +141,7 @@ fn proto_from_json<T: prost::Message + Default>(message: &str, body: &[u8]) -> C
     let mut de = serde_json::Deserializer::from_slice(body);
     let dynamic = prost_reflect::DynamicMessage::deserialize_with_options(desc, &mut de, &options)
         .map_err(|e| ClientError::Protocol(format!("{message} JSON: {e}")))?;
-    dynamic
-        .transcode_to()
-        .map_err(|e| ClientError::Protocol(format!("{message} JSON: {e}")))
+    dynamic.transcode_to().map_err(|e| ClientError::Protocol(format!("{message} JSON: {e}")))
 }
 
 #[derive(Serialize)]
@@ -218,18 +199,9 @@ fn encode_request(spec: &RequestSpec) -> ClientResult<(Bytes, usize)> {
                 name,
                 shape: &t.shape,
                 datatype: t.dtype.as_str(),
-                parameters: TensorParameters {
-                    binary_data_size: Some(t.data.len() as u64),
-                    ..Default::default()
-                },
+                parameters: TensorParameters { binary_data_size: Some(t.data.len() as u64), ..Default::default() },
             },
-            InputSource::SystemShm {
-                region,
-                offset,
-                byte_size,
-                dtype,
-                shape,
-            } => InputHeader {
+            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => InputHeader {
                 name,
                 shape,
                 datatype: dtype.as_str(),
@@ -243,24 +215,13 @@ fn encode_request(spec: &RequestSpec) -> ClientResult<(Bytes, usize)> {
         .map(|(name, target)| OutputHeader {
             name,
             parameters: match target {
-                OutputTarget::Inline => TensorParameters {
-                    binary_data: Some(true),
-                    ..Default::default()
-                },
-                OutputTarget::SystemShm {
-                    region,
-                    offset,
-                    byte_size,
-                } => shm_parameters(region, *offset, *byte_size),
+                OutputTarget::Inline => TensorParameters { binary_data: Some(true), ..Default::default() },
+                OutputTarget::SystemShm { region, offset, byte_size } => shm_parameters(region, *offset, *byte_size),
             },
         })
         .collect();
-    let header = serde_json::to_vec(&RequestHeader {
-        id: "",
-        inputs,
-        outputs,
-    })
-    .map_err(|e| ClientError::Invalid(format!("cannot encode the request: {e}")))?;
+    let header = serde_json::to_vec(&RequestHeader { id: "", inputs, outputs })
+        .map_err(|e| ClientError::Invalid(format!("cannot encode the request: {e}")))?;
     let header_length = header.len();
     let mut body = header;
     for (_, source) in &spec.inputs {
@@ -297,11 +258,7 @@ struct ResponseOutputParameters {
 /// Decodes a 200 infer response: the JSON header (its length from the header, else the whole
 /// body), then binary outputs as consecutive slices in `outputs` order. JSON `data` outputs are
 /// re-encoded in binary layout; shared-memory outputs come back with empty data.
-fn decode_response(
-    body: Bytes,
-    header_length: Option<usize>,
-    keep_outputs: bool,
-) -> ClientResult<InferResult> {
+fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool) -> ClientResult<InferResult> {
     let json_end = header_length.unwrap_or(body.len());
     if json_end > body.len() {
         return Err(ClientError::Protocol(format!(
@@ -312,31 +269,17 @@ fn decode_response(
     let header: ResponseHeader = serde_json::from_slice(&body[..json_end])
         .map_err(|e| ClientError::Protocol(format!("infer response JSON: {e}")))?;
     let mut pos = json_end;
-    let mut outputs = Vec::with_capacity(if keep_outputs {
-        header.outputs.len()
-    } else {
-        0
-    });
+    let mut outputs = Vec::with_capacity(if keep_outputs { header.outputs.len() } else { 0 });
     for o in header.outputs {
-        let dtype = DataType::parse(&o.datatype)
-            .or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes))
-            .ok_or_else(|| {
-                ClientError::Protocol(format!(
-                    "output '{}' has unknown datatype '{}'",
-                    o.name, o.datatype
-                ))
-            })?;
+        let dtype =
+            DataType::parse(&o.datatype).or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes)).ok_or_else(
+                || ClientError::Protocol(format!("output '{}' has unknown datatype '{}'", o.name, o.datatype)),
+            )?;
         let data = match o.parameters.and_then(|p| p.binary_data_size) {
             Some(size) => {
-                let end = pos
-                    .checked_add(size as usize)
-                    .filter(|&e| e <= body.len())
-                    .ok_or_else(|| {
-                        ClientError::Protocol(format!(
-                            "output '{}' declares {size} bytes past the end of the body",
-                            o.name
-                        ))
-                    })?;
+                let end = pos.checked_add(size as usize).filter(|&e| e <= body.len()).ok_or_else(|| {
+                    ClientError::Protocol(format!("output '{}' declares {size} bytes past the end of the body", o.name))
+                })?;
                 let slice = body.slice(pos..end);
                 pos = end;
                 slice
@@ -350,14 +293,7 @@ fn decode_response(
             },
         };
         if keep_outputs {
-            outputs.push((
-                o.name,
-                Tensor {
-                    dtype,
-                    shape: o.shape,
-                    data,
-                },
-            ));
+            outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
         }
     }
     Ok(InferResult { outputs })
@@ -373,10 +309,7 @@ impl Body for TimedBody {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let frame = self.data.take().map(|d| Ok(Frame::data(d)));
         if frame.is_some() {
             let _ = self.taken_at.set(Instant::now());
@@ -407,33 +340,17 @@ impl InferClient for HttpClient {
             extensions: Vec<String>,
         }
         let body = self.call(self.http.get(self.url(&["v2"]))).await?;
-        let m: Metadata = serde_json::from_slice(&body)
-            .map_err(|e| ClientError::Protocol(format!("server metadata JSON: {e}")))?;
-        Ok(ServerInfo {
-            name: m.name,
-            version: m.version,
-            extensions: m.extensions,
-        })
+        let m: Metadata =
+            serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("server metadata JSON: {e}")))?;
+        Ok(ServerInfo { name: m.name, version: m.version, extensions: m.extensions })
     }
 
-    async fn model_metadata(
-        &self,
-        model: &str,
-        version: &str,
-    ) -> ClientResult<ModelMetadataResponse> {
-        self.get_proto(
-            self.model_url(model, version, &[]),
-            "inference.ModelMetadataResponse",
-        )
-        .await
+    async fn model_metadata(&self, model: &str, version: &str) -> ClientResult<ModelMetadataResponse> {
+        self.get_proto(self.model_url(model, version, &[]), "inference.ModelMetadataResponse").await
     }
 
     async fn model_config(&self, model: &str, version: &str) -> ClientResult<ModelConfig> {
-        self.get_proto(
-            self.model_url(model, version, &["config"]),
-            "inference.ModelConfig",
-        )
-        .await
+        self.get_proto(self.model_url(model, version, &["config"]), "inference.ModelConfig").await
     }
 
     async fn statistics(&self, model: &str, version: &str) -> ClientResult<Vec<ModelStatistics>> {
@@ -442,9 +359,7 @@ impl InferClient for HttpClient {
         } else {
             self.model_url(model, version, &["stats"])
         };
-        let stats: ModelStatisticsResponse = self
-            .get_proto(url, "inference.ModelStatisticsResponse")
-            .await?;
+        let stats: ModelStatisticsResponse = self.get_proto(url, "inference.ModelStatisticsResponse").await?;
         Ok(stats.model_stats)
     }
 
@@ -464,17 +379,10 @@ impl InferClient for HttpClient {
     ///   response decoded (JSON header parsed, binary outputs sliced). reqwest does not expose
     ///   the first response byte separately from the parsed headers, so server time ends there;
     /// - `total`: from the call to the end of `recv`.
-    async fn infer(
-        &self,
-        request: &HttpRequest,
-        keep_outputs: bool,
-    ) -> (ClientResult<InferResult>, RequestTiming) {
+    async fn infer(&self, request: &HttpRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
         let start = Instant::now();
         let taken_at = Arc::new(OnceLock::new());
-        let body = TimedBody {
-            data: Some(request.body.clone()),
-            taken_at: taken_at.clone(),
-        };
+        let body = TimedBody { data: Some(request.body.clone()), taken_at: taken_at.clone() };
         let sent = self
             .http
             .post(request.url.clone())
@@ -496,9 +404,7 @@ impl InferClient for HttpClient {
                     Err(e) => Err(self.unreachable(&e)),
                     Ok(body) if status != StatusCode::OK => Err(error_from_body(status, &body)),
                     Ok(body) => match header_length {
-                        Some(None) => Err(ClientError::Protocol(
-                            "bad Inference-Header-Content-Length".into(),
-                        )),
+                        Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
                         Some(Some(n)) => decode_response(body, Some(n), keep_outputs),
                         None => decode_response(body, None, keep_outputs),
                     },
@@ -506,28 +412,13 @@ impl InferClient for HttpClient {
             }
         };
         let end = Instant::now();
-        let send_end = taken_at
-            .get()
-            .copied()
-            .unwrap_or(headers_at)
-            .min(headers_at);
-        let timing = RequestTiming {
-            send: send_end - start,
-            recv: end - headers_at,
-            total: end - start,
-        };
+        let send_end = taken_at.get().copied().unwrap_or(headers_at).min(headers_at);
+        let timing = RequestTiming { send: send_end - start, recv: end - headers_at, total: end - start };
         (result, timing)
     }
 
-    async fn register_system_shm(
-        &self,
-        name: &str,
-        key: &str,
-        offset: u64,
-        byte_size: u64,
-    ) -> ClientResult<()> {
-        let body =
-            serde_json::json!({ "key": key, "offset": offset, "byte_size": byte_size }).to_string();
+    async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
+        let body = serde_json::json!({ "key": key, "offset": offset, "byte_size": byte_size }).to_string();
         let url = self.url(&["v2", "systemsharedmemory", "region", name, "register"]);
         self.call(self.http.post(url).body(body)).await.map(|_| ())
     }
@@ -560,10 +451,7 @@ mod tests {
             model_name: "my model".into(),
             model_version: "".into(),
             inputs: vec![
-                (
-                    "A".into(),
-                    InputSource::Inline(Tensor::from_f32(vec![1, 2], &[1.0, 2.0])),
-                ),
+                ("A".into(), InputSource::Inline(Tensor::from_f32(vec![1, 2], &[1.0, 2.0]))),
                 (
                     "B".into(),
                     InputSource::SystemShm {
@@ -577,14 +465,7 @@ mod tests {
             ],
             outputs: vec![
                 ("X".into(), OutputTarget::Inline),
-                (
-                    "Y".into(),
-                    OutputTarget::SystemShm {
-                        region: "Y".into(),
-                        offset: 16,
-                        byte_size: 64,
-                    },
-                ),
+                ("Y".into(), OutputTarget::SystemShm { region: "Y".into(), offset: 16, byte_size: 64 }),
             ],
         }
     }
@@ -594,23 +475,14 @@ mod tests {
         let (body, n) = encode_request(&spec()).unwrap();
         let header: serde_json::Value = serde_json::from_slice(&body[..n]).unwrap();
         assert_eq!(header["id"], "");
-        assert_eq!(
-            header["inputs"][0]["parameters"],
-            serde_json::json!({"binary_data_size": 8})
-        );
+        assert_eq!(header["inputs"][0]["parameters"], serde_json::json!({"binary_data_size": 8}));
         assert_eq!(header["inputs"][0]["shape"], serde_json::json!([1, 2]));
         assert_eq!(
             header["inputs"][1]["parameters"],
             serde_json::json!({"shared_memory_region": "B_0_0", "shared_memory_byte_size": 8})
         );
-        assert_eq!(
-            header["outputs"][0]["parameters"],
-            serde_json::json!({"binary_data": true})
-        );
-        assert_eq!(
-            header["outputs"][1]["parameters"]["shared_memory_offset"],
-            16
-        );
+        assert_eq!(header["outputs"][0]["parameters"], serde_json::json!({"binary_data": true}));
+        assert_eq!(header["outputs"][1]["parameters"]["shared_memory_offset"], 16);
         assert_eq!(&body[n..], &Tensor::from_f32(vec![2], &[1.0, 2.0]).data[..]);
     }
 
@@ -621,10 +493,7 @@ mod tests {
             c.model_url("my model", "2", &["infer"]).as_str(),
             "http://localhost:1/v2/models/my%20model/versions/2/infer"
         );
-        assert_eq!(
-            c.url(&["v2", "models", "stats"]).as_str(),
-            "http://localhost:1/v2/models/stats"
-        );
+        assert_eq!(c.url(&["v2", "models", "stats"]).as_str(), "http://localhost:1/v2/models/stats");
     }
 
     #[test]
@@ -641,27 +510,10 @@ mod tests {
         assert!(decode_response(Bytes::from_static(json), None, false).is_err());
         // No header length: the whole body is JSON.
         let plain = br#"{"outputs":[{"name":"Y","datatype":"FP32","shape":[1],"data":[2.5]}]}"#;
-        assert_eq!(
-            decode_response(Bytes::from_static(plain), None, true)
-                .unwrap()
-                .outputs[0]
-                .1
-                .to_f32(),
-            vec![2.5]
-        );
-        assert!(decode_response(Bytes::from_static(plain), None, false)
-            .unwrap()
-            .outputs
-            .is_empty());
-        let e = error_from_body(
-            StatusCode::NOT_FOUND,
-            br#"{"error":"Request for unknown model: 'x' is not found"}"#,
-        );
-        assert!(
-            matches!(e, ClientError::Server(ref m) if m.starts_with("Request for unknown model"))
-        );
-        assert!(error_from_body(StatusCode::BAD_GATEWAY, b"")
-            .to_string()
-            .contains("502"));
+        assert_eq!(decode_response(Bytes::from_static(plain), None, true).unwrap().outputs[0].1.to_f32(), vec![2.5]);
+        assert!(decode_response(Bytes::from_static(plain), None, false).unwrap().outputs.is_empty());
+        let e = error_from_body(StatusCode::NOT_FOUND, br#"{"error":"Request for unknown model: 'x' is not found"}"#);
+        assert!(matches!(e, ClientError::Server(ref m) if m.starts_with("Request for unknown model")));
+        assert!(error_from_body(StatusCode::BAD_GATEWAY, b"").to_string().contains("502"));
     }
 }

@@ -6,14 +6,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    ClientError, ClientResult, InferClient, InferResult, InputSource, OutputTarget, RequestSpec,
-    RequestTiming, ServerInfo,
+    ClientError, ClientResult, InferClient, InferResult, InputSource, OutputTarget, RequestSpec, RequestTiming,
+    ServerInfo,
 };
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics};
 use crate::server::core::{EXTENSIONS, SERVER_NAME, SERVER_VERSION};
-use crate::server::infer::{
-    InferRequest, InputData, InputTensor, OutputData, RequestedOutput, ShmRef,
-};
+use crate::server::infer::{InferRequest, InputData, InputTensor, OutputData, RequestedOutput, ShmRef};
 use crate::server::{InferenceServer, ServerError};
 use crate::tensor::Tensor;
 
@@ -49,21 +47,11 @@ fn to_request(spec: &RequestSpec) -> InferRequest {
                 shape: t.shape.clone(),
                 data: InputData::Raw(t.data.clone()),
             },
-            InputSource::SystemShm {
-                region,
-                offset,
-                byte_size,
-                dtype,
-                shape,
-            } => InputTensor {
+            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => InputTensor {
                 name: name.clone(),
                 datatype: dtype.as_str().to_string(),
                 shape: shape.clone(),
-                data: InputData::Shm(ShmRef {
-                    region: region.clone(),
-                    offset: *offset,
-                    byte_size: *byte_size,
-                }),
+                data: InputData::Shm(ShmRef { region: region.clone(), offset: *offset, byte_size: *byte_size }),
             },
         })
         .collect();
@@ -74,15 +62,9 @@ fn to_request(spec: &RequestSpec) -> InferRequest {
             name: name.clone(),
             shm: match target {
                 OutputTarget::Inline => None,
-                OutputTarget::SystemShm {
-                    region,
-                    offset,
-                    byte_size,
-                } => Some(ShmRef {
-                    region: region.clone(),
-                    offset: *offset,
-                    byte_size: *byte_size,
-                }),
+                OutputTarget::SystemShm { region, offset, byte_size } => {
+                    Some(ShmRef { region: region.clone(), offset: *offset, byte_size: *byte_size })
+                }
             },
         })
         .collect();
@@ -106,14 +88,8 @@ impl InferClient for InProcessClient {
         })
     }
 
-    async fn model_metadata(
-        &self,
-        model: &str,
-        version: &str,
-    ) -> ClientResult<ModelMetadataResponse> {
-        self.server
-            .model_metadata(model, version)
-            .map_err(server_err)
+    async fn model_metadata(&self, model: &str, version: &str) -> ClientResult<ModelMetadataResponse> {
+        self.server.model_metadata(model, version).map_err(server_err)
     }
 
     async fn model_config(&self, model: &str, version: &str) -> ClientResult<ModelConfig> {
@@ -131,11 +107,7 @@ impl InferClient for InProcessClient {
     /// Timing: `send` is cloning the prepared request (reference-counted bytes, no copy) up to
     /// the call into the server; `recv` is turning the server's response into an [`InferResult`]
     /// (zero when outputs are not kept). There is no wire, so both are tiny by design.
-    async fn infer(
-        &self,
-        request: &InferRequest,
-        keep_outputs: bool,
-    ) -> (ClientResult<InferResult>, RequestTiming) {
+    async fn infer(&self, request: &InferRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
         let start = Instant::now();
         let request = request.clone();
         let sent = Instant::now();
@@ -153,38 +125,18 @@ impl InferClient for InProcessClient {
                             OutputData::Raw(b) => b,
                             OutputData::InShm => bytes::Bytes::new(),
                         };
-                        (
-                            o.name,
-                            Tensor {
-                                dtype: o.datatype,
-                                shape: o.shape,
-                                data,
-                            },
-                        )
+                        (o.name, Tensor { dtype: o.datatype, shape: o.shape, data })
                     })
                     .collect(),
             }),
         };
         let end = Instant::now();
-        let timing = RequestTiming {
-            send: sent - start,
-            recv: end - received,
-            total: end - start,
-        };
+        let timing = RequestTiming { send: sent - start, recv: end - received, total: end - start };
         (result, timing)
     }
 
-    async fn register_system_shm(
-        &self,
-        name: &str,
-        key: &str,
-        offset: u64,
-        byte_size: u64,
-    ) -> ClientResult<()> {
-        self.server
-            .shm
-            .register(name, key, offset, byte_size)
-            .map_err(server_err)
+    async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
+        self.server.shm.register(name, key, offset, byte_size).map_err(server_err)
     }
 
     async fn unregister_system_shm(&self, name: &str) -> ClientResult<()> {

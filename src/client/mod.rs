@@ -89,13 +89,7 @@ pub enum InputSource {
     /// Sent inline with every request (HTTP binary extension, gRPC raw contents).
     Inline(Tensor),
     /// Already in a registered system shared-memory region.
-    SystemShm {
-        region: String,
-        offset: u64,
-        byte_size: u64,
-        dtype: DataType,
-        shape: Vec<i64>,
-    },
+    SystemShm { region: String, offset: u64, byte_size: u64, dtype: DataType, shape: Vec<i64> },
 }
 
 /// Where one requested output goes.
@@ -104,11 +98,7 @@ pub enum OutputTarget {
     /// Returned in the response body.
     Inline,
     /// Written by the server into a registered region of `byte_size` bytes.
-    SystemShm {
-        region: String,
-        offset: u64,
-        byte_size: u64,
-    },
+    SystemShm { region: String, offset: u64, byte_size: u64 },
 }
 
 /// Everything needed to build one inference request, independent of the transport.
@@ -148,17 +138,10 @@ pub trait InferClient: Send + Sync + 'static {
         model: &str,
         version: &str,
     ) -> impl Future<Output = ClientResult<ModelMetadataResponse>> + Send;
-    fn model_config(
-        &self,
-        model: &str,
-        version: &str,
-    ) -> impl Future<Output = ClientResult<ModelConfig>> + Send;
+    fn model_config(&self, model: &str, version: &str) -> impl Future<Output = ClientResult<ModelConfig>> + Send;
     /// Statistics of one model; an empty `model` asks for all models.
-    fn statistics(
-        &self,
-        model: &str,
-        version: &str,
-    ) -> impl Future<Output = ClientResult<Vec<ModelStatistics>>> + Send;
+    fn statistics(&self, model: &str, version: &str)
+        -> impl Future<Output = ClientResult<Vec<ModelStatistics>>> + Send;
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<Self::Prepared>;
     /// Sends one request and waits for its response. `keep_outputs` asks for decoded outputs

@@ -12,9 +12,7 @@ use std::str::FromStr;
 use parking_lot::Mutex;
 use shared_memory::{Shmem, ShmemConf, ShmemError};
 
-use super::{
-    ClientError, ClientResult, InferClient, InferResult, InputSource, OutputTarget, RequestSpec,
-};
+use super::{ClientError, ClientResult, InferClient, InferResult, InputSource, OutputTarget, RequestSpec};
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse};
 use crate::tensor::{byte_size, element_count, DataType, Tensor};
 
@@ -36,9 +34,7 @@ impl FromStr for SharedMemoryKind {
             "none" => Ok(SharedMemoryKind::None),
             "system" => Ok(SharedMemoryKind::System),
             "cuda" => Ok(SharedMemoryKind::Cuda),
-            other => Err(ClientError::Invalid(format!(
-                "bad --shared-memory '{other}': expected none, system or cuda"
-            ))),
+            other => Err(ClientError::Invalid(format!("bad --shared-memory '{other}': expected none, system or cuda"))),
         }
     }
 }
@@ -51,13 +47,10 @@ impl SharedMemoryKind {
             return Ok(());
         }
         if cuda_device_count() == 0 {
-            Err(ClientError::Invalid(
-                "--shared-memory cuda needs a GPU: no CUDA device found".into(),
-            ))
+            Err(ClientError::Invalid("--shared-memory cuda needs a GPU: no CUDA device found".into()))
         } else {
             Err(ClientError::Invalid(
-                "not supported: --shared-memory cuda (CUDA shared memory is not implemented yet)"
-                    .into(),
+                "not supported: --shared-memory cuda (CUDA shared memory is not implemented yet)".into(),
             ))
         }
     }
@@ -120,12 +113,7 @@ impl ShmRegion {
             e => ClientError::Invalid(format!("cannot create shared memory '{key}' of {byte_size} bytes: {e}")),
         })?;
         LIVE_KEYS.lock().insert(key.clone());
-        Ok(ShmRegion {
-            name: name.to_string(),
-            key,
-            byte_size,
-            mapping,
-        })
+        Ok(ShmRegion { name: name.to_string(), key, byte_size, mapping })
     }
 
     fn check(&self, offset: u64, len: usize) -> ClientResult<()> {
@@ -141,13 +129,7 @@ impl ShmRegion {
     pub fn write(&self, offset: u64, data: &[u8]) -> ClientResult<()> {
         self.check(offset, data.len())?;
         // SAFETY: `check` proved offset..offset+len lies inside the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.mapping.as_ptr().add(offset as usize),
-                data.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.mapping.as_ptr().add(offset as usize), data.len()) };
         Ok(())
     }
 
@@ -155,13 +137,7 @@ impl ShmRegion {
         self.check(offset, len)?;
         let mut out = vec![0u8; len];
         // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mapping.as_ptr().add(offset as usize),
-                out.as_mut_ptr(),
-                len,
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.mapping.as_ptr().add(offset as usize), out.as_mut_ptr(), len) };
         Ok(out)
     }
 }
@@ -184,11 +160,7 @@ pub fn output_byte_sizes(
     meta.outputs
         .iter()
         .map(|o| {
-            let dims: &[i64] = if config.max_batch_size > 0 {
-                o.shape.get(1..).unwrap_or(&[])
-            } else {
-                &o.shape
-            };
+            let dims: &[i64] = if config.max_batch_size > 0 { o.shape.get(1..).unwrap_or(&[]) } else { &o.shape };
             let per_item = DataType::parse(&o.datatype).and_then(|d| byte_size(d, dims));
             let size = match per_item {
                 Some(n) if config.max_batch_size > 0 => n as u64 * batch_size,
@@ -220,10 +192,7 @@ impl ShmSet {
     ) -> ClientResult<(ShmSet, Vec<RequestSpec>)> {
         client.unregister_system_shm("").await?;
         client.unregister_cuda_shm("").await?;
-        let mut set = ShmSet {
-            regions: vec![],
-            registered: vec![],
-        };
+        let mut set = ShmSet { regions: vec![], registered: vec![] };
         match set.fill(client, specs, output_sizes, prefix).await {
             Ok(specs) => Ok((set, specs)),
             Err(e) => {
@@ -241,12 +210,7 @@ impl ShmSet {
         prefix: &str,
     ) -> ClientResult<Vec<RequestSpec>> {
         for (output, size) in output_sizes {
-            self.add(
-                client,
-                ShmRegion::create(&format!("{prefix}{output}"), *size)?,
-                None,
-            )
-            .await?;
+            self.add(client, ShmRegion::create(&format!("{prefix}{output}"), *size)?, None).await?;
         }
         let mut out = Vec::with_capacity(specs.len());
         for (step, spec) in specs.iter().enumerate() {
@@ -255,10 +219,7 @@ impl ShmSet {
                 let InputSource::Inline(tensor) = source else {
                     continue;
                 };
-                let region = ShmRegion::create(
-                    &format!("{prefix}{name}_0_{step}"),
-                    tensor.data.len() as u64,
-                )?;
+                let region = ShmRegion::create(&format!("{prefix}{name}_0_{step}"), tensor.data.len() as u64)?;
                 let new_source = InputSource::SystemShm {
                     region: region.name.clone(),
                     offset: 0,
@@ -271,27 +232,16 @@ impl ShmSet {
             }
             for (name, target) in &mut spec.outputs {
                 let Some((_, size)) = output_sizes.iter().find(|(o, _)| *o == *name) else {
-                    return Err(ClientError::Invalid(format!(
-                        "no shared memory size for output '{name}'"
-                    )));
+                    return Err(ClientError::Invalid(format!("no shared memory size for output '{name}'")));
                 };
-                *target = OutputTarget::SystemShm {
-                    region: format!("{prefix}{name}"),
-                    offset: 0,
-                    byte_size: *size,
-                };
+                *target = OutputTarget::SystemShm { region: format!("{prefix}{name}"), offset: 0, byte_size: *size };
             }
             out.push(spec);
         }
         Ok(out)
     }
 
-    async fn add<C: InferClient>(
-        &mut self,
-        client: &C,
-        region: ShmRegion,
-        data: Option<&[u8]>,
-    ) -> ClientResult<()> {
+    async fn add<C: InferClient>(&mut self, client: &C, region: ShmRegion, data: Option<&[u8]>) -> ClientResult<()> {
         if let Some(data) = data {
             region.write(0, data)?;
         }
@@ -309,20 +259,14 @@ impl ShmSet {
     /// Copies shm outputs of `result` (which carry dtype and shape only) out of their regions.
     pub fn read_outputs(&self, spec: &RequestSpec, result: &mut InferResult) -> ClientResult<()> {
         for (name, tensor) in &mut result.outputs {
-            let Some((
-                _,
-                OutputTarget::SystemShm {
-                    region,
-                    offset,
-                    byte_size,
-                },
-            )) = spec.outputs.iter().find(|(o, _)| *o == *name)
+            let Some((_, OutputTarget::SystemShm { region, offset, byte_size })) =
+                spec.outputs.iter().find(|(o, _)| *o == *name)
             else {
                 continue;
             };
-            let shm = self.region(region).ok_or_else(|| {
-                ClientError::Invalid(format!("no shared memory region '{region}'"))
-            })?;
+            let shm = self
+                .region(region)
+                .ok_or_else(|| ClientError::Invalid(format!("no shared memory region '{region}'")))?;
             let len = match byte_size_of(tensor) {
                 Some(n) => n,
                 None => bytes_tensor_len(shm, *offset, *byte_size, tensor)?,
@@ -359,23 +303,15 @@ fn byte_size_of(tensor: &Tensor) -> Option<usize> {
 }
 
 /// Length of a BYTES tensor stored at `offset`: walks the length prefixes.
-fn bytes_tensor_len(
-    shm: &ShmRegion,
-    offset: u64,
-    limit: u64,
-    tensor: &Tensor,
-) -> ClientResult<usize> {
+fn bytes_tensor_len(shm: &ShmRegion, offset: u64, limit: u64, tensor: &Tensor) -> ClientResult<usize> {
     let count = element_count(&tensor.shape)
         .ok_or_else(|| ClientError::Protocol(format!("bad output shape {:?}", tensor.shape)))?;
     let mut pos = 0u64;
     for _ in 0..count {
         if pos + 4 > limit {
-            return Err(ClientError::Protocol(
-                "BYTES output overruns its shared memory region".into(),
-            ));
+            return Err(ClientError::Protocol("BYTES output overruns its shared memory region".into()));
         }
-        let len =
-            u32::from_le_bytes(shm.read(offset + pos, 4)?.try_into().expect("4 bytes")) as u64;
+        let len = u32::from_le_bytes(shm.read(offset + pos, 4)?.try_into().expect("4 bytes")) as u64;
         pos += 4 + len;
     }
     Ok(pos as usize)
@@ -402,10 +338,7 @@ mod tests {
         assert!(LIVE_KEYS.lock().contains(&key));
         drop(region);
         assert!(!LIVE_KEYS.lock().contains(&key));
-        assert!(
-            ShmemConf::new().os_id(&key).open().is_err(),
-            "dropped region is unlinked"
-        );
+        assert!(ShmemConf::new().os_id(&key).open().is_err(), "dropped region is unlinked");
 
         // The Ctrl-C path: unlinked while still owned.
         let region = ShmRegion::create(&name, 8).unwrap();
@@ -415,37 +348,19 @@ mod tests {
 
     #[test]
     fn kinds_parse_and_cuda_is_explained() {
-        assert_eq!(
-            "system".parse::<SharedMemoryKind>().unwrap(),
-            SharedMemoryKind::System
-        );
+        assert_eq!("system".parse::<SharedMemoryKind>().unwrap(), SharedMemoryKind::System);
         assert!("gpu".parse::<SharedMemoryKind>().is_err());
         assert!(SharedMemoryKind::System.check_available().is_ok());
-        let e = SharedMemoryKind::Cuda
-            .check_available()
-            .unwrap_err()
-            .to_string();
+        let e = SharedMemoryKind::Cuda.check_available().unwrap_err().to_string();
         assert!(e.contains("cuda"), "{e}");
     }
 
     #[test]
     fn output_sizes_fixed_and_variable() {
-        let t = |n: &str, shape: Vec<i64>| TensorMetadata {
-            name: n.into(),
-            datatype: "FP32".into(),
-            shape,
-        };
-        let meta = ModelMetadataResponse {
-            outputs: vec![t("A", vec![-1, 16]), t("B", vec![-1, -1])],
-            ..Default::default()
-        };
-        let config = ModelConfig {
-            max_batch_size: 8,
-            ..Default::default()
-        };
-        assert_eq!(
-            output_byte_sizes(&meta, &config, 4, 999),
-            vec![("A".to_string(), 256), ("B".to_string(), 999)]
-        );
+        let t = |n: &str, shape: Vec<i64>| TensorMetadata { name: n.into(), datatype: "FP32".into(), shape };
+        let meta =
+            ModelMetadataResponse { outputs: vec![t("A", vec![-1, 16]), t("B", vec![-1, -1])], ..Default::default() };
+        let config = ModelConfig { max_batch_size: 8, ..Default::default() };
+        assert_eq!(output_byte_sizes(&meta, &config, 4, 999), vec![("A".to_string(), 256), ("B".to_string(), 999)]);
     }
 }

@@ -26,34 +26,26 @@ fn write_document(writer: &mut Writer<Vec<u8>>, outcome: &GateOutcome) -> std::i
     let tests = (outcome.rows.len() + skipped).to_string();
     let failures = outcome.regressed_rows().count().to_string();
     let skipped = skipped.to_string();
-    let counts = [
-        ("tests", tests.as_str()),
-        ("failures", failures.as_str()),
-        ("errors", "0"),
-        ("skipped", skipped.as_str()),
-    ];
+    let counts =
+        [("tests", tests.as_str()), ("failures", failures.as_str()), ("errors", "0"), ("skipped", skipped.as_str())];
     writer.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
-    writer
-        .create_element("testsuites")
-        .with_attribute(("name", SUITE))
-        .with_attributes(counts)
-        .write_inner_content(|w| {
+    writer.create_element("testsuites").with_attribute(("name", SUITE)).with_attributes(counts).write_inner_content(
+        |w| {
             w.create_element("testsuite")
                 .with_attribute(("name", SUITE))
                 .with_attributes(counts)
                 .write_inner_content(|w| write_cases(w, outcome))?;
             Ok(())
-        })?;
+        },
+    )?;
     Ok(())
 }
 
 fn write_cases(w: &mut Writer<Vec<u8>>, outcome: &GateOutcome) -> std::io::Result<()> {
     for row in &outcome.rows {
         let name = row.key.to_string();
-        let case = w
-            .create_element("testcase")
-            .with_attribute(("classname", CLASS))
-            .with_attribute(("name", name.as_str()));
+        let case =
+            w.create_element("testcase").with_attribute(("classname", CLASS)).with_attribute(("name", name.as_str()));
         if row.regressed() {
             let message = failure_message(row);
             case.write_inner_content(|w| {
@@ -65,8 +57,7 @@ fn write_cases(w: &mut Writer<Vec<u8>>, outcome: &GateOutcome) -> std::io::Resul
             })?;
         } else {
             case.write_inner_content(|w| {
-                w.create_element("system-out")
-                    .write_text_content(BytesText::new(&details(row)))?;
+                w.create_element("system-out").write_text_content(BytesText::new(&details(row)))?;
                 Ok(())
             })?;
         }
@@ -75,21 +66,14 @@ fn write_cases(w: &mut Writer<Vec<u8>>, outcome: &GateOutcome) -> std::io::Resul
         .only_in_baseline
         .iter()
         .map(|k| (k, "only in baseline"))
-        .chain(
-            outcome
-                .only_in_current
-                .iter()
-                .map(|k| (k, "only in current")),
-        );
+        .chain(outcome.only_in_current.iter().map(|k| (k, "only in current")));
     for (key, why) in unmatched {
         let name = key.to_string();
         w.create_element("testcase")
             .with_attribute(("classname", CLASS))
             .with_attribute(("name", name.as_str()))
             .write_inner_content(|w| {
-                w.create_element("skipped")
-                    .with_attribute(("message", why))
-                    .write_empty()?;
+                w.create_element("skipped").with_attribute(("message", why)).write_empty()?;
                 Ok(())
             })?;
     }
@@ -98,10 +82,7 @@ fn write_cases(w: &mut Writer<Vec<u8>>, outcome: &GateOutcome) -> std::io::Resul
 
 /// One line per regressed metric, e.g. `p99 latency (µs) +40.0% (rise ≤ 15%, noise ±3.0%)`.
 fn failure_message(row: &RowCheck) -> String {
-    row.regressions()
-        .map(metric_line)
-        .collect::<Vec<_>>()
-        .join("; ")
+    row.regressions().map(metric_line).collect::<Vec<_>>().join("; ")
 }
 
 fn metric_line(check: &MetricCheck) -> String {
@@ -119,15 +100,7 @@ fn metric_line(check: &MetricCheck) -> String {
 fn details(row: &RowCheck) -> String {
     row.metrics
         .iter()
-        .map(|c| {
-            format!(
-                "{}: {:.1} -> {:.1}, {}",
-                metric_line(c),
-                c.baseline,
-                c.current,
-                c.verdict.label()
-            )
-        })
+        .map(|c| format!("{}: {:.1} -> {:.1}, {}", metric_line(c), c.baseline, c.current, c.verdict.label()))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -144,11 +117,7 @@ mod tests {
     #[test]
     fn one_testcase_per_row_failure_on_regression_skipped_for_unmatched() {
         let base = [row(1, 1000.0, 900.0, 800.0), row(2, 1000.0, 900.0, 800.0)];
-        let cur = [
-            row(1, 1000.0, 2000.0, 800.0),
-            row(2, 1000.0, 900.0, 800.0),
-            row(8, 1.0, 1.0, 1.0),
-        ];
+        let cur = [row(1, 1000.0, 2000.0, 800.0), row(2, 1000.0, 900.0, 800.0), row(8, 1.0, 1.0, 1.0)];
         let outcome = compare(&base, &cur, &GateThresholds::default()).unwrap();
         let xml = render(&outcome);
         let mut reader = Reader::from_str(&xml);
@@ -166,9 +135,6 @@ mod tests {
             }
         }
         assert_eq!((cases, failures, skipped), (3, 1, 1), "{xml}");
-        assert!(
-            xml.contains("p99 latency (µs) +122.2% (rise ≤ 15%, noise ±0.0%)"),
-            "{xml}"
-        );
+        assert!(xml.contains("p99 latency (µs) +122.2% (rise ≤ 15%, noise ±0.0%)"), "{xml}");
     }
 }

@@ -19,11 +19,7 @@ pub fn render(outcome: &GateOutcome, sources: &Sources<'_>) -> String {
     let status = if outcome.passed() { "PASS" } else { "FAIL" };
     let t = &outcome.thresholds;
     let _ = writeln!(out, "# perfbench gate: {status}\n");
-    let _ = writeln!(
-        out,
-        "- baseline: `{}`\n- current: `{}`",
-        sources.baseline, sources.current
-    );
+    let _ = writeln!(out, "- baseline: `{}`\n- current: `{}`", sources.baseline, sources.current);
     let _ = writeln!(
         out,
         "- allowed: throughput drop ≤ {}%, p99 rise ≤ {}%, avg rise ≤ {}%; a change counts only \
@@ -53,16 +49,9 @@ pub fn render(outcome: &GateOutcome, sources: &Sources<'_>) -> String {
 }
 
 fn render_row(out: &mut String, row: &RowCheck) {
-    let status = if row.regressed() {
-        "REGRESSION"
-    } else {
-        "pass"
-    };
+    let status = if row.regressed() { "REGRESSION" } else { "pass" };
     let _ = writeln!(out, "\n## {}: {status}\n", row.key);
-    let _ = writeln!(
-        out,
-        "| metric | baseline | current | change | noise | allowed | verdict |"
-    );
+    let _ = writeln!(out, "| metric | baseline | current | change | noise | allowed | verdict |");
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
     for check in &row.metrics {
         let _ = writeln!(
@@ -86,9 +75,7 @@ fn render_row(out: &mut String, row: &RowCheck) {
 
 /// The signed change, e.g. `+20.0%`, or `n/a` when the baseline is 0.
 pub fn change_text(check: &MetricCheck) -> String {
-    check
-        .change_pct
-        .map_or_else(|| "n/a".to_string(), |c| format!("{c:+.1}%"))
+    check.change_pct.map_or_else(|| "n/a".to_string(), |c| format!("{c:+.1}%"))
 }
 
 fn verdict_text(verdict: Verdict) -> String {
@@ -122,38 +109,17 @@ mod tests {
     #[test]
     fn summary_has_a_table_per_row_and_lists_unmatched_rows() {
         let base = [row(1, 1000.0, 900.0, 800.0), row(2, 1000.0, 900.0, 800.0)];
-        let cur = [
-            ReportRow {
-                stable: false,
-                ..row(1, 700.0, 900.0, 800.0)
-            },
-            row(3, 1000.0, 900.0, 800.0),
-        ];
+        let cur = [ReportRow { stable: false, ..row(1, 700.0, 900.0, 800.0) }, row(3, 1000.0, 900.0, 800.0)];
         let outcome = compare(&base, &cur, &GateThresholds::default()).unwrap();
-        let text = render(
-            &outcome,
-            &Sources {
-                baseline: "base.csv",
-                current: "cur.csv",
-            },
-        );
+        let text = render(&outcome, &Sources { baseline: "base.csv", current: "cur.csv" });
         assert!(text.starts_with("# perfbench gate: FAIL"), "{text}");
+        assert!(text.contains("## batch 1, concurrency 1: REGRESSION"), "{text}");
         assert!(
-            text.contains("## batch 1, concurrency 1: REGRESSION"),
+            text.contains("| throughput (infer/s) | 1000.0 | 700.0 | -30.0% | ±0.0% | drop ≤ 10% | **REGRESSION** |"),
             "{text}"
         );
-        assert!(text.contains("| throughput (infer/s) | 1000.0 | 700.0 | -30.0% | ±0.0% | drop ≤ 10% | **REGRESSION** |"), "{text}");
-        assert!(
-            text.contains("- only in baseline: batch 1, concurrency 2"),
-            "{text}"
-        );
-        assert!(
-            text.contains("- only in current: batch 1, concurrency 3"),
-            "{text}"
-        );
-        assert!(
-            text.contains("the current row did not reach stability"),
-            "{text}"
-        );
+        assert!(text.contains("- only in baseline: batch 1, concurrency 2"), "{text}");
+        assert!(text.contains("- only in current: batch 1, concurrency 3"), "{text}");
+        assert!(text.contains("the current row did not reach stability"), "{text}");
     }
 }

@@ -59,10 +59,7 @@ pub enum GateError {
     /// The file is missing or unreadable: check the path. (The cause is the error's source, so
     /// the CLI's one-line chain shows it once.)
     #[error("cannot read {}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     /// The CSV is not a results table (wrong columns, a bad cell, no rows).
     #[error("{}: {problem}", path.display())]
     Results { path: PathBuf, problem: String },
@@ -80,10 +77,7 @@ pub enum GateError {
     NoMatchingRows { baseline: String, current: String },
     /// The summary or JUnit file could not be written.
     #[error("cannot write {}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
 }
 
 impl GateArgs {
@@ -94,10 +88,7 @@ impl GateArgs {
             None => GateThresholds::default(),
         };
         let flags = [
-            (
-                &mut thresholds.max_throughput_drop,
-                self.max_throughput_drop,
-            ),
+            (&mut thresholds.max_throughput_drop, self.max_throughput_drop),
             (&mut thresholds.max_p99_rise, self.max_p99_rise),
             (&mut thresholds.max_avg_rise, self.max_avg_rise),
         ];
@@ -124,28 +115,15 @@ pub fn run(args: &GateArgs) -> Result<ExitCode, GateError> {
     let baseline = read_results(&args.baseline, args.batch)?;
     let current = read_results(&args.current, args.batch)?;
     let outcome = compare(&baseline, &current, &thresholds)?;
-    let (baseline_name, current_name) = (
-        args.baseline.display().to_string(),
-        args.current.display().to_string(),
-    );
-    let sources = Sources {
-        baseline: &baseline_name,
-        current: &current_name,
-    };
-    let outputs = Outputs {
-        markdown: args.markdown.as_deref(),
-        junit: args.junit.as_deref(),
-    };
+    let (baseline_name, current_name) = (args.baseline.display().to_string(), args.current.display().to_string());
+    let sources = Sources { baseline: &baseline_name, current: &current_name };
+    let outputs = Outputs { markdown: args.markdown.as_deref(), junit: args.junit.as_deref() };
     report(&outcome, &sources, outputs)
 }
 
 /// Prints the Markdown summary, writes the requested files, says the verdict in one line on
 /// stderr and returns the exit code. `perfbench run --gate` ends the same way.
-pub fn report(
-    outcome: &GateOutcome,
-    sources: &Sources<'_>,
-    outputs: Outputs<'_>,
-) -> Result<ExitCode, GateError> {
+pub fn report(outcome: &GateOutcome, sources: &Sources<'_>, outputs: Outputs<'_>) -> Result<ExitCode, GateError> {
     let summary = markdown::render(outcome, sources);
     print!("{summary}");
     if let Some(path) = outputs.markdown {
@@ -155,11 +133,7 @@ pub fn report(
         write_file(path, &junit::render(outcome))?;
     }
     eprintln!("{}", verdict_line(outcome));
-    Ok(if outcome.passed() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_REGRESSION)
-    })
+    Ok(if outcome.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_REGRESSION) })
 }
 
 /// The verdict in one line, naming the first regressions.
@@ -169,27 +143,18 @@ pub fn verdict_line(outcome: &GateOutcome) -> String {
     let regressed: Vec<String> = outcome
         .regressed_rows()
         .map(|row| {
-            let metrics: Vec<String> = row
-                .regressions()
-                .map(|m| format!("{} {}", m.metric.label(), markdown::change_text(m)))
-                .collect();
+            let metrics: Vec<String> =
+                row.regressions().map(|m| format!("{} {}", m.metric.label(), markdown::change_text(m))).collect();
             format!("{} ({})", row.key, metrics.join(", "))
         })
         .collect();
     if regressed.is_empty() {
         format!("gate: pass ({matched} rows matched, {unmatched} unmatched)")
     } else {
-        format!(
-            "gate: REGRESSION in {} of {matched} rows: {}",
-            regressed.len(),
-            regressed.join("; ")
-        )
+        format!("gate: REGRESSION in {} of {matched} rows: {}", regressed.len(), regressed.join("; "))
     }
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), GateError> {
-    std::fs::write(path, text).map_err(|source| GateError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::write(path, text).map_err(|source| GateError::Write { path: path.to_path_buf(), source })
 }

@@ -41,14 +41,8 @@ const COMPONENTS: [&str; 7] = [
 /// Reads the results CSV at `path`. `default_batch` is the batch size of files without a
 /// `Batch` column (perf_analyzer's CSV does not record it).
 pub fn read_results(path: &Path, default_batch: u64) -> Result<Vec<ReportRow>, GateError> {
-    let bytes = std::fs::read(path).map_err(|source| GateError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_results(&bytes, default_batch).map_err(|problem| GateError::Results {
-        path: path.to_path_buf(),
-        problem,
-    })
+    let bytes = std::fs::read(path).map_err(|source| GateError::Read { path: path.to_path_buf(), source })?;
+    parse_results(&bytes, default_batch).map_err(|problem| GateError::Results { path: path.to_path_buf(), problem })
 }
 
 /// Parses results CSV text; the error says what is wrong without naming the file.
@@ -64,9 +58,7 @@ pub fn parse_results(bytes: &[u8], default_batch: u64) -> Result<Vec<ReportRow>,
     if frame.height() == 0 {
         return Err("has a header but no data rows".into());
     }
-    (0..frame.height())
-        .map(|row| table.row(row, default_batch))
-        .collect()
+    (0..frame.height()).map(|row| table.row(row, default_batch)).collect()
 }
 
 /// A parsed CSV with lookups by column name.
@@ -103,28 +95,14 @@ impl Table<'_> {
     /// Every column the gate needs is present, or an error listing the missing ones.
     fn check_columns(&self) -> Result<(), String> {
         let mut missing: Vec<&str> = Vec::new();
-        match (
-            self.find(CONCURRENCY).is_some(),
-            self.find(REQUEST_RATE).is_some(),
-        ) {
-            (true, true) => {
-                return Err(format!(
-                    "has both `{CONCURRENCY}` and `{REQUEST_RATE}` columns"
-                ))
-            }
+        match (self.find(CONCURRENCY).is_some(), self.find(REQUEST_RATE).is_some()) {
+            (true, true) => return Err(format!("has both `{CONCURRENCY}` and `{REQUEST_RATE}` columns")),
             (false, false) => missing.push("Concurrency` or `Request Rate"),
             _ => {}
         }
-        missing.extend(
-            [THROUGHPUT, P99]
-                .into_iter()
-                .filter(|name| self.find(name).is_none()),
-        );
+        missing.extend([THROUGHPUT, P99].into_iter().filter(|name| self.find(name).is_none()));
         if self.find(AVG).is_none() {
-            let absent: Vec<&str> = COMPONENTS
-                .into_iter()
-                .filter(|name| self.find(name).is_none())
-                .collect();
+            let absent: Vec<&str> = COMPONENTS.into_iter().filter(|name| self.find(name).is_none()).collect();
             if !absent.is_empty() {
                 missing.push(AVG);
             }
@@ -132,20 +110,11 @@ impl Table<'_> {
         if missing.is_empty() {
             return Ok(());
         }
-        let found: Vec<&str> = self
-            .frame
-            .columns()
-            .iter()
-            .map(|c| c.name().as_str())
-            .collect();
+        let found: Vec<&str> = self.frame.columns().iter().map(|c| c.name().as_str()).collect();
         Err(format!(
             "lacks column(s) `{}` (found: {})",
             missing.join("`, `"),
-            if found.is_empty() {
-                "none".to_string()
-            } else {
-                found.join(", ")
-            }
+            if found.is_empty() { "none".to_string() } else { found.join(", ") }
         ))
     }
 
@@ -167,17 +136,13 @@ impl Table<'_> {
     }
 
     fn required(&self, name: &str, row: usize) -> Result<f64, String> {
-        self.number(name, row)?
-            .ok_or_else(|| format!("lacks column `{name}`"))
+        self.number(name, row)?.ok_or_else(|| format!("lacks column `{name}`"))
     }
 
     /// Counts (batch, concurrency, failures) are whole numbers.
     fn count(&self, name: &str, row: usize) -> Result<Option<u64>, String> {
         match self.number(name, row)? {
-            Some(v) if v.fract() != 0.0 => Err(format!(
-                "line {}: `{name}` is {v}, expected a whole number",
-                row + 2
-            )),
+            Some(v) if v.fract() != 0.0 => Err(format!("line {}: `{name}` is {v}, expected a whole number", row + 2)),
             other => Ok(other.map(|v| v as u64)),
         }
     }
@@ -197,11 +162,10 @@ impl Table<'_> {
         let Some(column) = self.find(STABLE) else {
             return Ok(true);
         };
-        let text = column.cast(&DataType::String).ok().and_then(|c| {
-            c.str()
-                .ok()
-                .and_then(|values| values.get(row).map(str::to_ascii_lowercase))
-        });
+        let text = column
+            .cast(&DataType::String)
+            .ok()
+            .and_then(|c| c.str().ok().and_then(|values| values.get(row).map(str::to_ascii_lowercase)));
         match text.as_deref().map(str::trim) {
             Some("true" | "yes" | "1") => Ok(true),
             Some("false" | "no" | "0") => Ok(false),
@@ -307,17 +271,12 @@ mod tests {
     fn non_numeric_cell_names_line_and_column() {
         let text = "Concurrency,Inferences/Second,p99 latency,avg latency\n1,fast,10,5\n";
         let err = parse_results(text.as_bytes(), 1).unwrap_err();
-        assert!(
-            err.contains("line 2") && err.contains("Inferences/Second"),
-            "{err}"
-        );
+        assert!(err.contains("line 2") && err.contains("Inferences/Second"), "{err}");
     }
 
     #[test]
     fn header_without_rows_is_an_error() {
         let text = "Concurrency,Inferences/Second,p99 latency,avg latency\n";
-        assert!(parse_results(text.as_bytes(), 1)
-            .unwrap_err()
-            .contains("no data rows"));
+        assert!(parse_results(text.as_bytes(), 1).unwrap_err().contains("no data rows"));
     }
 }

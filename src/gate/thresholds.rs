@@ -30,11 +30,7 @@ pub struct GateThresholds {
 
 impl Default for GateThresholds {
     fn default() -> Self {
-        Self {
-            max_throughput_drop: 10.0,
-            max_p99_rise: 15.0,
-            max_avg_rise: 15.0,
-        }
+        Self { max_throughput_drop: 10.0, max_p99_rise: 15.0, max_avg_rise: 15.0 }
     }
 }
 
@@ -68,14 +64,10 @@ impl GateThresholds {
 
     /// The `[gate]` table of a scenario file.
     pub fn from_scenario_file(path: &Path) -> Result<Self, GateError> {
-        let text = std::fs::read_to_string(path).map_err(|source| GateError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_scenario_toml(&text).map_err(|source| GateError::Scenario {
-            path: path.to_path_buf(),
-            message: source.message().to_string(),
-        })
+        let text =
+            std::fs::read_to_string(path).map_err(|source| GateError::Read { path: path.to_path_buf(), source })?;
+        Self::from_scenario_toml(&text)
+            .map_err(|source| GateError::Scenario { path: path.to_path_buf(), message: source.message().to_string() })
     }
 }
 
@@ -87,13 +79,7 @@ mod tests {
     fn gate_table_overrides_only_the_fields_it_names() {
         let text = "[run]\nmodel = \"identity\"\n\n[gate]\nmax_p99_rise = 40\n";
         let t = GateThresholds::from_scenario_toml(text).unwrap();
-        assert_eq!(
-            t,
-            GateThresholds {
-                max_p99_rise: 40.0,
-                ..GateThresholds::default()
-            }
-        );
+        assert_eq!(t, GateThresholds { max_p99_rise: 40.0, ..GateThresholds::default() });
     }
 
     #[test]
@@ -110,16 +96,7 @@ mod tests {
 
     #[test]
     fn negative_limit_is_rejected() {
-        let t = GateThresholds {
-            max_avg_rise: -1.0,
-            ..GateThresholds::default()
-        };
-        assert!(matches!(
-            t.validate(),
-            Err(GateError::BadThreshold {
-                name: "max_avg_rise",
-                ..
-            })
-        ));
+        let t = GateThresholds { max_avg_rise: -1.0, ..GateThresholds::default() };
+        assert!(matches!(t.validate(), Err(GateError::BadThreshold { name: "max_avg_rise", .. })));
     }
 }

@@ -123,12 +123,7 @@ pub struct MetricCheck {
 }
 
 impl MetricCheck {
-    fn new(
-        metric: Metric,
-        baseline: &ReportRow,
-        current: &ReportRow,
-        thresholds: &GateThresholds,
-    ) -> Self {
+    fn new(metric: Metric, baseline: &ReportRow, current: &ReportRow, thresholds: &GateThresholds) -> Self {
         let (base, cur) = (metric.value(baseline), metric.value(current));
         let noise_pct = metric.spread_pct(baseline).max(metric.spread_pct(current));
         let limit_pct = metric.limit_pct(thresholds);
@@ -137,11 +132,7 @@ impl MetricCheck {
         let verdict = match change_pct {
             None => Verdict::NotCompared,
             Some(change) => {
-                let worse_pct = if metric.higher_is_better() {
-                    -change
-                } else {
-                    change
-                };
+                let worse_pct = if metric.higher_is_better() { -change } else { change };
                 if worse_pct > limit_pct && worse_pct > noise_pct {
                     Verdict::Regressed
                 } else if worse_pct > limit_pct {
@@ -153,15 +144,7 @@ impl MetricCheck {
                 }
             }
         };
-        Self {
-            metric,
-            baseline: base,
-            current: cur,
-            change_pct,
-            noise_pct,
-            limit_pct,
-            verdict,
-        }
+        Self { metric, baseline: base, current: cur, change_pct, noise_pct, limit_pct, verdict }
     }
 }
 
@@ -184,14 +167,9 @@ impl RowKey {
     pub fn of(row: &ReportRow) -> Self {
         let load = match row.load {
             LoadPoint::Concurrency(c) => LoadKey::Concurrency(c),
-            LoadPoint::RequestRate(rate) => {
-                LoadKey::RequestRateMilli((rate * 1000.0).round() as u64)
-            }
+            LoadPoint::RequestRate(rate) => LoadKey::RequestRateMilli((rate * 1000.0).round() as u64),
         };
-        Self {
-            batch: row.batch,
-            load,
-        }
+        Self { batch: row.batch, load }
     }
 }
 
@@ -200,12 +178,7 @@ impl fmt::Display for RowKey {
         match self.load {
             LoadKey::Concurrency(c) => write!(f, "batch {}, concurrency {c}", self.batch),
             LoadKey::RequestRateMilli(milli) => {
-                write!(
-                    f,
-                    "batch {}, request rate {}/s",
-                    self.batch,
-                    milli as f64 / 1000.0
-                )
+                write!(f, "batch {}, request rate {}/s", self.batch, milli as f64 / 1000.0)
             }
         }
     }
@@ -226,9 +199,7 @@ impl RowCheck {
     }
 
     pub fn regressions(&self) -> impl Iterator<Item = &MetricCheck> {
-        self.metrics
-            .iter()
-            .filter(|m| m.verdict == Verdict::Regressed)
+        self.metrics.iter().filter(|m| m.verdict == Verdict::Regressed)
     }
 }
 
@@ -271,45 +242,28 @@ pub fn compare(
                 key,
                 baseline: base.clone(),
                 current: (*cur).clone(),
-                metrics: Metric::ALL
-                    .iter()
-                    .map(|&m| MetricCheck::new(m, base, cur, thresholds))
-                    .collect(),
+                metrics: Metric::ALL.iter().map(|&m| MetricCheck::new(m, base, cur, thresholds)).collect(),
             }),
             None => only_in_baseline.push(key),
         }
     }
-    let only_in_current: Vec<RowKey> = current
-        .iter()
-        .map(RowKey::of)
-        .filter(|key| !baseline_by_key.contains_key(key))
-        .collect();
+    let only_in_current: Vec<RowKey> =
+        current.iter().map(RowKey::of).filter(|key| !baseline_by_key.contains_key(key)).collect();
     if rows.is_empty() {
         return Err(GateError::NoMatchingRows {
             baseline: key_list(&only_in_baseline),
             current: key_list(&only_in_current),
         });
     }
-    Ok(GateOutcome {
-        thresholds: *thresholds,
-        rows,
-        only_in_baseline,
-        only_in_current,
-    })
+    Ok(GateOutcome { thresholds: *thresholds, rows, only_in_baseline, only_in_current })
 }
 
-fn index_rows<'a>(
-    side: &'static str,
-    rows: &'a [ReportRow],
-) -> Result<HashMap<RowKey, &'a ReportRow>, GateError> {
+fn index_rows<'a>(side: &'static str, rows: &'a [ReportRow]) -> Result<HashMap<RowKey, &'a ReportRow>, GateError> {
     let mut by_key = HashMap::with_capacity(rows.len());
     for row in rows {
         let key = RowKey::of(row);
         if by_key.insert(key, row).is_some() {
-            return Err(GateError::DuplicateRow {
-                side,
-                key: key.to_string(),
-            });
+            return Err(GateError::DuplicateRow { side, key: key.to_string() });
         }
     }
     Ok(by_key)
@@ -318,12 +272,7 @@ fn index_rows<'a>(
 /// A short list of keys for an error message.
 fn key_list(keys: &[RowKey]) -> String {
     const SHOWN: usize = 4;
-    let mut text = keys
-        .iter()
-        .take(SHOWN)
-        .map(|k| k.to_string())
-        .collect::<Vec<_>>()
-        .join("; ");
+    let mut text = keys.iter().take(SHOWN).map(|k| k.to_string()).collect::<Vec<_>>().join("; ");
     if keys.len() > SHOWN {
         text.push_str(&format!("; and {} more", keys.len() - SHOWN));
     }
@@ -377,11 +326,7 @@ pub(crate) mod tests {
         let outcome = compare(&rows, &rows, &GateThresholds::default()).unwrap();
         assert!(outcome.passed());
         assert_eq!(outcome.rows.len(), 2);
-        assert!(outcome
-            .rows
-            .iter()
-            .flat_map(|r| &r.metrics)
-            .all(|m| m.verdict == Verdict::Ok));
+        assert!(outcome.rows.iter().flat_map(|r| &r.metrics).all(|m| m.verdict == Verdict::Ok));
     }
 
     #[test]
@@ -397,30 +342,15 @@ pub(crate) mod tests {
 
     #[test]
     fn worked_example_from_the_module_doc() {
-        let base = [ReportRow {
-            p99_spread_pct: 8.0,
-            ..row(1, 1000.0, 1000.0, 800.0)
-        }];
-        let noisy = [ReportRow {
-            p99_spread_pct: 25.0,
-            ..row(1, 1000.0, 1200.0, 800.0)
-        }];
+        let base = [ReportRow { p99_spread_pct: 8.0, ..row(1, 1000.0, 1000.0, 800.0) }];
+        let noisy = [ReportRow { p99_spread_pct: 25.0, ..row(1, 1000.0, 1200.0, 800.0) }];
         let outcome = compare(&base, &noisy, &GateThresholds::default()).unwrap();
-        assert_eq!(
-            verdicts(&outcome),
-            [Verdict::Ok, Verdict::WithinNoise, Verdict::Ok]
-        );
+        assert_eq!(verdicts(&outcome), [Verdict::Ok, Verdict::WithinNoise, Verdict::Ok]);
         assert!(outcome.passed());
 
-        let calmer = [ReportRow {
-            p99_spread_pct: 12.0,
-            ..noisy[0].clone()
-        }];
+        let calmer = [ReportRow { p99_spread_pct: 12.0, ..noisy[0].clone() }];
         let outcome = compare(&base, &calmer, &GateThresholds::default()).unwrap();
-        assert_eq!(
-            verdicts(&outcome),
-            [Verdict::Ok, Verdict::Regressed, Verdict::Ok]
-        );
+        assert_eq!(verdicts(&outcome), [Verdict::Ok, Verdict::Regressed, Verdict::Ok]);
     }
 
     #[test]
@@ -428,10 +358,7 @@ pub(crate) mod tests {
         let base = [row(1, 1000.0, 1000.0, 800.0)];
         let cur = [row(1, 1500.0, 500.0, 800.0)];
         let outcome = compare(&base, &cur, &GateThresholds::default()).unwrap();
-        assert_eq!(
-            verdicts(&outcome),
-            [Verdict::Improved, Verdict::Improved, Verdict::Ok]
-        );
+        assert_eq!(verdicts(&outcome), [Verdict::Improved, Verdict::Improved, Verdict::Ok]);
         assert!(outcome.passed());
     }
 
@@ -449,23 +376,14 @@ pub(crate) mod tests {
         let cur = [row(1, 1000.0, 900.0, 800.0), row(4, 1000.0, 900.0, 800.0)];
         let outcome = compare(&base, &cur, &GateThresholds::default()).unwrap();
         assert_eq!(outcome.rows.len(), 1);
-        assert_eq!(
-            outcome.only_in_baseline[0].to_string(),
-            "batch 1, concurrency 2"
-        );
-        assert_eq!(
-            outcome.only_in_current[0].to_string(),
-            "batch 1, concurrency 4"
-        );
+        assert_eq!(outcome.only_in_baseline[0].to_string(), "batch 1, concurrency 2");
+        assert_eq!(outcome.only_in_current[0].to_string(), "batch 1, concurrency 4");
     }
 
     #[test]
     fn no_matching_row_is_an_error() {
         let base = [row(1, 1000.0, 900.0, 800.0)];
-        let cur = [ReportRow {
-            batch: 8,
-            ..base[0].clone()
-        }];
+        let cur = [ReportRow { batch: 8, ..base[0].clone() }];
         let err = compare(&base, &cur, &GateThresholds::default()).unwrap_err();
         assert!(matches!(err, GateError::NoMatchingRows { .. }));
         assert!(err.to_string().contains("batch 8, concurrency 1"), "{err}");
@@ -473,35 +391,17 @@ pub(crate) mod tests {
 
     #[test]
     fn request_rates_match_regardless_of_float_spelling() {
-        let base = [ReportRow {
-            load: LoadPoint::RequestRate(100.0),
-            ..row(1, 100.0, 900.0, 800.0)
-        }];
-        let cur = [ReportRow {
-            load: LoadPoint::RequestRate(100.0000001),
-            ..base[0].clone()
-        }];
+        let base = [ReportRow { load: LoadPoint::RequestRate(100.0), ..row(1, 100.0, 900.0, 800.0) }];
+        let cur = [ReportRow { load: LoadPoint::RequestRate(100.0000001), ..base[0].clone() }];
         let outcome = compare(&base, &cur, &GateThresholds::default()).unwrap();
-        assert_eq!(
-            outcome.rows[0].key.to_string(),
-            "batch 1, request rate 100/s"
-        );
+        assert_eq!(outcome.rows[0].key.to_string(), "batch 1, request rate 100/s");
     }
 
     #[test]
     fn duplicate_rows_are_rejected() {
         let rows = [row(1, 1000.0, 900.0, 800.0), row(1, 1000.0, 900.0, 800.0)];
         let err = compare(&rows, &rows[..1], &GateThresholds::default()).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                GateError::DuplicateRow {
-                    side: "baseline",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert!(matches!(err, GateError::DuplicateRow { side: "baseline", .. }), "{err}");
     }
 
     #[test]

@@ -45,12 +45,7 @@ pub struct LoadSpec {
 
 impl LoadSpec {
     pub fn new(mode: LoadMode) -> LoadSpec {
-        LoadSpec {
-            mode,
-            request_budget: None,
-            max_in_flight: 1024,
-            log_requests: false,
-        }
+        LoadSpec { mode, request_budget: None, max_in_flight: 1024, log_requests: false }
     }
 }
 
@@ -63,13 +58,8 @@ struct WallClock {
 
 impl WallClock {
     fn now() -> WallClock {
-        let epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        WallClock {
-            origin: Instant::now(),
-            origin_epoch_ns: epoch.as_nanos() as u64,
-        }
+        let epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        WallClock { origin: Instant::now(), origin_epoch_ns: epoch.as_nanos() as u64 }
     }
     fn epoch_ns(&self, t: Instant) -> u64 {
         self.origin_epoch_ns + t.saturating_duration_since(self.origin).as_nanos() as u64
@@ -99,9 +89,7 @@ impl Shared {
     fn take_ticket(&self) -> bool {
         match &self.budget {
             None => true,
-            Some(left) => left
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                .is_ok(),
+            Some(left) => left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok(),
         }
     }
 
@@ -142,10 +130,8 @@ impl Shared {
                 Err(e) => rec.record_failed(e),
             }
             if self.log_requests {
-                rec.log.push(RequestRecord {
-                    send_ns: self.clock.epoch_ns(sent),
-                    response_ns: self.clock.epoch_ns(done),
-                });
+                rec.log
+                    .push(RequestRecord { send_ns: self.clock.epoch_ns(sent), response_ns: self.clock.epoch_ns(done) });
             }
         }
         if let Err(e) = result {
@@ -181,9 +167,7 @@ impl RunningLoad {
             LoadMode::Schedule(_) => MAX_SHARDS,
         };
         let shared = Arc::new(Shared {
-            recorders: (0..shards)
-                .map(|_| Mutex::new(WindowRecorder::default()))
-                .collect(),
+            recorders: (0..shards).map(|_| Mutex::new(WindowRecorder::default())).collect(),
             stop: AtomicBool::new(false),
             completed: AtomicU64::new(0),
             wake_at: AtomicU64::new(u64::MAX),
@@ -195,11 +179,7 @@ impl RunningLoad {
             clock: WallClock::now(),
             log_requests: spec.log_requests,
         });
-        let mut load = RunningLoad {
-            shared: shared.clone(),
-            workers: Vec::new(),
-            dispatcher: None,
-        };
+        let mut load = RunningLoad { shared: shared.clone(), workers: Vec::new(), dispatcher: None };
         match &spec.mode {
             LoadMode::Concurrency(n) => {
                 for worker in 0..*n as usize {
@@ -208,9 +188,7 @@ impl RunningLoad {
                         while !shared.stop.load(Ordering::Acquire) && shared.take_ticket() {
                             shared.in_flight.fetch_add(1, Ordering::AcqRel);
                             let now = Instant::now();
-                            shared
-                                .send_one(&*client, &steps, worker % shards, now, false)
-                                .await;
+                            shared.send_one(&*client, &steps, worker % shards, now, false).await;
                             shared.in_flight.fetch_sub(1, Ordering::AcqRel);
                         }
                     }));
@@ -223,9 +201,7 @@ impl RunningLoad {
                 load.dispatcher = Some(
                     std::thread::Builder::new()
                         .name("perfbench-dispatch".into())
-                        .spawn(move || {
-                            dispatch(shared, client, steps, pacer, runtime, max_in_flight)
-                        })
+                        .spawn(move || dispatch(shared, client, steps, pacer, runtime, max_in_flight))
                         .expect("spawning the dispatcher thread"),
                 );
             }
@@ -255,13 +231,8 @@ impl RunningLoad {
 
     /// True once the request budget is spent and nothing is outstanding.
     pub fn finished(&self) -> bool {
-        let spent = self
-            .shared
-            .budget
-            .as_ref()
-            .is_some_and(|b| b.load(Ordering::Acquire) == 0);
-        (spent || self.shared.stop.load(Ordering::Acquire))
-            && self.shared.in_flight.load(Ordering::Acquire) == 0
+        let spent = self.shared.budget.as_ref().is_some_and(|b| b.load(Ordering::Acquire) == 0);
+        (spent || self.shared.stop.load(Ordering::Acquire)) && self.shared.in_flight.load(Ordering::Acquire) == 0
     }
 
     /// Waits until `target` requests have finished in total, the load ends, or it fails.
@@ -275,9 +246,7 @@ impl RunningLoad {
                 return Ok(());
             }
             // The timeout covers a budget that ran out with fewer completions than asked for.
-            let _ =
-                tokio::time::timeout(Duration::from_millis(50), self.shared.progress.notified())
-                    .await;
+            let _ = tokio::time::timeout(Duration::from_millis(50), self.shared.progress.notified()).await;
         }
     }
 
@@ -302,9 +271,7 @@ impl RunningLoad {
             let _ = tokio::task::spawn_blocking(move || dispatcher.join()).await;
         }
         let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
-        while self.shared.in_flight.load(Ordering::Acquire) > 0
-            && tokio::time::Instant::now() < deadline
-        {
+        while self.shared.in_flight.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         for worker in self.workers.drain(..) {
@@ -357,9 +324,7 @@ fn dispatch<C: InferClient>(
         let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
         runtime.spawn(async move {
             let late = Instant::now().saturating_duration_since(intended) > LATE_SLACK;
-            shared
-                .send_one(&*client, &steps, shard, intended, late)
-                .await;
+            shared.send_one(&*client, &steps, shard, intended, late).await;
             shared.in_flight.fetch_sub(1, Ordering::AcqRel);
         });
     }

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::client::{
-    ClientError, ClientResult, InferClient, InferResult, RequestSpec, RequestTiming, ServerInfo,
-};
+use crate::client::{ClientError, ClientResult, InferClient, InferResult, RequestSpec, RequestTiming, ServerInfo};
 use crate::proto::inference::{
     InferStatistics, ModelConfig, ModelMetadataResponse, ModelStatistics, StatisticDuration,
 };
@@ -32,10 +30,7 @@ pub struct FakeClient {
 
 impl FakeClient {
     pub fn with_latency(latency: Duration) -> FakeClient {
-        FakeClient {
-            latency,
-            ..Default::default()
-        }
+        FakeClient { latency, ..Default::default() }
     }
 }
 
@@ -43,11 +38,7 @@ impl InferClient for FakeClient {
     type Prepared = ();
 
     async fn server_metadata(&self) -> ClientResult<ServerInfo> {
-        Ok(ServerInfo {
-            name: "fake".into(),
-            version: "0".into(),
-            extensions: vec!["statistics".into()],
-        })
+        Ok(ServerInfo { name: "fake".into(), version: "0".into(), extensions: vec!["statistics".into()] })
     }
     async fn model_metadata(&self, _: &str, _: &str) -> ClientResult<ModelMetadataResponse> {
         Ok(ModelMetadataResponse::default())
@@ -80,34 +71,20 @@ impl InferClient for FakeClient {
     async fn infer(&self, _: &(), _: bool) -> (ClientResult<InferResult>, RequestTiming) {
         let n = self.sent.fetch_add(1, Ordering::AcqRel) + 1;
         if self.unreachable_after.is_some_and(|limit| n > limit) {
-            let e = ClientError::Unreachable {
-                url: "fake".into(),
-                reason: "connection refused".into(),
-            };
+            let e = ClientError::Unreachable { url: "fake".into(), reason: "connection refused".into() };
             return (Err(e), RequestTiming::default());
         }
         let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
-        let latency = if self.scale_with_in_flight {
-            self.latency * in_flight as u32
-        } else {
-            self.latency
-        };
+        let latency = if self.scale_with_in_flight { self.latency * in_flight as u32 } else { self.latency };
         if self.blocking {
             std::thread::sleep(latency);
         } else {
             tokio::time::sleep(latency).await;
         }
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        let timing = RequestTiming {
-            send: Duration::from_micros(10),
-            recv: Duration::from_micros(5),
-            total: latency,
-        };
+        let timing = RequestTiming { send: Duration::from_micros(10), recv: Duration::from_micros(5), total: latency };
         if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
-            return (
-                Err(ClientError::Server(format!("injected failure {n}"))),
-                timing,
-            );
+            return (Err(ClientError::Server(format!("injected failure {n}"))), timing);
         }
         let mut served = self.served.lock();
         served.0 += 1;

@@ -26,10 +26,7 @@ pub enum LoadMode {
 impl LoadMode {
     /// A request rate with the given gap distribution.
     pub fn request_rate(per_second: f64, distribution: Distribution) -> LoadMode {
-        LoadMode::Schedule(Schedule::Rate {
-            per_second,
-            distribution,
-        })
+        LoadMode::Schedule(Schedule::Rate { per_second, distribution })
     }
 
     /// The report's name for this point (a trace reports its mean rate).

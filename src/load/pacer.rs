@@ -50,18 +50,9 @@ impl Schedule {
 }
 
 enum Gaps {
-    Constant {
-        per_second: f64,
-    },
-    Poisson {
-        exp: Exp<f64>,
-        rng: Box<ChaCha8Rng>,
-        offset_s: f64,
-    },
-    Trace {
-        gaps: Arc<[Duration]>,
-        offset: Duration,
-    },
+    Constant { per_second: f64 },
+    Poisson { exp: Exp<f64>, rng: Box<ChaCha8Rng>, offset_s: f64 },
+    Trace { gaps: Arc<[Duration]>, offset: Duration },
 }
 
 /// Yields the intended offset of each request in turn. Request 0 is due at offset 0.
@@ -73,17 +64,12 @@ pub struct Pacer {
 impl Pacer {
     pub fn new(schedule: &Schedule) -> Result<Pacer, LoadError> {
         let gaps = match schedule {
-            Schedule::Rate {
-                per_second,
-                distribution,
-            } => {
+            Schedule::Rate { per_second, distribution } => {
                 if !(per_second.is_finite() && *per_second > 0.0) {
                     return Err(LoadError::BadRate(*per_second));
                 }
                 match distribution {
-                    Distribution::Constant => Gaps::Constant {
-                        per_second: *per_second,
-                    },
+                    Distribution::Constant => Gaps::Constant { per_second: *per_second },
                     Distribution::Poisson { seed } => Gaps::Poisson {
                         exp: Exp::new(*per_second).map_err(|_| LoadError::BadRate(*per_second))?,
                         rng: Box::new(ChaCha8Rng::seed_from_u64(*seed)),
@@ -95,10 +81,7 @@ impl Pacer {
                 if gaps.is_empty() {
                     return Err(LoadError::EmptyTrace);
                 }
-                Gaps::Trace {
-                    gaps: gaps.clone(),
-                    offset: Duration::ZERO,
-                }
+                Gaps::Trace { gaps: gaps.clone(), offset: Duration::ZERO }
             }
         };
         Ok(Pacer { gaps, scheduled: 0 })
@@ -150,10 +133,7 @@ pub fn read_intervals(path: &Path) -> Result<Arc<[Duration]>, LoadError> {
         gaps.push(Duration::from_micros(us));
     }
     if gaps.is_empty() || gaps.iter().all(|g| g.is_zero()) {
-        return Err(LoadError::Intervals(format!(
-            "'{}' holds no non-zero interval",
-            path.display()
-        )));
+        return Err(LoadError::Intervals(format!("'{}' holds no non-zero interval", path.display())));
     }
     Ok(gaps.into())
 }
@@ -169,49 +149,25 @@ mod tests {
 
     #[test]
     fn constant_rate_spaces_requests_evenly() {
-        let got = offsets(
-            Schedule::Rate {
-                per_second: 200.0,
-                distribution: Distribution::Constant,
-            },
-            4,
-        );
+        let got = offsets(Schedule::Rate { per_second: 200.0, distribution: Distribution::Constant }, 4);
         let ms = |m| Duration::from_millis(m);
         assert_eq!(got, vec![ms(0), ms(5), ms(10), ms(15)]);
         // No drift after many requests.
-        let mut p = Pacer::new(&Schedule::Rate {
-            per_second: 3.0,
-            distribution: Distribution::Constant,
-        })
-        .unwrap();
+        let mut p = Pacer::new(&Schedule::Rate { per_second: 3.0, distribution: Distribution::Constant }).unwrap();
         let last = (0..=3000).map(|_| p.next_offset()).last().unwrap();
         assert_eq!(last, Duration::from_secs(1000));
     }
 
     #[test]
     fn poisson_has_the_requested_mean_and_repeats_with_its_seed() {
-        let schedule = Schedule::Rate {
-            per_second: 1000.0,
-            distribution: Distribution::Poisson { seed: 7 },
-        };
+        let schedule = Schedule::Rate { per_second: 1000.0, distribution: Distribution::Poisson { seed: 7 } };
         let a = offsets(schedule.clone(), 20_001);
         assert_eq!(a, offsets(schedule, 20_001));
         let mean_gap_us = a.last().unwrap().as_secs_f64() * 1e6 / 20_000.0;
-        assert!(
-            (mean_gap_us - 1000.0).abs() < 30.0,
-            "mean gap {mean_gap_us} µs"
-        );
+        assert!((mean_gap_us - 1000.0).abs() < 30.0, "mean gap {mean_gap_us} µs");
         // Gaps vary, unlike a constant schedule.
-        assert!(a
-            .windows(2)
-            .any(|w| w[1] - w[0] > Duration::from_micros(2000)));
-        let other = offsets(
-            Schedule::Rate {
-                per_second: 1000.0,
-                distribution: Distribution::Poisson { seed: 8 },
-            },
-            10,
-        );
+        assert!(a.windows(2).any(|w| w[1] - w[0] > Duration::from_micros(2000)));
+        let other = offsets(Schedule::Rate { per_second: 1000.0, distribution: Distribution::Poisson { seed: 8 } }, 10);
         assert_ne!(a[..10], other[..]);
     }
 
@@ -226,16 +182,8 @@ mod tests {
 
     #[test]
     fn bad_schedules_are_errors() {
-        assert!(Pacer::new(&Schedule::Rate {
-            per_second: 0.0,
-            distribution: Distribution::Constant
-        })
-        .is_err());
-        assert!(Pacer::new(&Schedule::Rate {
-            per_second: f64::NAN,
-            distribution: Distribution::Constant
-        })
-        .is_err());
+        assert!(Pacer::new(&Schedule::Rate { per_second: 0.0, distribution: Distribution::Constant }).is_err());
+        assert!(Pacer::new(&Schedule::Rate { per_second: f64::NAN, distribution: Distribution::Constant }).is_err());
         assert!(Pacer::new(&Schedule::Trace(Vec::new().into())).is_err());
     }
 
@@ -245,10 +193,7 @@ mod tests {
         let good = dir.path().join("good.txt");
         std::fs::write(&good, "100\n\n250\n").unwrap();
         let gaps = read_intervals(&good).unwrap();
-        assert_eq!(
-            &gaps[..],
-            &[Duration::from_micros(100), Duration::from_micros(250)]
-        );
+        assert_eq!(&gaps[..], &[Duration::from_micros(100), Duration::from_micros(250)]);
         let bad = dir.path().join("bad.txt");
         std::fs::write(&bad, "100\nabc\n").unwrap();
         let err = read_intervals(&bad).unwrap_err().to_string();

@@ -57,9 +57,7 @@ pub fn summarise(samples: &[GpuSample]) -> GpuFigures {
                 e.1 += 1;
             }
         }
-        sums.into_iter()
-            .map(|(k, (sum, n))| (k.to_string(), sum / n as f64))
-            .collect()
+        sums.into_iter().map(|(k, (sum, n))| (k.to_string(), sum / n as f64)).collect()
     };
     let max = |pick: fn(&GpuSample) -> &BTreeMap<String, f64>| -> Vec<(String, u64)> {
         let mut peaks: BTreeMap<&str, f64> = BTreeMap::new();
@@ -69,10 +67,7 @@ pub fn summarise(samples: &[GpuSample]) -> GpuFigures {
                 *e = e.max(*v);
             }
         }
-        peaks
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v as u64))
-            .collect()
+        peaks.into_iter().map(|(k, v)| (k.to_string(), v as u64)).collect()
     };
     GpuFigures {
         utilization: mean(|s| &s.utilization),
@@ -134,26 +129,16 @@ nv_inference_count{model=\"m\",version=\"1\"} 5\n";
         let a = parse(TEXT);
         assert_eq!(a.utilization["GPU-a"], 0.5);
         assert_eq!(a.memory_total_bytes["GPU-a"], 16000.0);
-        let b = parse(
-            &TEXT
-                .replace("0.500000", "0.7")
-                .replace("1000.000000", "3000"),
-        );
+        let b = parse(&TEXT.replace("0.500000", "0.7").replace("1000.000000", "3000"));
         let figures = summarise(&[a, b]);
         assert_eq!(figures.utilization.len(), 1);
         assert!((figures.utilization[0].1 - 0.6).abs() < 1e-9);
         assert_eq!(figures.max_memory_bytes, vec![("GPU-a".to_string(), 3000)]);
-        assert_eq!(
-            figures.total_memory_bytes,
-            vec![("GPU-a".to_string(), 16000)]
-        );
+        assert_eq!(figures.total_memory_bytes, vec![("GPU-a".to_string(), 16000)]);
     }
 
     #[test]
     fn a_server_without_gpus_gives_empty_figures() {
-        assert_eq!(
-            summarise(&[parse("nv_inference_count{model=\"m\",version=\"1\"} 5\n")]),
-            GpuFigures::default()
-        );
+        assert_eq!(summarise(&[parse("nv_inference_count{model=\"m\",version=\"1\"} 5\n")]), GpuFigures::default());
     }
 }

@@ -82,10 +82,7 @@ impl<C: InferClient> StatsSource<'_, C> {
 }
 
 fn epoch_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos() as u64
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
 
 /// Measures windows of a running load until the last [`STABLE_WINDOWS`] agree or `max_trials`
@@ -108,11 +105,7 @@ pub async fn measure_point<C: InferClient>(
     let mut windows: Vec<Window> = Vec::new();
     let mut figures: Vec<WindowFigures> = Vec::new();
     let mut boundaries = vec![started.1];
-    let trials = if settings.request_count.is_some() {
-        1
-    } else {
-        settings.max_trials.max(1)
-    };
+    let trials = if settings.request_count.is_some() { 1 } else { settings.max_trials.max(1) };
     let mut stable = false;
     for trial in 0..trials {
         match (settings.request_count, settings.window) {
@@ -127,13 +120,7 @@ pub async fn measure_point<C: InferClient>(
             (Some(b), Some(a)) => Some(a.since(b)),
             _ => None,
         };
-        windows.push(Window {
-            client,
-            duration: ended.0 - started.0,
-            server,
-            start_ns: started.1,
-            end_ns: ended.1,
-        });
+        windows.push(Window { client, duration: ended.0 - started.0, server, start_ns: started.1, end_ns: ended.1 });
         boundaries.push(ended.1);
         figures.push(windows[trial].figures(settings.batch, settings.percentile));
         stable = settings.request_count.is_some() || is_stable(&figures, settings.stability_pct);

@@ -45,8 +45,7 @@ pub struct WindowRecorder {
 impl Default for WindowRecorder {
     fn default() -> Self {
         WindowRecorder {
-            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, SIGFIG)
-                .expect("static histogram bounds"),
+            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, SIGFIG).expect("static histogram bounds"),
             ok: 0,
             failed: 0,
             late: 0,
@@ -69,8 +68,7 @@ impl WindowRecorder {
     pub fn record_ok(&mut self, latency: Duration, timing: RequestTiming) {
         self.ok += 1;
         // Sub-µs latencies record as 1 µs: the histogram's lowest value.
-        self.latency_us
-            .saturating_record((ns(latency) / 1000).max(1));
+        self.latency_us.saturating_record((ns(latency) / 1000).max(1));
         self.latency_ns_sum = self.latency_ns_sum.saturating_add(ns(latency));
         self.send_ns_sum = self.send_ns_sum.saturating_add(ns(timing.send));
         self.recv_ns_sum = self.recv_ns_sum.saturating_add(ns(timing.recv));
@@ -159,10 +157,7 @@ mod tests {
         let mut b = WindowRecorder::default();
         for us in 1..=100u64 {
             let r = if us % 2 == 0 { &mut a } else { &mut b };
-            r.record_ok(
-                Duration::from_micros(us * 100),
-                timing(10, 20, us * 100 - 5),
-            );
+            r.record_ok(Duration::from_micros(us * 100), timing(10, 20, us * 100 - 5));
         }
         b.record_failed(&"boom");
         b.missed = 2;
@@ -182,9 +177,6 @@ mod tests {
     #[test]
     fn an_empty_recorder_reports_zeros() {
         let r = WindowRecorder::default();
-        assert_eq!(
-            (r.avg_latency_us(), r.percentile_us(99.0), r.stdev_us()),
-            (0.0, 0.0, 0.0)
-        );
+        assert_eq!((r.avg_latency_us(), r.percentile_us(99.0), r.stdev_us()), (0.0, 0.0, 0.0));
     }
 }

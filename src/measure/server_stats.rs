@@ -12,23 +12,13 @@ pub struct StageTotal {
 
 impl StageTotal {
     fn of(d: Option<&StatisticDuration>) -> Self {
-        d.map(|d| StageTotal {
-            count: d.count,
-            ns: d.ns,
-        })
-        .unwrap_or_default()
+        d.map(|d| StageTotal { count: d.count, ns: d.ns }).unwrap_or_default()
     }
     fn plus(self, other: StageTotal) -> StageTotal {
-        StageTotal {
-            count: self.count + other.count,
-            ns: self.ns + other.ns,
-        }
+        StageTotal { count: self.count + other.count, ns: self.ns + other.ns }
     }
     fn minus(self, earlier: StageTotal) -> StageTotal {
-        StageTotal {
-            count: self.count.saturating_sub(earlier.count),
-            ns: self.ns.saturating_sub(earlier.ns),
-        }
+        StageTotal { count: self.count.saturating_sub(earlier.count), ns: self.ns.saturating_sub(earlier.ns) }
     }
     /// Average time per counted request, in µs (0 when nothing was counted).
     pub fn avg_us(self) -> f64 {
@@ -56,11 +46,7 @@ pub struct ServerStats {
 impl ServerStats {
     /// Picks the model's entry from a statistics answer. With an empty `version`, the
     /// numerically largest version wins, as perf_analyzer does. `None` if the model is absent.
-    pub fn from_response(
-        stats: &[ModelStatistics],
-        model: &str,
-        version: &str,
-    ) -> Option<ServerStats> {
+    pub fn from_response(stats: &[ModelStatistics], model: &str, version: &str) -> Option<ServerStats> {
         let numeric = |s: &ModelStatistics| s.version.parse::<i64>().unwrap_or(-1);
         let entry = stats
             .iter()
@@ -136,13 +122,7 @@ mod tests {
         Some(StatisticDuration { count, ns })
     }
 
-    fn stats(
-        version: &str,
-        requests: u64,
-        executions: u64,
-        queue_ns: u64,
-        infer_ns: u64,
-    ) -> ModelStatistics {
+    fn stats(version: &str, requests: u64, executions: u64, queue_ns: u64, infer_ns: u64) -> ModelStatistics {
         ModelStatistics {
             name: "m".into(),
             version: version.into(),
@@ -162,8 +142,7 @@ mod tests {
 
     #[test]
     fn deltas_give_per_request_stage_averages() {
-        let before =
-            ServerStats::from_response(&[stats("1", 10, 10, 500_000, 1_000_000)], "m", "").unwrap();
+        let before = ServerStats::from_response(&[stats("1", 10, 10, 500_000, 1_000_000)], "m", "").unwrap();
         let after_raw = ModelStatistics {
             inference_count: 110,
             execution_count: 35,
@@ -188,23 +167,9 @@ mod tests {
 
     #[test]
     fn latest_version_is_picked_and_missing_models_are_none() {
-        let all = [
-            stats("2", 5, 5, 0, 0),
-            stats("10", 7, 7, 0, 0),
-            stats("1", 3, 3, 0, 0),
-        ];
-        assert_eq!(
-            ServerStats::from_response(&all, "m", "")
-                .unwrap()
-                .inference_count,
-            7
-        );
-        assert_eq!(
-            ServerStats::from_response(&all, "m", "2")
-                .unwrap()
-                .inference_count,
-            5
-        );
+        let all = [stats("2", 5, 5, 0, 0), stats("10", 7, 7, 0, 0), stats("1", 3, 3, 0, 0)];
+        assert_eq!(ServerStats::from_response(&all, "m", "").unwrap().inference_count, 7);
+        assert_eq!(ServerStats::from_response(&all, "m", "2").unwrap().inference_count, 5);
         assert!(ServerStats::from_response(&all, "other", "").is_none());
     }
 }

@@ -20,9 +20,7 @@ pub fn is_stable(windows: &[WindowFigures], threshold_pct: f64) -> bool {
     }
     let last = &windows[windows.len() - STABLE_WINDOWS..];
     let within = |values: &mut dyn Iterator<Item = f64>| {
-        let (min, max) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
+        let (min, max) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
         min > 0.0 && max <= min * (1.0 + threshold_pct / 100.0)
     };
     within(&mut last.iter().map(|w| w.throughput)) && within(&mut last.iter().map(|w| w.latency_us))
@@ -38,11 +36,7 @@ pub fn spread_pct(values: &[f64]) -> f64 {
     if mean <= 0.0 {
         return 0.0;
     }
-    let (min, max) = values
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
-            (lo.min(v), hi.max(v))
-        });
+    let (min, max) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     (max - min) / mean * 100.0
 }
 
@@ -51,34 +45,20 @@ mod tests {
     use super::*;
 
     fn w(throughput: f64, latency_us: f64) -> WindowFigures {
-        WindowFigures {
-            throughput,
-            latency_us,
-        }
+        WindowFigures { throughput, latency_us }
     }
 
     #[test]
     fn three_agreeing_windows_are_stable() {
-        let windows = [
-            w(50.0, 9000.0),
-            w(100.0, 1000.0),
-            w(105.0, 1040.0),
-            w(98.0, 1010.0),
-        ];
+        let windows = [w(50.0, 9000.0), w(100.0, 1000.0), w(105.0, 1040.0), w(98.0, 1010.0)];
         assert!(is_stable(&windows, 10.0));
         assert!(!is_stable(&windows, 5.0), "105/98 is more than 5% apart");
-        assert!(
-            !is_stable(&windows[..3], 10.0),
-            "the first window disagrees"
-        );
+        assert!(!is_stable(&windows[..3], 10.0), "the first window disagrees");
     }
 
     #[test]
     fn latency_must_agree_too_and_fewer_than_three_never_do() {
-        assert!(!is_stable(
-            &[w(100.0, 1000.0), w(100.0, 1000.0), w(100.0, 1200.0)],
-            10.0
-        ));
+        assert!(!is_stable(&[w(100.0, 1000.0), w(100.0, 1000.0), w(100.0, 1200.0)], 10.0));
         assert!(!is_stable(&[w(100.0, 1000.0), w(100.0, 1000.0)], 10.0));
         assert!(!is_stable(&[w(0.0, 0.0), w(0.0, 0.0), w(0.0, 0.0)], 10.0));
     }

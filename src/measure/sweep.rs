@@ -13,18 +13,9 @@ use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, RunningLoad, Sche
 #[derive(Clone, Debug, PartialEq)]
 pub enum SweepPoints {
     /// `--concurrency-range start:end:step`; `end: None` goes on until `-l` is exceeded.
-    Concurrency {
-        start: u64,
-        end: Option<u64>,
-        step: u64,
-    },
+    Concurrency { start: u64, end: Option<u64>, step: u64 },
     /// `--request-rate-range start:end:step`, in requests per second.
-    RequestRate {
-        start: f64,
-        end: f64,
-        step: f64,
-        distribution: Distribution,
-    },
+    RequestRate { start: f64, end: f64, step: f64, distribution: Distribution },
     /// `--request-intervals`: one point, the trace as given.
     Trace(Arc<[Duration]>),
 }
@@ -101,16 +92,8 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         if self.plan.warmup_requests == 0 {
             return Ok(());
         }
-        let spec = LoadSpec {
-            request_budget: Some(self.plan.warmup_requests),
-            log_requests: false,
-            ..self.spec(mode)
-        };
-        let load = RunningLoad::start(
-            self.target.client.clone(),
-            self.target.requests.clone(),
-            &spec,
-        )?;
+        let spec = LoadSpec { request_budget: Some(self.plan.warmup_requests), log_requests: false, ..self.spec(mode) };
+        let load = RunningLoad::start(self.target.client.clone(), self.target.requests.clone(), &spec)?;
         let outcome = load.wait_completed(self.plan.warmup_requests).await;
         load.stop().await;
         outcome.map_err(|error| SweepError::Unreachable { error, measured: 0 })
@@ -119,41 +102,21 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
     /// Measures one point and hands it to the observer; returns whether it stayed under `-l`.
     async fn measure(&mut self, mode: LoadMode) -> Result<bool, SweepError> {
         self.observer.point_started(&mode);
-        let spec = LoadSpec {
-            request_budget: self.settings.request_count,
-            ..self.spec(mode.clone())
-        };
-        let load = RunningLoad::start(
-            self.target.client.clone(),
-            self.target.requests.clone(),
-            &spec,
-        )?;
+        let spec = LoadSpec { request_budget: self.settings.request_count, ..self.spec(mode.clone()) };
+        let load = RunningLoad::start(self.target.client.clone(), self.target.requests.clone(), &spec)?;
         let stats = StatsSource {
             client: &*self.target.client,
-            model: self
-                .target
-                .server_stats
-                .then_some((self.target.model.as_str(), self.target.version.as_str())),
+            model: self.target.server_stats.then_some((self.target.model.as_str(), self.target.version.as_str())),
         };
         let observer = &mut *self.observer;
-        let measured = measure_point(
-            &load,
-            &stats,
-            self.settings,
-            mode.point(),
-            |trial, figures, stable| observer.window_done(trial, figures, stable),
-        )
+        let measured = measure_point(&load, &stats, self.settings, mode.point(), |trial, figures, stable| {
+            observer.window_done(trial, figures, stable)
+        })
         .await;
         load.stop().await;
-        let result = measured.map_err(|error| SweepError::Unreachable {
-            error,
-            measured: self.results.len(),
-        })?;
+        let result = measured.map_err(|error| SweepError::Unreachable { error, measured: self.results.len() })?;
         self.observer.point_done(&result)?;
-        let under = self
-            .plan
-            .latency_threshold_us
-            .is_none_or(|limit| result.detail.threshold_latency_us <= limit);
+        let under = self.plan.latency_threshold_us.is_none_or(|limit| result.detail.threshold_latency_us <= limit);
         self.results.push(result);
         Ok(under)
     }
@@ -170,8 +133,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
                 let end = end.unwrap_or(MAX_OPEN_CONCURRENCY);
                 if self.plan.binary_search {
                     let mut probe = |c: f64| LoadMode::Concurrency(c as u64);
-                    self.bisect(start as f64, end as f64, step as f64, &mut probe)
-                        .await?;
+                    self.bisect(start as f64, end as f64, step as f64, &mut probe).await?;
                 } else {
                     let mut c = start;
                     while c <= end && self.measure(LoadMode::Concurrency(c)).await? {
@@ -179,12 +141,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
                     }
                 }
             }
-            SweepPoints::RequestRate {
-                start,
-                end,
-                step,
-                distribution,
-            } => {
+            SweepPoints::RequestRate { start, end, step, distribution } => {
                 let mut probe = |r: f64| LoadMode::request_rate(r, distribution);
                 self.warm_up(probe(start)).await?;
                 if self.plan.binary_search {
@@ -241,13 +198,7 @@ pub async fn sweep<C: InferClient, O: SweepObserver>(
     settings: &MeasureSettings,
     observer: &mut O,
 ) -> Result<Vec<PointResult>, SweepError> {
-    let mut sweeper = Sweeper {
-        target,
-        plan,
-        settings,
-        observer,
-        results: Vec::new(),
-    };
+    let mut sweeper = Sweeper { target, plan, settings, observer, results: Vec::new() };
     sweeper.run().await?;
     Ok(sweeper.results)
 }
@@ -296,22 +247,13 @@ mod tests {
     }
 
     fn count_windows(n: u64) -> MeasureSettings {
-        MeasureSettings {
-            window: WindowMode::Count(n),
-            stability_pct: 50.0,
-            max_trials: 6,
-            ..Default::default()
-        }
+        MeasureSettings { window: WindowMode::Count(n), stability_pct: 50.0, max_trials: 6, ..Default::default() }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn closed_loop_rows_carry_client_and_server_figures() {
         let t = target(FakeClient::with_latency(Duration::from_millis(2)));
-        let p = plan(SweepPoints::Concurrency {
-            start: 1,
-            end: Some(2),
-            step: 1,
-        });
+        let p = plan(SweepPoints::Concurrency { start: 1, end: Some(2), step: 1 });
         let mut seen = Collect::default();
         let rows = sweep(&t, &p, &count_windows(20), &mut seen).await.unwrap();
         assert_eq!(rows.len(), 2);
@@ -320,66 +262,30 @@ mod tests {
         let c1 = &rows[0].row;
         assert_eq!(c1.load, crate::report::LoadPoint::Concurrency(1));
         // 2 ms per request at concurrency 1: at most 500/s, and well above 100/s even on a busy box.
-        assert!(
-            c1.throughput > 100.0 && c1.throughput < 520.0,
-            "throughput {}",
-            c1.throughput
-        );
+        assert!(c1.throughput > 100.0 && c1.throughput < 520.0, "throughput {}", c1.throughput);
         assert!(c1.requests >= 3 * 20 && c1.failed == 0);
-        assert!(
-            (c1.server_compute_infer_us - 2000.0).abs() < 500.0,
-            "infer {}",
-            c1.server_compute_infer_us
-        );
+        assert!((c1.server_compute_infer_us - 2000.0).abs() < 500.0, "infer {}", c1.server_compute_infer_us);
         assert_eq!((c1.client_send_us, c1.client_recv_us), (10.0, 5.0));
         assert!(c1.p50_us >= 2000.0);
-        assert!(
-            rows[1].row.throughput > c1.throughput * 1.2,
-            "concurrency 2 overlaps requests"
-        );
+        assert!(rows[1].row.throughput > c1.throughput * 1.2, "concurrency 2 overlaps requests");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn failures_are_counted_and_the_run_goes_on() {
-        let t = target(FakeClient {
-            fail_every: 4,
-            ..FakeClient::with_latency(Duration::from_millis(1))
-        });
-        let p = plan(SweepPoints::Concurrency {
-            start: 2,
-            end: Some(2),
-            step: 1,
-        });
-        let rows = sweep(&t, &p, &count_windows(40), &mut Collect::default())
-            .await
-            .unwrap();
+        let t = target(FakeClient { fail_every: 4, ..FakeClient::with_latency(Duration::from_millis(1)) });
+        let p = plan(SweepPoints::Concurrency { start: 2, end: Some(2), step: 1 });
+        let rows = sweep(&t, &p, &count_windows(40), &mut Collect::default()).await.unwrap();
         let r = &rows[0].row;
         let share = r.failed as f64 / (r.failed + r.requests) as f64;
-        assert!(
-            (share - 0.25).abs() < 0.05,
-            "failed {} of {}",
-            r.failed,
-            r.failed + r.requests
-        );
-        assert!(rows[0]
-            .detail
-            .first_error
-            .as_deref()
-            .unwrap()
-            .contains("injected failure"));
+        assert!((share - 0.25).abs() < 0.05, "failed {} of {}", r.failed, r.failed + r.requests);
+        assert!(rows[0].detail.first_error.as_deref().unwrap().contains("injected failure"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unreachable_server_ends_the_sweep_after_the_measured_rows() {
-        let t = target(FakeClient {
-            unreachable_after: Some(150),
-            ..FakeClient::with_latency(Duration::from_micros(500))
-        });
-        let p = plan(SweepPoints::Concurrency {
-            start: 1,
-            end: Some(8),
-            step: 1,
-        });
+        let t =
+            target(FakeClient { unreachable_after: Some(150), ..FakeClient::with_latency(Duration::from_micros(500)) });
+        let p = plan(SweepPoints::Concurrency { start: 1, end: Some(8), step: 1 });
         let mut seen = Collect::default();
         let settings = MeasureSettings {
             window: WindowMode::Count(20),
@@ -400,55 +306,26 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn request_count_sends_exactly_that_many() {
         let t = target(FakeClient::with_latency(Duration::from_micros(200)));
-        let p = SweepPlan {
-            warmup_requests: 7,
-            ..plan(SweepPoints::Concurrency {
-                start: 3,
-                end: Some(3),
-                step: 1,
-            })
-        };
-        let settings = MeasureSettings {
-            request_count: Some(50),
-            ..count_windows(10)
-        };
-        let rows = sweep(&t, &p, &settings, &mut Collect::default())
-            .await
-            .unwrap();
+        let p = SweepPlan { warmup_requests: 7, ..plan(SweepPoints::Concurrency { start: 3, end: Some(3), step: 1 }) };
+        let settings = MeasureSettings { request_count: Some(50), ..count_windows(10) };
+        let rows = sweep(&t, &p, &settings, &mut Collect::default()).await.unwrap();
         assert_eq!(rows[0].row.requests, 50);
         assert!(rows[0].row.stable);
-        assert_eq!(
-            t.client.sent.load(std::sync::atomic::Ordering::Acquire),
-            57,
-            "warmup + measured"
-        );
+        assert_eq!(t.client.sent.load(std::sync::atomic::Ordering::Acquire), 57, "warmup + measured");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn latency_threshold_stops_and_binary_search_finds_the_knee() {
         // Latency = 20 ms × requests in flight, so concurrency c has latency ≈ 20c ms; the limit sits
         // 10 ms from both 3 and 4, far more than timer slop on a busy machine.
-        let fake = || FakeClient {
-            scale_with_in_flight: true,
-            ..FakeClient::with_latency(Duration::from_millis(20))
-        };
-        let settings = MeasureSettings {
-            window: WindowMode::Count(6),
-            stability_pct: 100.0,
-            max_trials: 3,
-            ..Default::default()
-        };
+        let fake = || FakeClient { scale_with_in_flight: true, ..FakeClient::with_latency(Duration::from_millis(20)) };
+        let settings =
+            MeasureSettings { window: WindowMode::Count(6), stability_pct: 100.0, max_trials: 3, ..Default::default() };
         let linear = SweepPlan {
             latency_threshold_us: Some(70_000.0),
-            ..plan(SweepPoints::Concurrency {
-                start: 1,
-                end: Some(10),
-                step: 1,
-            })
+            ..plan(SweepPoints::Concurrency { start: 1, end: Some(10), step: 1 })
         };
-        let rows = sweep(&target(fake()), &linear, &settings, &mut Collect::default())
-            .await
-            .unwrap();
+        let rows = sweep(&target(fake()), &linear, &settings, &mut Collect::default()).await.unwrap();
         let seen: Vec<_> = rows.iter().map(|r| r.row.load).collect();
         assert_eq!(
             seen.last(),
@@ -456,13 +333,8 @@ mod tests {
             "stops after the first point over: {seen:?}"
         );
 
-        let search = SweepPlan {
-            binary_search: true,
-            ..linear.clone()
-        };
-        let rows = sweep(&target(fake()), &search, &settings, &mut Collect::default())
-            .await
-            .unwrap();
+        let search = SweepPlan { binary_search: true, ..linear.clone() };
+        let rows = sweep(&target(fake()), &search, &settings, &mut Collect::default()).await.unwrap();
         let best = rows
             .iter()
             .filter(|r| r.detail.threshold_latency_us <= 70_000.0)
@@ -472,11 +344,7 @@ mod tests {
             })
             .max();
         assert_eq!(best, Some(3));
-        assert!(
-            rows.len() < 10,
-            "bisects rather than walking: {} points",
-            rows.len()
-        );
+        assert!(rows.len() < 10, "bisects rather than walking: {} points", rows.len());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -497,45 +365,27 @@ mod tests {
             max_trials: 3,
             ..Default::default()
         };
-        let rows = sweep(&t, &p, &settings, &mut Collect::default())
-            .await
-            .unwrap();
+        let rows = sweep(&t, &p, &settings, &mut Collect::default()).await.unwrap();
         let r = &rows[0].row;
         assert_eq!(r.load, crate::report::LoadPoint::RequestRate(200.0));
         // 2 in flight × 50 ms → 40/s sent; the other ~160/s are missed.
-        assert!(
-            r.missed > r.requests,
-            "missed {} vs sent {}",
-            r.missed,
-            r.requests
-        );
+        assert!(r.missed > r.requests, "missed {} vs sent {}", r.missed, r.requests);
     }
 
     #[test]
     fn open_loop_latency_counts_from_the_intended_send_time() {
         // One runtime thread and a client that blocks it for 5 ms per request, at one request
         // every 2.5 ms: sends fall further and further behind their schedule.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let t = target(FakeClient {
-            blocking: true,
-            ..FakeClient::with_latency(Duration::from_millis(5))
-        });
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let t = target(FakeClient { blocking: true, ..FakeClient::with_latency(Duration::from_millis(5)) });
         let p = plan(SweepPoints::RequestRate {
             start: 400.0,
             end: 400.0,
             step: 1.0,
             distribution: Distribution::Constant,
         });
-        let settings = MeasureSettings {
-            request_count: Some(60),
-            ..count_windows(60)
-        };
-        let rows = runtime
-            .block_on(sweep(&t, &p, &settings, &mut Collect::default()))
-            .unwrap();
+        let settings = MeasureSettings { request_count: Some(60), ..count_windows(60) };
+        let rows = runtime.block_on(sweep(&t, &p, &settings, &mut Collect::default())).unwrap();
         let r = &rows[0].row;
         assert_eq!(r.requests, 60);
         assert!(r.late > 30, "late {}", r.late);

@@ -52,10 +52,7 @@ impl Window {
     }
 
     pub fn figures(&self, batch: u64, percentile: Option<f64>) -> WindowFigures {
-        WindowFigures {
-            throughput: self.throughput(batch),
-            latency_us: self.latency_us(percentile),
-        }
+        WindowFigures { throughput: self.throughput(batch), latency_us: self.latency_us(percentile) }
     }
 }
 
@@ -97,10 +94,7 @@ pub fn derive_point(
 ) -> PointResult {
     let mut client = WindowRecorder::default();
     let mut duration = Duration::ZERO;
-    let mut server: Option<ServerStats> = windows
-        .first()
-        .and_then(|w| w.server)
-        .map(|_| ServerStats::default());
+    let mut server: Option<ServerStats> = windows.first().and_then(|w| w.server).map(|_| ServerStats::default());
     for w in windows {
         client.merge(&w.client);
         duration += w.duration;
@@ -110,25 +104,12 @@ pub fn derive_point(
         };
     }
     let secs = duration.as_secs_f64();
-    let throughput = if secs > 0.0 {
-        (batch * client.ok) as f64 / secs
-    } else {
-        0.0
-    };
+    let throughput = if secs > 0.0 { (batch * client.ok) as f64 / secs } else { 0.0 };
     let s = server.unwrap_or_default();
-    let (queue, input, infer, output) = (
-        s.queue.avg_us(),
-        s.compute_input.avg_us(),
-        s.compute_infer.avg_us(),
-        s.compute_output.avg_us(),
-    );
-    let (avg, send, recv) = (
-        client.avg_latency_us(),
-        client.avg_send_us(),
-        client.avg_recv_us(),
-    );
-    let per_window =
-        |f: &dyn Fn(&Window) -> f64| spread_pct(&windows.iter().map(f).collect::<Vec<_>>());
+    let (queue, input, infer, output) =
+        (s.queue.avg_us(), s.compute_input.avg_us(), s.compute_infer.avg_us(), s.compute_output.avg_us());
+    let (avg, send, recv) = (client.avg_latency_us(), client.avg_send_us(), client.avg_recv_us());
+    let per_window = |f: &dyn Fn(&Window) -> f64| spread_pct(&windows.iter().map(f).collect::<Vec<_>>());
     let row = ReportRow {
         batch,
         load,
@@ -192,10 +173,7 @@ mod tests {
         for _ in 0..failed {
             client.record_failed(&"injected");
         }
-        let stage = |us: u64| StageTotal {
-            count: ok,
-            ns: ok * us * 1000,
-        };
+        let stage = |us: u64| StageTotal { count: ok, ns: ok * us * 1000 };
         let server = ServerStats {
             inference_count: ok * 2,
             execution_count: ok,
@@ -206,32 +184,17 @@ mod tests {
             compute_output: stage(50),
             ..Default::default()
         };
-        Window {
-            client,
-            duration: Duration::from_secs_f64(secs),
-            server: Some(server),
-            start_ns: 0,
-            end_ns: 0,
-        }
+        Window { client, duration: Duration::from_secs_f64(secs), server: Some(server), start_ns: 0, end_ns: 0 }
     }
 
     #[test]
     fn row_follows_perf_analyzer_derivations() {
-        let windows = [
-            window(1000, 100, 0, 1.0),
-            window(1000, 100, 2, 1.0),
-            window(1000, 100, 0, 1.0),
-        ];
+        let windows = [window(1000, 100, 0, 1.0), window(1000, 100, 2, 1.0), window(1000, 100, 0, 1.0)];
         let r = derive_point(&windows, 2, LoadPoint::Concurrency(1), true, None).row;
         assert_eq!(r.throughput, 200.0, "batch 2 × 300 requests / 3 s");
         assert_eq!((r.client_send_us, r.client_recv_us), (20.0, 10.0));
         assert_eq!(
-            (
-                r.server_queue_us,
-                r.server_compute_input_us,
-                r.server_compute_infer_us,
-                r.server_compute_output_us
-            ),
+            (r.server_queue_us, r.server_compute_input_us, r.server_compute_infer_us, r.server_compute_output_us),
             (200.0, 50.0, 600.0, 50.0)
         );
         // 1000 − 20 − 10 − 200 − 50 − 600 − 50
@@ -244,18 +207,8 @@ mod tests {
 
     #[test]
     fn network_time_is_floored_at_zero_and_spread_is_recorded() {
-        let windows = [
-            window(900, 100, 0, 1.0),
-            window(900, 80, 0, 1.0),
-            window(900, 120, 0, 1.0),
-        ];
-        let result = derive_point(
-            &windows,
-            1,
-            LoadPoint::RequestRate(100.0),
-            false,
-            Some(99.0),
-        );
+        let windows = [window(900, 100, 0, 1.0), window(900, 80, 0, 1.0), window(900, 120, 0, 1.0)];
+        let result = derive_point(&windows, 1, LoadPoint::RequestRate(100.0), false, Some(99.0));
         // 900 − 30 − 900 of server stages < 0
         assert_eq!(result.row.network_us, 0.0);
         assert!((result.row.throughput_spread_pct - 40.0).abs() < 1e-9);

@@ -73,10 +73,7 @@ pub enum FormatArg {
 
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     if let Some(seeds_dir) = &args.extract_seeds {
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("reference-results/seeds"));
+        let out = args.out.clone().unwrap_or_else(|| PathBuf::from("reference-results/seeds"));
         let summary = seeds::extract_dir(seeds_dir, &out)?;
         println!(
             "{} tables ({} offline, {} online) written under {}",
@@ -115,8 +112,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             FormatArg::Svg => &[Format::Svg],
             FormatArg::Both => &[Format::Png, Format::Svg],
         };
-        std::fs::create_dir_all(&out)
-            .with_context(|| format!("cannot create {}", out.display()))?;
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
         let written = plot::render_plots_as(&out, &rows, meta.kind, &meta.title, formats)?;
         for path in written {
             println!("{}", path.display());
@@ -166,10 +162,7 @@ fn layout_for(arg: LayoutArg, meta: &super::TableMeta) -> Layout {
             let leading: Vec<ConstColumn> = meta
                 .config
                 .get("Precision")
-                .map(|p| ConstColumn {
-                    header: "Precision".into(),
-                    value: p.to_owned(),
-                })
+                .map(|p| ConstColumn { header: "Precision".into(), value: p.to_owned() })
                 .into_iter()
                 .collect();
             match meta.kind {

@@ -98,19 +98,12 @@ impl RunConfig {
 
     /// The first parameter of that name, ignoring case.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.parameters
-            .iter()
-            .find(|[n, _]| n.eq_ignore_ascii_case(name))
-            .map(|[_, v]| v.as_str())
+        self.parameters.iter().find(|[n, _]| n.eq_ignore_ascii_case(name)).map(|[_, v]| v.as_str())
     }
 
     /// The configuration table in the seeds' form.
     pub fn render_markdown(&self) -> String {
-        let (names, values) = self
-            .parameters
-            .iter()
-            .map(|[n, v]| (n.clone(), v.clone()))
-            .unzip();
+        let (names, values) = self.parameters.iter().map(|[n, v]| (n.clone(), v.clone())).unzip();
         table::pipe_table(&[
             table::PipeColumn::new("Parameter Name", names),
             table::PipeColumn::new("Parameter Value", values),
@@ -152,14 +145,7 @@ impl TableMeta {
             (Some(d), _, _) => format!("{}: {d}", kind.title()),
             _ => format!("{} results", kind.title()),
         };
-        TableMeta {
-            kind,
-            unit: Unit::Us,
-            title,
-            source: None,
-            layout: Layout::default(),
-            config,
-        }
+        TableMeta { kind, unit: Unit::Us, title, source: None, layout: Layout::default(), config }
     }
 }
 
@@ -171,15 +157,9 @@ pub enum ReportError {
     #[error(transparent)]
     Plot(#[from] plot::PlotError),
     #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: bad sidecar: {message}")]
     Sidecar { path: PathBuf, message: String },
     #[error("no rows to report")]
@@ -196,36 +176,26 @@ pub fn sidecar_path(csv: &Path) -> PathBuf {
 pub fn read_table(csv: &Path) -> Result<(Vec<ReportRow>, TableMeta), ReportError> {
     let sidecar = sidecar_path(csv);
     let meta = if sidecar.is_file() {
-        let text = std::fs::read_to_string(&sidecar).map_err(|source| ReportError::Read {
-            path: sidecar.clone(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(&sidecar).map_err(|source| ReportError::Read { path: sidecar.clone(), source })?;
         Some(
-            toml::from_str::<TableMeta>(&text).map_err(|e| ReportError::Sidecar {
-                path: sidecar.clone(),
-                message: e.message().replace('\n', " "),
-            })?,
+            toml::from_str::<TableMeta>(&text)
+                .map_err(|e| ReportError::Sidecar { path: sidecar.clone(), message: e.message().replace('\n', " ") })?,
         )
     } else {
         None
     };
     let unit = meta.as_ref().map_or(Unit::Us, |m| m.unit);
     let rows = table::read_csv(csv, unit)?;
-    let meta =
-        meta.unwrap_or_else(|| TableMeta::for_run(SweepKind::infer(&rows), RunConfig::default()));
+    let meta = meta.unwrap_or_else(|| TableMeta::for_run(SweepKind::infer(&rows), RunConfig::default()));
     Ok((rows, meta))
 }
 
 /// Writes a sidecar.
 pub fn write_sidecar(path: &Path, meta: &TableMeta) -> Result<(), ReportError> {
-    let text = toml::to_string(meta).map_err(|e| ReportError::Sidecar {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    std::fs::write(path, text).map_err(|source| ReportError::Write {
-        path: path.to_owned(),
-        source,
-    })
+    let text =
+        toml::to_string(meta).map_err(|e| ReportError::Sidecar { path: path.to_owned(), message: e.to_string() })?;
+    std::fs::write(path, text).map_err(|source| ReportError::Write { path: path.to_owned(), source })
 }
 
 /// `report.md`: the title, the configuration table, links to the plots and the results table,
@@ -272,30 +242,16 @@ pub fn write_results(
 
 /// [`write_results`] with an explicit sidecar (layout, title, configuration); `perfbench report`
 /// passes the one it read, so a seed table re-renders in its own layout.
-pub fn write_results_with(
-    dir: &Path,
-    rows: &[ReportRow],
-    meta: &TableMeta,
-) -> Result<WrittenResults, ReportError> {
+pub fn write_results_with(dir: &Path, rows: &[ReportRow], meta: &TableMeta) -> Result<WrittenResults, ReportError> {
     if rows.is_empty() {
         return Err(ReportError::NoRows);
     }
     let plots_dir = dir.join("plots");
-    std::fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write {
-        path: plots_dir.clone(),
-        source,
-    })?;
-    let mut written = WrittenResults {
-        report_csv: dir.join("report.csv"),
-        ..Default::default()
-    };
+    std::fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write { path: plots_dir.clone(), source })?;
+    let mut written = WrittenResults { report_csv: dir.join("report.csv"), ..Default::default() };
     table::write_report_csv(&written.report_csv, rows)?;
     // report.csv is µs whatever the source was; the source line stays with the seed's own sidecar.
-    let run_meta = TableMeta {
-        unit: Unit::Us,
-        source: None,
-        ..meta.clone()
-    };
+    let run_meta = TableMeta { unit: Unit::Us, source: None, ..meta.clone() };
     write_sidecar(&dir.join("report.toml"), &run_meta)?;
     written.plots = plot::render_plots(&plots_dir, rows, meta.kind, &meta.title)?;
     let png_names: Vec<String> = written
@@ -306,10 +262,8 @@ pub fn write_results_with(
         .collect();
     written.report_md = dir.join("report.md");
     let md = render_report(rows, meta, &png_names);
-    std::fs::write(&written.report_md, md).map_err(|source| ReportError::Write {
-        path: written.report_md.clone(),
-        source,
-    })?;
+    std::fs::write(&written.report_md, md)
+        .map_err(|source| ReportError::Write { path: written.report_md.clone(), source })?;
     Ok(written)
 }
 
@@ -364,43 +318,20 @@ mod tests {
         for name in ["report.csv", "report.toml", "report.md"] {
             assert!(dir.path().join(name).is_file(), "{name}");
         }
-        let names: Vec<String> = written
-            .plots
-            .iter()
-            .map(|p| p.file_name().unwrap().to_string_lossy().into())
-            .collect();
-        for plot in [
-            "throughput_vs_batch",
-            "latency_vs_batch",
-            "throughput_vs_latency",
-        ] {
+        let names: Vec<String> =
+            written.plots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into()).collect();
+        for plot in ["throughput_vs_batch", "latency_vs_batch", "throughput_vs_latency"] {
             for ext in ["png", "svg"] {
                 let name = format!("{plot}.{ext}");
                 assert!(names.contains(&name), "{name}");
-                assert!(
-                    std::fs::metadata(dir.path().join("plots").join(&name))
-                        .unwrap()
-                        .len()
-                        > 1000
-                );
+                assert!(std::fs::metadata(dir.path().join("plots").join(&name)).unwrap().len() > 1000);
             }
         }
         let md = std::fs::read_to_string(&written.report_md).unwrap();
-        assert!(
-            md.starts_with("#### Offline: 2-core x86_64, perfbench identity with FP32\n"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| Device                    | 2-core x86_64      |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |")
-        );
-        assert!(
-            md.contains("|      16 |             1 |             6153.85 |               0.01 |"),
-            "{md}"
-        );
+        assert!(md.starts_with("#### Offline: 2-core x86_64, perfbench identity with FP32\n"), "{md}");
+        assert!(md.contains("| Device                    | 2-core x86_64      |"), "{md}");
+        assert!(md.contains("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |"));
+        assert!(md.contains("|      16 |             1 |             6153.85 |               0.01 |"), "{md}");
         let (back, meta) = read_table(&written.report_csv).unwrap();
         assert_eq!(back.len(), 3);
         assert_eq!(meta.kind, SweepKind::Offline);
@@ -411,26 +342,16 @@ mod tests {
     #[test]
     fn online_results_get_the_concurrency_plot() {
         let dir = tempfile::tempdir().unwrap();
-        let rows: Vec<ReportRow> = (1..=4)
-            .map(|c| ReportRow {
-                load: LoadPoint::Concurrency(c * 8),
-                ..row(2, 1000.0 * c as f64)
-            })
-            .collect();
+        let rows: Vec<ReportRow> =
+            (1..=4).map(|c| ReportRow { load: LoadPoint::Concurrency(c * 8), ..row(2, 1000.0 * c as f64) }).collect();
         let written = write_results(dir.path(), &rows, &config(), SweepKind::Online).unwrap();
         assert_eq!(written.plots.len(), 2);
-        assert!(dir
-            .path()
-            .join("plots/latency_vs_concurrency.png")
-            .is_file());
+        assert!(dir.path().join("plots/latency_vs_concurrency.png").is_file());
     }
 
     #[test]
     fn no_rows_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(
-            write_results(dir.path(), &[], &config(), SweepKind::Online),
-            Err(ReportError::NoRows)
-        ));
+        assert!(matches!(write_results(dir.path(), &[], &config(), SweepKind::Online), Err(ReportError::NoRows)));
     }
 }

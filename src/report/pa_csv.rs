@@ -13,8 +13,7 @@ use crate::report::LoadPoint;
 /// The columns after the first one, as perf_analyzer 2.50 writes them.
 const BASE_COLUMNS: &str = "Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency";
 const VERBOSE_COLUMNS: &str = ",Avg latency,request/response,response wait";
-const METRICS_COLUMNS: &str =
-    ",Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory";
+const METRICS_COLUMNS: &str = ",Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory";
 
 /// Per-GPU figures of one point (`--collect-metrics`), keyed by GPU UUID.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -93,10 +92,7 @@ pub fn header(first: LoadPoint, columns: CsvColumns) -> String {
 }
 
 fn per_gpu<T: std::fmt::Display>(values: &[(String, T)]) -> String {
-    values
-        .iter()
-        .map(|(uuid, v)| format!("{uuid}:{v};"))
-        .collect()
+    values.iter().map(|(uuid, v)| format!("{uuid}:{v};")).collect()
 }
 
 /// One data line (without newline).
@@ -124,12 +120,7 @@ pub fn row_line(result: &PointResult, gpu: Option<&GpuFigures>, columns: CsvColu
     if columns.verbose {
         let exchange = result.detail.exchange_us;
         let request_response = r.client_send_us + r.client_recv_us;
-        line.push_str(&format!(
-            ",{},{},{}",
-            us(r.avg_us),
-            us(request_response),
-            us(exchange - request_response)
-        ));
+        line.push_str(&format!(",{},{},{}", us(r.avg_us), us(request_response), us(exchange - request_response)));
     }
     if columns.gpu_metrics {
         let g = gpu.cloned().unwrap_or_default();
@@ -152,13 +143,9 @@ pub struct PaCsvWriter {
 
 impl PaCsvWriter {
     pub fn create(path: &Path, first: LoadPoint, columns: CsvColumns) -> io::Result<PaCsvWriter> {
-        let file = File::create(path).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot create '{}': {e}", path.display()))
-        })?;
-        let mut writer = PaCsvWriter {
-            out: BufWriter::new(file),
-            columns,
-        };
+        let file = File::create(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot create '{}': {e}", path.display())))?;
+        let mut writer = PaCsvWriter { out: BufWriter::new(file), columns };
         writeln!(writer.out, "{}", header(first, columns))?;
         writer.out.flush()?;
         Ok(writer)
@@ -186,11 +173,11 @@ mod tests {
             header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: false }),
             "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait"
         );
-        assert!(header(LoadPoint::RequestRate(10.0), CsvColumns::default())
-            .starts_with("Request Rate,Inferences/Second,"));
-        assert!(header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: true }).ends_with(
-            ",response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory"
-        ));
+        assert!(
+            header(LoadPoint::RequestRate(10.0), CsvColumns::default()).starts_with("Request Rate,Inferences/Second,")
+        );
+        assert!(header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: true })
+            .ends_with(",response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory"));
     }
 
     #[test]
@@ -235,37 +222,18 @@ mod tests {
             avg_spread_pct: 1.0,
             server_avg_batch: 1.0,
         };
-        PointResult {
-            row,
-            detail: PointDetail {
-                exchange_us: 5640.5,
-                ..Default::default()
-            },
-        }
+        PointResult { row, detail: PointDetail { exchange_us: 5640.5, ..Default::default() } }
     }
 
     #[test]
     fn rows_carry_whole_microseconds() {
-        let columns = CsvColumns {
-            verbose: true,
-            gpu_metrics: false,
-        };
+        let columns = CsvColumns { verbose: true, gpu_metrics: false };
         assert_eq!(
             row_line(&result(), None, columns),
             "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004,5657,70,5570"
         );
-        let gpu = GpuFigures {
-            utilization: vec![("GPU-1".into(), 0.5)],
-            ..Default::default()
-        };
-        let line = row_line(
-            &result(),
-            Some(&gpu),
-            CsvColumns {
-                verbose: true,
-                gpu_metrics: true,
-            },
-        );
+        let gpu = GpuFigures { utilization: vec![("GPU-1".into(), 0.5)], ..Default::default() };
+        let line = row_line(&result(), Some(&gpu), CsvColumns { verbose: true, gpu_metrics: true });
         assert!(line.ends_with(",GPU-1:0.5;,,,"), "{line}");
     }
 
@@ -273,8 +241,7 @@ mod tests {
     fn writer_flushes_each_row() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pa.csv");
-        let mut w =
-            PaCsvWriter::create(&path, LoadPoint::Concurrency(1), CsvColumns::default()).unwrap();
+        let mut w = PaCsvWriter::create(&path, LoadPoint::Concurrency(1), CsvColumns::default()).unwrap();
         w.append(&result(), None).unwrap();
         // Read while the writer is still open: the row is already on disk.
         let text = std::fs::read_to_string(&path).unwrap();

@@ -50,10 +50,7 @@ pub fn settings_block(d: &RunDescription) -> String {
     let _ = writeln!(s, "  Service Kind: {}", d.service_kind);
     match (d.request_count, d.window) {
         (Some(n), _) => {
-            let _ = writeln!(
-                s,
-                "  Measuring exactly {n} requests per point (no stabilization)"
-            );
+            let _ = writeln!(s, "  Measuring exactly {n} requests per point (no stabilization)");
         }
         (None, WindowMode::Time(span)) => {
             let _ = writeln!(s, "  Using \"time_windows\" mode for stabilization");
@@ -66,32 +63,21 @@ pub fn settings_block(d: &RunDescription) -> String {
             let _ = writeln!(s, "  Minimum number of samples in each window: {n}");
         }
     }
-    let _ = writeln!(
-        s,
-        "  Latency limit: {} msec",
-        cpp_double(d.latency_limit_ms)
-    );
+    let _ = writeln!(s, "  Latency limit: {} msec", cpp_double(d.latency_limit_ms));
     if let Some(line) = &d.limit_line {
         let _ = writeln!(s, "  {line}");
     }
     if let Some(line) = &d.distribution_line {
         let _ = writeln!(s, "  {line}");
     }
-    let calls = if d.asynchronous {
-        "asynchronous"
-    } else {
-        "synchronous"
-    };
+    let calls = if d.asynchronous { "asynchronous" } else { "synchronous" };
     let _ = writeln!(s, "  Using {calls} calls for inference");
     s
 }
 
 fn stabilizing(percentile: Option<f64>) -> String {
     match percentile {
-        Some(p) => format!(
-            "Stabilizing using p{} latency and throughput",
-            cpp_double(p)
-        ),
+        Some(p) => format!("Stabilizing using p{} latency and throughput", cpp_double(p)),
         None => "Stabilizing using average latency and throughput".into(),
     }
 }
@@ -99,10 +85,7 @@ fn stabilizing(percentile: Option<f64>) -> String {
 fn point_title(load: LoadPoint) -> String {
     match load {
         LoadPoint::Concurrency(n) => format!("Request concurrency: {n}"),
-        LoadPoint::RequestRate(r) => format!(
-            "Request Rate: {} inference requests per seconds",
-            cpp_double(r)
-        ),
+        LoadPoint::RequestRate(r) => format!("Request Rate: {} inference requests per seconds", cpp_double(r)),
     }
 }
 
@@ -115,18 +98,8 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
     let _ = writeln!(s, "  Client: ");
     let _ = writeln!(s, "    Request count: {}", r.requests);
     let _ = writeln!(s, "    Throughput: {} infer/sec", cpp_double(r.throughput));
-    let _ = writeln!(
-        s,
-        "    Avg latency: {} usec (standard deviation {} usec)",
-        us(r.avg_us),
-        us(detail.stdev_us)
-    );
-    for (p, v) in [
-        (50, r.p50_us),
-        (90, r.p90_us),
-        (95, r.p95_us),
-        (99, r.p99_us),
-    ] {
+    let _ = writeln!(s, "    Avg latency: {} usec (standard deviation {} usec)", us(r.avg_us), us(detail.stdev_us));
+    for (p, v) in [(50, r.p50_us), (90, r.p90_us), (95, r.p95_us), (99, r.p99_us)] {
         let _ = writeln!(s, "    p{p} latency: {} usec", us(v));
     }
     let send_recv = r.client_send_us + r.client_recv_us;
@@ -166,11 +139,7 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
             us(server.compute_output.avg_us()),
         );
     }
-    let _ = write!(
-        s,
-        "  perfbench: {} failed, {} late, {} missed requests",
-        r.failed, r.late, r.missed
-    );
+    let _ = write!(s, "  perfbench: {} failed, {} late, {} missed requests", r.failed, r.late, r.missed);
     if let Some(error) = &detail.first_error {
         let _ = write!(s, " (first failure: {error})");
     }
@@ -199,12 +168,8 @@ pub fn closing_list(results: &[PointResult]) -> String {
             LoadPoint::Concurrency(n) => format!("Concurrency: {n}"),
             LoadPoint::RequestRate(rate) => format!("Request Rate: {}", cpp_double(rate)),
         };
-        let _ = writeln!(
-            s,
-            "{label}, throughput: {} infer/sec, latency {} usec",
-            cpp_double(r.throughput),
-            us(r.avg_us)
-        );
+        let _ =
+            writeln!(s, "{label}, throughput: {} infer/sec, latency {} usec", cpp_double(r.throughput), us(r.avg_us));
     }
     s
 }
@@ -235,9 +200,7 @@ mod tests {
     #[test]
     fn settings_block_has_perf_analyzer_lines() {
         let text = settings_block(&description());
-        assert!(text.starts_with(
-            "*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n"
-        ));
+        assert!(text.starts_with("*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n"));
         assert!(text.contains("  Using \"time_windows\" mode for stabilization\n  Stabilizing using average latency and throughput\n  Measurement window: 1000 msec\n  Latency limit: 0 msec\n"));
         assert!(text.ends_with("  Using synchronous calls for inference\n"));
     }

@@ -68,11 +68,9 @@ impl PlotKind {
     /// The plots a sweep kind gets.
     pub fn for_sweep(kind: SweepKind) -> &'static [PlotKind] {
         match kind {
-            SweepKind::Offline => &[
-                PlotKind::ThroughputVsBatch,
-                PlotKind::LatencyVsBatch,
-                PlotKind::ThroughputVsLatency,
-            ],
+            SweepKind::Offline => {
+                &[PlotKind::ThroughputVsBatch, PlotKind::LatencyVsBatch, PlotKind::ThroughputVsLatency]
+            }
             SweepKind::Online => &[PlotKind::LatencyVsConcurrency],
         }
     }
@@ -80,9 +78,7 @@ impl PlotKind {
 
 fn register_font() -> Result<(), PlotError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let ok = *REGISTERED.get_or_init(|| {
-        plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()
-    });
+    let ok = *REGISTERED.get_or_init(|| plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok());
     if ok {
         Ok(())
     } else {
@@ -91,12 +87,7 @@ fn register_font() -> Result<(), PlotError> {
 }
 
 /// Draws the sweep's plots into `dir` as PNG and SVG; returns the files written.
-pub fn render_plots(
-    dir: &Path,
-    rows: &[ReportRow],
-    kind: SweepKind,
-    title: &str,
-) -> Result<Vec<PathBuf>, PlotError> {
+pub fn render_plots(dir: &Path, rows: &[ReportRow], kind: SweepKind, title: &str) -> Result<Vec<PathBuf>, PlotError> {
     render_plots_as(dir, rows, kind, title, &[Format::Png, Format::Svg])
 }
 
@@ -129,10 +120,7 @@ pub fn render_one(
     title: &str,
 ) -> Result<(), PlotError> {
     register_font()?;
-    let fail = |message: String| PlotError::Draw {
-        path: path.to_owned(),
-        message,
-    };
+    let fail = |message: String| PlotError::Draw { path: path.to_owned(), message };
     match format {
         Format::Png => {
             let root = BitMapBackend::new(path, SIZE_PX).into_drawing_area();
@@ -161,9 +149,7 @@ fn draw<DB: DrawingBackend>(
         PlotKind::LatencyVsBatch if !has_stage_breakdown(rows) => "Average latency vs batch size",
         PlotKind::LatencyVsBatch => "Latency breakdown vs batch size",
         PlotKind::ThroughputVsLatency => "Throughput vs latency",
-        PlotKind::LatencyVsConcurrency if load_axis_is_rate(rows) => {
-            "Latency breakdown and throughput vs request rate"
-        }
+        PlotKind::LatencyVsConcurrency if load_axis_is_rate(rows) => "Latency breakdown and throughput vs request rate",
         PlotKind::LatencyVsConcurrency => "Latency breakdown and throughput vs concurrency",
     };
     let root = draw_titles(root, heading, title).map_err(|e| e.to_string())?;
@@ -183,22 +169,15 @@ fn draw_titles<DB: DrawingBackend>(
     title: &str,
 ) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
     let width_px = root.dim_in_pixel().0 as i32;
-    let lines: Vec<(&str, u32)> = [(heading, 22), (title, 16)]
-        .into_iter()
-        .filter(|(t, _)| !t.is_empty())
-        .collect();
+    let lines: Vec<(&str, u32)> = [(heading, 22), (title, 16)].into_iter().filter(|(t, _)| !t.is_empty()).collect();
     let mut y = 8;
     for (text, mut size) in lines {
         while size > 9
-            && root
-                .estimate_text_size(text, &TextStyle::from((FONT, size).into_font()))?
-                .0 as i32
-                > width_px - 20
+            && root.estimate_text_size(text, &TextStyle::from((FONT, size).into_font()))?.0 as i32 > width_px - 20
         {
             size -= 1;
         }
-        let style =
-            TextStyle::from((FONT, size).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+        let style = TextStyle::from((FONT, size).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
         root.draw_text(text, &style, (width_px / 2, y))?;
         y += size as i32 + 8;
     }
@@ -215,8 +194,7 @@ fn ms(us: f64) -> f64 {
 
 /// Whether the rows carry per-stage latencies (the summary tables of 002/004 offline do not).
 fn has_stage_breakdown(rows: &[ReportRow]) -> bool {
-    rows.iter()
-        .any(|r| stages_us(r).iter().any(|s| s.is_finite()))
+    rows.iter().any(|r| stages_us(r).iter().any(|s| s.is_finite()))
 }
 
 /// A finite upper bound with headroom, never zero (plotters needs a non-empty range).
@@ -281,8 +259,7 @@ fn categories(rows: usize) -> std::ops::Range<i32> {
 }
 
 fn load_axis_is_rate(rows: &[ReportRow]) -> bool {
-    rows.iter()
-        .any(|r| matches!(r.load, LoadPoint::RequestRate(_)))
+    rows.iter().any(|r| matches!(r.load, LoadPoint::RequestRate(_)))
 }
 
 fn load_axis_name(rows: &[ReportRow]) -> &'static str {
@@ -308,19 +285,14 @@ const LINE_COLOR: RGBColor = full_palette::RED_700;
 fn label_for(labels: &[String], value: &SegmentValue<i32>) -> String {
     let step = labels.len().div_ceil(20).max(1);
     match value {
-        SegmentValue::CenterOf(i)
-            if *i >= 0 && (*i as usize) < labels.len() && (*i as usize).is_multiple_of(step) =>
-        {
+        SegmentValue::CenterOf(i) if *i >= 0 && (*i as usize) < labels.len() && (*i as usize).is_multiple_of(step) => {
             labels[*i as usize].clone()
         }
         _ => String::new(),
     }
 }
 
-fn throughput_vs_batch<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    rows: &[ReportRow],
-) -> DrawResult {
+fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, Axis::Batch);
     let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
@@ -343,23 +315,14 @@ fn throughput_vs_batch<DB: DrawingBackend>(
         .axis_desc_style((FONT, 16))
         .draw()
         .map_err(e)?;
-    let points: Vec<(SegmentValue<i32>, f64)> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput))
-        .collect();
+    let points: Vec<(SegmentValue<i32>, f64)> =
+        rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
     chart
         .draw_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(2)))
         .map_err(e)?
         .label("Inferences/second")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(2)));
-    chart
-        .draw_series(
-            points
-                .iter()
-                .map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())),
-        )
-        .map_err(e)?;
+    chart.draw_series(points.iter().map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled()))).map_err(e)?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
@@ -370,16 +333,9 @@ fn throughput_vs_batch<DB: DrawingBackend>(
         .map_err(e)
 }
 
-fn throughput_vs_latency<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    rows: &[ReportRow],
-) -> DrawResult {
+fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let x_max = headroom(
-        rows.iter()
-            .flat_map(|r| [ms(r.avg_us), ms(r.p99_us)])
-            .fold(0.0, f64::max),
-    );
+    let x_max = headroom(rows.iter().flat_map(|r| [ms(r.avg_us), ms(r.p99_us)]).fold(0.0, f64::max));
     let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
     let mut chart = ChartBuilder::on(root)
         .margin(16)
@@ -399,16 +355,11 @@ fn throughput_vs_latency<DB: DrawingBackend>(
         .draw()
         .map_err(e)?;
     type Latency = fn(&ReportRow) -> f64;
-    let series: [(&str, Latency, RGBColor); 2] = [
-        ("avg latency", |r| r.avg_us, full_palette::BLUE_600),
-        ("p99 latency", |r| r.p99_us, LINE_COLOR),
-    ];
+    let series: [(&str, Latency, RGBColor); 2] =
+        [("avg latency", |r| r.avg_us, full_palette::BLUE_600), ("p99 latency", |r| r.p99_us, LINE_COLOR)];
     for (name, latency, color) in series {
-        let points: Vec<(f64, f64)> = rows
-            .iter()
-            .filter(|r| latency(r).is_finite())
-            .map(|r| (ms(latency(r)), r.throughput))
-            .collect();
+        let points: Vec<(f64, f64)> =
+            rows.iter().filter(|r| latency(r).is_finite()).map(|r| (ms(latency(r)), r.throughput)).collect();
         if points.is_empty() {
             continue;
         }
@@ -416,22 +367,16 @@ fn throughput_vs_latency<DB: DrawingBackend>(
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
             .map_err(e)?
             .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))
-            .map_err(e)?;
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(e)?;
     }
     // Each avg point names its batch size.
     chart
-        .draw_series(rows.iter().filter(|r| r.avg_us.is_finite()).map(|r| {
-            Text::new(
-                format!("batch {}", r.batch),
-                (ms(r.avg_us), r.throughput),
-                (FONT, 12).into_font(),
-            )
-        }))
+        .draw_series(
+            rows.iter()
+                .filter(|r| r.avg_us.is_finite())
+                .map(|r| Text::new(format!("batch {}", r.batch), (ms(r.avg_us), r.throughput), (FONT, 12).into_font())),
+        )
         .map_err(e)?;
     chart
         .configure_series_labels()
@@ -453,9 +398,7 @@ fn stacked_latency<DB: DrawingBackend>(
 ) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, axis);
-    let has_stages = rows
-        .iter()
-        .any(|r| stages_us(r).iter().any(|s| s.is_finite()));
+    let has_stages = rows.iter().any(|r| stages_us(r).iter().any(|s| s.is_finite()));
     let bar_top = |r: &ReportRow| {
         if has_stages {
             stages_us(r).iter().map(|s| ms(*s)).sum()
@@ -464,28 +407,18 @@ fn stacked_latency<DB: DrawingBackend>(
         }
     };
     // Data fills the lower ~60%, so the legend (upper left) never covers it.
-    let y_max = 1.45
-        * headroom(
-            rows.iter()
-                .flat_map(|r| [bar_top(r), ms(r.p99_us)])
-                .fold(0.0, f64::max),
-        );
+    let y_max = 1.45 * headroom(rows.iter().flat_map(|r| [bar_top(r), ms(r.p99_us)]).fold(0.0, f64::max));
     let t_max = 1.45 * headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
     let x_desc = match axis {
         Axis::Batch => "Batch size",
         Axis::Load => load_axis_name(rows),
     };
     let mut builder = ChartBuilder::on(root);
-    builder
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(80);
+    builder.margin(16).x_label_area_size(50).y_label_area_size(80);
     if with_throughput {
         builder.right_y_label_area_size(90);
     }
-    let chart = builder
-        .build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max)
-        .map_err(e)?;
+    let chart = builder.build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max).map_err(e)?;
     let mut chart = chart.set_secondary_coord(categories(rows.len()).into_segmented(), 0.0..t_max);
     chart
         .configure_mesh()
@@ -501,18 +434,11 @@ fn stacked_latency<DB: DrawingBackend>(
         .draw()
         .map_err(e)?;
     // A fifth of each category's width on either side of its bar.
-    let plot_width_px = SIZE_PX
-        .0
-        .saturating_sub(if with_throughput { 210 } else { 120 });
-    let bar_margin = ((plot_width_px as f64 / rows.len().max(1) as f64) * 0.2)
-        .round()
-        .clamp(1.0, 60.0) as u32;
+    let plot_width_px = SIZE_PX.0.saturating_sub(if with_throughput { 210 } else { 120 });
+    let bar_margin = ((plot_width_px as f64 / rows.len().max(1) as f64) * 0.2).round().clamp(1.0, 60.0) as u32;
     let bar = |i: usize, low: f64, high: f64, color: RGBColor| {
         let mut r = Rectangle::new(
-            [
-                (SegmentValue::Exact(i as i32), low),
-                (SegmentValue::Exact(i as i32 + 1), high),
-            ],
+            [(SegmentValue::Exact(i as i32), low), (SegmentValue::Exact(i as i32 + 1), high)],
             color.filled(),
         );
         r.set_margin(0, 0, bar_margin, bar_margin);
@@ -535,18 +461,12 @@ fn stacked_latency<DB: DrawingBackend>(
                 .draw_series(bars)
                 .map_err(e)?
                 .label(*name)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
-                });
+                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
         }
     } else {
         let color = full_palette::BLUE_400;
         chart
-            .draw_series(
-                rows.iter()
-                    .enumerate()
-                    .map(|(i, r)| bar(i, 0.0, ms(r.avg_us), color)),
-            )
+            .draw_series(rows.iter().enumerate().map(|(i, r)| bar(i, 0.0, ms(r.avg_us), color)))
             .map_err(e)?
             .label("avg latency")
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
@@ -559,10 +479,7 @@ fn stacked_latency<DB: DrawingBackend>(
         .collect();
     if !p99.is_empty() {
         chart
-            .draw_series(
-                p99.iter()
-                    .map(|p| TriangleMarker::new(p.clone(), 6, BLACK.filled())),
-            )
+            .draw_series(p99.iter().map(|p| TriangleMarker::new(p.clone(), 6, BLACK.filled())))
             .map_err(e)?
             .label("p99 latency")
             .legend(|(x, y)| TriangleMarker::new((x + 7, y), 6, BLACK.filled()));
@@ -576,24 +493,15 @@ fn stacked_latency<DB: DrawingBackend>(
             .axis_desc_style((FONT, 16))
             .draw()
             .map_err(e)?;
-        let points: Vec<(SegmentValue<i32>, f64)> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput))
-            .collect();
+        let points: Vec<(SegmentValue<i32>, f64)> =
+            rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
         chart
             .draw_secondary_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(3)))
             .map_err(e)?
             .label("Inferences/second (right axis)")
-            .legend(|(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(3))
-            });
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(3)));
         chart
-            .draw_secondary_series(
-                points
-                    .iter()
-                    .map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())),
-            )
+            .draw_secondary_series(points.iter().map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())))
             .map_err(e)?;
     }
     chart

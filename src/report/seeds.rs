@@ -14,21 +14,11 @@ use super::{RunConfig, SeedSource, SweepKind, TableMeta};
 #[derive(Debug, thiserror::Error)]
 pub enum SeedError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
     #[error("{file}:{line}: {message}")]
-    Table {
-        file: String,
-        line: usize,
-        message: String,
-    },
+    Table { file: String, line: usize, message: String },
     #[error("{0}")]
     Sidecar(#[from] super::ReportError),
 }
@@ -72,10 +62,7 @@ impl SeedTable {
             kind: self.kind,
             unit: self.unit,
             title: self.section.clone(),
-            source: Some(SeedSource {
-                file: self.seed_file.clone(),
-                line: self.line,
-            }),
+            source: Some(SeedSource { file: self.seed_file.clone(), line: self.line }),
             layout: self.layout.clone(),
             config: self.config.clone(),
         }
@@ -85,10 +72,7 @@ impl SeedTable {
 /// `Deploying the BERT model on …` → `bert`; the seed number goes in front.
 fn seed_slug(file_name: &str, text: &str) -> String {
     let number = file_name.split('_').next().unwrap_or(file_name);
-    let title = text
-        .lines()
-        .find_map(|l| l.strip_prefix("# "))
-        .unwrap_or("");
+    let title = text.lines().find_map(|l| l.strip_prefix("# ")).unwrap_or("");
     let subject = title.trim().strip_prefix("Deploying ").unwrap_or(title);
     let subject = subject.strip_prefix("the ").unwrap_or(subject);
     let subject = subject.split(" model").next().unwrap_or(subject);
@@ -113,11 +97,7 @@ fn cells(line: &str) -> Vec<String> {
 pub fn parse_seed(file_name: &str, text: &str) -> Result<Vec<SeedTable>, SeedError> {
     let lines: Vec<&str> = text.lines().collect();
     let seed_slug = seed_slug(file_name, text);
-    let err = |line: usize, message: String| SeedError::Table {
-        file: file_name.to_owned(),
-        line,
-        message,
-    };
+    let err = |line: usize, message: String| SeedError::Table { file: file_name.to_owned(), line, message };
 
     // Parameters printed once for a whole scenario (002, 004), then per-section ones.
     let mut scenario_params: Vec<[String; 2]> = Vec::new();
@@ -139,9 +119,7 @@ pub fn parse_seed(file_name: &str, text: &str) -> Result<Vec<SeedTable>, SeedErr
             i += 1;
             continue;
         }
-        if let (Some(bullet), Some((_, _, params))) =
-            (line.trim().strip_prefix("* **"), section.as_mut())
-        {
+        if let (Some(bullet), Some((_, _, params))) = (line.trim().strip_prefix("* **"), section.as_mut()) {
             // ` * **GPU:** NVIDIA A40`
             if let Some((name, value)) = bullet.split_once(":**") {
                 params.push([name.trim().to_owned(), value.trim().to_owned()]);
@@ -160,11 +138,8 @@ pub fn parse_seed(file_name: &str, text: &str) -> Result<Vec<SeedTable>, SeedErr
         let block = &lines[start..i];
         let header = cells(block[0]);
         if header.first().is_some_and(|h| h == "Parameter Name") {
-            let pairs = block
-                .iter()
-                .skip(2)
-                .map(|l| cells(l))
-                .map(|c| [c[0].clone(), c.get(1).cloned().unwrap_or_default()]);
+            let pairs =
+                block.iter().skip(2).map(|l| cells(l)).map(|c| [c[0].clone(), c.get(1).cloned().unwrap_or_default()]);
             match section.as_mut() {
                 Some((_, _, params)) => params.extend(pairs),
                 None => scenario_params.extend(pairs),
@@ -184,18 +159,11 @@ pub fn parse_seed(file_name: &str, text: &str) -> Result<Vec<SeedTable>, SeedErr
         if let Some(bad) = body.iter().position(|r| r.len() != header.len()) {
             return Err(err(
                 start + 3 + bad,
-                format!(
-                    "{} cells where the header has {}",
-                    body[bad].len(),
-                    header.len()
-                ),
+                format!("{} cells where the header has {}", body[bad].len(), header.len()),
             ));
         }
-        let (layout, unit, header, rows) =
-            detect_layout(header, body).map_err(|m| err(start + 1, m))?;
-        let mut config = RunConfig {
-            parameters: params.clone(),
-        };
+        let (layout, unit, header, rows) = detect_layout(header, body).map_err(|m| err(start + 1, m))?;
+        let mut config = RunConfig { parameters: params.clone() };
         config.parameters.extend(scenario_params.iter().cloned());
         let mut markdown = block.join("\n");
         markdown.push('\n');
@@ -238,18 +206,10 @@ fn detect_layout(header: Vec<String>, body: Vec<Vec<String>>) -> Result<Detected
             }
         }
         let strip = |v: Vec<String>| v.into_iter().skip(1).collect::<Vec<_>>();
-        return Ok((
-            Layout::Microseconds,
-            Unit::Us,
-            strip(header),
-            body.into_iter().map(strip).collect(),
-        ));
+        return Ok((Layout::Microseconds, Unit::Us, strip(header), body.into_iter().map(strip).collect()));
     }
     if header.iter().any(|h| h.ends_with("(ms)")) {
-        let throughput = header
-            .iter()
-            .position(|h| h == "Inferences/Second")
-            .ok_or("no Inferences/Second column")?;
+        let throughput = header.iter().position(|h| h == "Inferences/Second").ok_or("no Inferences/Second column")?;
         let decimals = |v: &str| v.split_once('.').map_or(0, |(_, f)| f.len());
         let d = decimals(&body[0][throughput]);
         for row in &body {
@@ -271,10 +231,7 @@ fn detect_layout(header: Vec<String>, body: Vec<Vec<String>>) -> Result<Detected
         if body.iter().any(|r| &r[c] != value) {
             return Err(format!("column {name:?} is not constant"));
         }
-        leading.push(ConstColumn {
-            header: name.clone(),
-            value: value.clone(),
-        });
+        leading.push(ConstColumn { header: name.clone(), value: value.clone() });
     }
     let layout = if header[anchor] == "Client Batch Size" {
         Layout::OfflineSummary { leading }
@@ -292,16 +249,8 @@ pub fn table_stems(tables: &[SeedTable]) -> Vec<String> {
         .map(|t| {
             let n = &mut counts[t.kind as usize];
             *n += 1;
-            let section = t
-                .section
-                .split_once(':')
-                .map_or(t.section.as_str(), |(_, rest)| rest);
-            format!(
-                "{}-{:02}-{}",
-                t.kind.title().to_ascii_lowercase(),
-                n,
-                slug(section)
-            )
+            let section = t.section.split_once(':').map_or(t.section.as_str(), |(_, rest)| rest);
+            format!("{}-{:02}-{}", t.kind.title().to_ascii_lowercase(), n, slug(section))
         })
         .collect()
 }
@@ -317,23 +266,13 @@ pub struct ExtractSummary {
 /// Converts every `*.txt` seed in `seeds_dir` into `out_dir/<seed>/<stem>.{csv,toml,md}` and
 /// writes `out_dir/index.csv` (one line per table).
 pub fn extract_dir(seeds_dir: &Path, out_dir: &Path) -> Result<ExtractSummary, SeedError> {
-    let read = |path: &Path| {
-        std::fs::read_to_string(path).map_err(|source| SeedError::Read {
-            path: path.to_owned(),
-            source,
-        })
-    };
+    let read =
+        |path: &Path| std::fs::read_to_string(path).map_err(|source| SeedError::Read { path: path.to_owned(), source });
     let write = |path: &Path, text: &str| {
-        std::fs::write(path, text).map_err(|source| SeedError::Write {
-            path: path.to_owned(),
-            source,
-        })
+        std::fs::write(path, text).map_err(|source| SeedError::Write { path: path.to_owned(), source })
     };
     let mut seeds: Vec<PathBuf> = std::fs::read_dir(seeds_dir)
-        .map_err(|source| SeedError::Read {
-            path: seeds_dir.to_owned(),
-            source,
-        })?
+        .map_err(|source| SeedError::Read { path: seeds_dir.to_owned(), source })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "txt"))
         .collect();
@@ -341,17 +280,11 @@ pub fn extract_dir(seeds_dir: &Path, out_dir: &Path) -> Result<ExtractSummary, S
     let mut summary = ExtractSummary::default();
     let mut index = String::from("seed,file,kind,layout,rows,section\n");
     for seed in seeds {
-        let name = seed
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = seed.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tables = parse_seed(&name, &read(&seed)?)?;
         for (table, stem) in tables.iter().zip(table_stems(&tables)) {
             let dir = out_dir.join(&table.seed_slug);
-            std::fs::create_dir_all(&dir).map_err(|source| SeedError::Write {
-                path: dir.clone(),
-                source,
-            })?;
+            std::fs::create_dir_all(&dir).map_err(|source| SeedError::Write { path: dir.clone(), source })?;
             let csv = dir.join(format!("{stem}.csv"));
             write(&csv, &table.csv())?;
             super::write_sidecar(&dir.join(format!("{stem}.toml")), &table.meta())?;
@@ -421,22 +354,14 @@ mod tests {
         assert_eq!(t.config.get("GPU"), Some("NVIDIA A40"));
         assert_eq!(t.config.get("Max Batch Size"), Some("8"));
         assert_eq!(t.rows[1][2], "164");
-        assert!(
-            matches!(&t.layout, Layout::OfflineSummary { leading } if leading[0].value == "FP16")
-        );
-        assert_eq!(
-            table_stems(&tables),
-            vec!["offline-01-nvidia-a40-with-fp16"]
-        );
+        assert!(matches!(&t.layout, Layout::OfflineSummary { leading } if leading[0].value == "FP16"));
+        assert_eq!(table_stems(&tables), vec!["offline-01-nvidia-a40-with-fp16"]);
     }
 
     #[test]
     fn renders_back_to_the_printed_table() {
         let t = &parse_seed("009_x.txt", SEED).unwrap()[0];
         let rows = super::super::table::parse_csv(&t.csv(), t.unit, "seed").unwrap();
-        assert_eq!(
-            super::super::table::render_results(&rows, &t.layout),
-            t.markdown
-        );
+        assert_eq!(super::super::table::render_results(&rows, &t.layout), t.markdown);
     }
 }

@@ -34,13 +34,7 @@ pub const REPORT_COLUMNS: [&str; 15] = [
 ];
 
 /// perfbench's own columns after [`REPORT_COLUMNS`]; the gate reads them by these names.
-pub const EXTRA_COLUMNS: [&str; 5] = [
-    "Failed",
-    "Stable",
-    "Throughput Spread (%)",
-    "p99 Spread (%)",
-    "avg Spread (%)",
-];
+pub const EXTRA_COLUMNS: [&str; 5] = ["Failed", "Stable", "Throughput Spread (%)", "p99 Spread (%)", "avg Spread (%)"];
 
 /// The second column of `report.csv` when the sweep was open loop.
 pub const REQUEST_RATE_COLUMN: &str = "Request Rate";
@@ -49,28 +43,15 @@ pub const REQUEST_RATE_COLUMN: &str = "Request Rate";
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
     #[error("{origin}: not a readable CSV table: {source}")]
     Csv { origin: String, source: PolarsError },
-    #[error(
-        "{origin}: no {what} column (expected a report.csv, a perf_analyzer CSV or a seed CSV)"
-    )]
+    #[error("{origin}: no {what} column (expected a report.csv, a perf_analyzer CSV or a seed CSV)")]
     MissingColumn { origin: String, what: &'static str },
     #[error("{origin}: row {row}, column {column:?}: {value:?} is not a number")]
-    BadNumber {
-        origin: String,
-        row: usize,
-        column: String,
-        value: String,
-    },
+    BadNumber { origin: String, row: usize, column: String, value: String },
     #[error("{origin}: the table has no rows")]
     Empty { origin: String },
     #[error("rows mix closed-loop (concurrency) and open-loop (request rate) load points")]
@@ -154,10 +135,7 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
     let trimmed = header.trim();
     let (name, unit) = if let Some(n) = trimmed.strip_suffix("(ms)") {
         (n.trim_end(), Some(Unit::Ms))
-    } else if let Some(n) = trimmed
-        .strip_suffix("(us)")
-        .or_else(|| trimmed.strip_suffix("(µs)"))
-    {
+    } else if let Some(n) = trimmed.strip_suffix("(us)").or_else(|| trimmed.strip_suffix("(µs)")) {
         (n.trim_end(), Some(Unit::Us))
     } else {
         (trimmed, None)
@@ -192,10 +170,7 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
 /// Reads a CSV file into rows. `default_unit` applies to latency headers that name no unit
 /// (µs for perf_analyzer and `report.csv`; a seed's sidecar says which for its CSV).
 pub fn read_csv(path: &Path, default_unit: Unit) -> Result<Vec<ReportRow>, TableError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TableError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| TableError::Read { path: path.to_owned(), source })?;
     parse_csv(&text, default_unit, &path.display().to_string())
 }
 
@@ -206,11 +181,7 @@ pub fn read_csv(path: &Path, default_unit: Unit) -> Result<Vec<ReportRow>, Table
 /// (perf_analyzer without `--verbose-csv`) is the sum of the seven stages, as perf_analyzer
 /// derives the network stage from it. Other missing columns read as NaN ("not measured"), a
 /// missing batch as 1 (perf_analyzer does not write it; 002/004 online sent batch 1).
-pub fn parse_csv(
-    text: &str,
-    default_unit: Unit,
-    origin: &str,
-) -> Result<Vec<ReportRow>, TableError> {
+pub fn parse_csv(text: &str, default_unit: Unit, origin: &str) -> Result<Vec<ReportRow>, TableError> {
     let first_block: String = text
         .trim_start_matches('\u{feff}')
         .lines()
@@ -218,14 +189,9 @@ pub fn parse_csv(
         .map(|l| format!("{l}\n"))
         .collect();
     if first_block.is_empty() {
-        return Err(TableError::Empty {
-            origin: origin.to_owned(),
-        });
+        return Err(TableError::Empty { origin: origin.to_owned() });
     }
-    let csv_error = |source| TableError::Csv {
-        origin: origin.to_owned(),
-        source,
-    };
+    let csv_error = |source| TableError::Csv { origin: origin.to_owned(), source };
     // Every column as text: the values are parsed here, with errors that name row and column.
     let df = CsvReadOptions::default()
         .with_has_header(true)
@@ -234,9 +200,7 @@ pub fn parse_csv(
         .finish()
         .map_err(csv_error)?;
     if df.height() == 0 {
-        return Err(TableError::Empty {
-            origin: origin.to_owned(),
-        });
+        return Err(TableError::Empty { origin: origin.to_owned() });
     }
 
     let mut rows: Vec<RowBuilder> = vec![RowBuilder::default(); df.height()];
@@ -249,20 +213,15 @@ pub fn parse_csv(
         let values = column.str().map_err(csv_error)?;
         for (i, value) in values.iter().enumerate() {
             let value = value.unwrap_or("").trim();
-            rows[i]
-                .set(field, unit.unwrap_or(default_unit), value)
-                .map_err(|()| TableError::BadNumber {
-                    origin: origin.to_owned(),
-                    row: i + 1,
-                    column: column.name().to_string(),
-                    value: value.to_owned(),
-                })?;
+            rows[i].set(field, unit.unwrap_or(default_unit), value).map_err(|()| TableError::BadNumber {
+                origin: origin.to_owned(),
+                row: i + 1,
+                column: column.name().to_string(),
+                value: value.to_owned(),
+            })?;
         }
     }
-    let missing = |what| TableError::MissingColumn {
-        origin: origin.to_owned(),
-        what,
-    };
+    let missing = |what| TableError::MissingColumn { origin: origin.to_owned(), what };
     if !seen.contains(&Field::Throughput) {
         return Err(missing("Inferences/Second"));
     }
@@ -272,10 +231,7 @@ pub fn parse_csv(
     if !has_concurrency && !has_rate && !seen.contains(&Field::Batch) {
         return Err(missing("Concurrency, Request Rate or Batch"));
     }
-    Ok(rows
-        .into_iter()
-        .map(|r| r.finish(has_rate && !has_concurrency))
-        .collect())
+    Ok(rows.into_iter().map(|r| r.finish(has_rate && !has_concurrency)).collect())
 }
 
 /// One row while its columns arrive; NaN until a column sets it.
@@ -353,19 +309,11 @@ impl RowBuilder {
     fn finish(self, open_loop: bool) -> ReportRow {
         let [client_send_us, network_us, server_queue_us, compute_input_us, compute_infer_us, compute_output_us, client_recv_us] =
             self.stages_us;
-        let avg_us = if self.avg_us.is_nan() {
-            self.stages_us.iter().sum()
-        } else {
-            self.avg_us
-        };
+        let avg_us = if self.avg_us.is_nan() { self.stages_us.iter().sum() } else { self.avg_us };
         let load = if open_loop {
             LoadPoint::RequestRate(self.rate)
         } else {
-            LoadPoint::Concurrency(if self.concurrency.is_nan() {
-                1
-            } else {
-                self.concurrency as u64
-            })
+            LoadPoint::Concurrency(if self.concurrency.is_nan() { 1 } else { self.concurrency as u64 })
         };
         ReportRow {
             batch: self.batch.unwrap_or(1),
@@ -431,28 +379,14 @@ fn ns_precision(value: f64) -> f64 {
 
 /// Builds the `report.csv` frame: [`REPORT_COLUMNS`] then [`EXTRA_COLUMNS`].
 pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
-    let open_loop = matches!(
-        rows.first().map(|r| r.load),
-        Some(LoadPoint::RequestRate(_))
-    );
-    if rows
-        .iter()
-        .any(|r| matches!(r.load, LoadPoint::RequestRate(_)) != open_loop)
-    {
+    let open_loop = matches!(rows.first().map(|r| r.load), Some(LoadPoint::RequestRate(_)));
+    if rows.iter().any(|r| matches!(r.load, LoadPoint::RequestRate(_)) != open_loop) {
         return Err(TableError::MixedLoad);
     }
     let f64_column = |name: &str, f: &dyn Fn(&ReportRow) -> f64| {
-        Column::new(
-            name.into(),
-            rows.iter()
-                .map(|r| ns_precision(f(r)))
-                .collect::<Vec<f64>>(),
-        )
+        Column::new(name.into(), rows.iter().map(|r| ns_precision(f(r))).collect::<Vec<f64>>())
     };
-    let mut columns = vec![Column::new(
-        "Batch".into(),
-        rows.iter().map(|r| r.batch).collect::<Vec<u64>>(),
-    )];
+    let mut columns = vec![Column::new("Batch".into(), rows.iter().map(|r| r.batch).collect::<Vec<u64>>())];
     columns.push(if open_loop {
         f64_column(REQUEST_RATE_COLUMN, &|r| match r.load {
             LoadPoint::RequestRate(rate) => rate,
@@ -478,23 +412,12 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
     columns.push(f64_column("p95 latency", &|r| r.p95_us));
     columns.push(f64_column("p99 latency", &|r| r.p99_us));
     columns.push(f64_column("avg latency", &|r| r.avg_us));
-    columns.push(Column::new(
-        "Failed".into(),
-        rows.iter().map(|r| r.failed).collect::<Vec<u64>>(),
-    ));
-    columns.push(Column::new(
-        "Stable".into(),
-        rows.iter().map(|r| r.stable).collect::<Vec<bool>>(),
-    ));
-    columns.push(f64_column("Throughput Spread (%)", &|r| {
-        r.throughput_spread_pct
-    }));
+    columns.push(Column::new("Failed".into(), rows.iter().map(|r| r.failed).collect::<Vec<u64>>()));
+    columns.push(Column::new("Stable".into(), rows.iter().map(|r| r.stable).collect::<Vec<bool>>()));
+    columns.push(f64_column("Throughput Spread (%)", &|r| r.throughput_spread_pct));
     columns.push(f64_column("p99 Spread (%)", &|r| r.p99_spread_pct));
     columns.push(f64_column("avg Spread (%)", &|r| r.avg_spread_pct));
-    DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv {
-        origin: "report.csv".into(),
-        source,
-    })
+    DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 
 /// `report.csv` as text.
@@ -504,20 +427,14 @@ pub fn report_csv(rows: &[ReportRow]) -> Result<String, TableError> {
     CsvWriter::new(&mut out)
         .include_header(true)
         .finish(&mut df)
-        .map_err(|source| TableError::Csv {
-            origin: "report.csv".into(),
-            source,
-        })?;
+        .map_err(|source| TableError::Csv { origin: "report.csv".into(), source })?;
     Ok(String::from_utf8(out).expect("polars writes UTF-8"))
 }
 
 /// Writes `report.csv` to `path`.
 pub fn write_report_csv(path: &Path, rows: &[ReportRow]) -> Result<(), TableError> {
     let text = report_csv(rows)?;
-    std::fs::write(path, text).map_err(|source| TableError::Write {
-        path: path.to_owned(),
-        source,
-    })
+    std::fs::write(path, text).map_err(|source| TableError::Write { path: path.to_owned(), source })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -532,10 +449,7 @@ pub struct PipeColumn {
 
 impl PipeColumn {
     pub fn new(header: impl Into<String>, cells: Vec<String>) -> Self {
-        PipeColumn {
-            header: header.into(),
-            cells,
-        }
+        PipeColumn { header: header.into(), cells }
     }
 }
 
@@ -578,20 +492,10 @@ pub fn pipe_table(columns: &[PipeColumn]) -> String {
         .map(|c| {
             let numeric = !c.cells.is_empty() && c.cells.iter().all(|s| is_number(s));
             let cells: Vec<String> = if numeric {
-                let max_after = c
-                    .cells
-                    .iter()
-                    .map(|s| digits_after_point(s))
-                    .max()
-                    .unwrap_or(-1);
+                let max_after = c.cells.iter().map(|s| digits_after_point(s)).max().unwrap_or(-1);
                 c.cells
                     .iter()
-                    .map(|s| {
-                        format!(
-                            "{s}{}",
-                            " ".repeat((max_after - digits_after_point(s)) as usize)
-                        )
-                    })
+                    .map(|s| format!("{s}{}", " ".repeat((max_after - digits_after_point(s)) as usize)))
                     .collect()
             } else {
                 c.cells.clone()
@@ -602,12 +506,7 @@ pub fn pipe_table(columns: &[PipeColumn]) -> String {
                 .chain(std::iter::once(c.header.chars().count() + 2))
                 .max()
                 .unwrap_or(0);
-            Laid {
-                width,
-                numeric,
-                header: c.header.clone(),
-                cells,
-            }
+            Laid { width, numeric, header: c.header.clone(), cells }
         })
         .collect();
     let pad = |text: &str, width: usize, right: bool| {
@@ -619,18 +518,11 @@ pub fn pipe_table(columns: &[PipeColumn]) -> String {
         }
     };
     let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
-    let mut out = line(
-        laid.iter()
-            .map(|c| pad(&c.header, c.width, c.numeric))
-            .collect(),
-    );
+    let mut out = line(laid.iter().map(|c| pad(&c.header, c.width, c.numeric)).collect());
     out.push('|');
     for c in &laid {
-        let rule = if c.numeric {
-            format!("{}:", "-".repeat(c.width + 1))
-        } else {
-            format!(":{}", "-".repeat(c.width + 1))
-        };
+        let rule =
+            if c.numeric { format!("{}:", "-".repeat(c.width + 1)) } else { format!(":{}", "-".repeat(c.width + 1)) };
         out.push_str(&rule);
         out.push('|');
     }
@@ -638,15 +530,7 @@ pub fn pipe_table(columns: &[PipeColumn]) -> String {
     let rows = laid.iter().map(|c| c.cells.len()).max().unwrap_or(0);
     for i in 0..rows {
         out.push_str(&line(
-            laid.iter()
-                .map(|c| {
-                    pad(
-                        c.cells.get(i).map(String::as_str).unwrap_or(""),
-                        c.width,
-                        c.numeric,
-                    )
-                })
-                .collect(),
+            laid.iter().map(|c| pad(c.cells.get(i).map(String::as_str).unwrap_or(""), c.width, c.numeric)).collect(),
         ));
     }
     out
@@ -659,18 +543,10 @@ pub fn format_g(value: f64) -> String {
         return "nan".into();
     }
     if value.is_infinite() {
-        return if value > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        };
+        return if value > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if value == 0.0 {
-        return if value.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
+        return if value.is_sign_negative() { "-0".into() } else { "0".into() };
     }
     let sci = format!("{value:.5e}");
     let (mantissa, exponent) = sci.split_once('e').expect("exponent form");
@@ -690,18 +566,11 @@ pub fn format_e(value: f64, digits: usize) -> String {
     }
     let sci = format!("{value:.digits$e}");
     let (mantissa, exponent) = sci.split_once('e').expect("exponent form");
-    format!(
-        "{mantissa}e{}",
-        python_exponent(exponent.parse().expect("integer exponent"))
-    )
+    format!("{mantissa}e{}", python_exponent(exponent.parse().expect("integer exponent")))
 }
 
 fn python_exponent(exponent: i32) -> String {
-    format!(
-        "{}{:02}",
-        if exponent < 0 { '-' } else { '+' },
-        exponent.abs()
-    )
+    format!("{}{:02}", if exponent < 0 { '-' } else { '+' }, exponent.abs())
 }
 
 fn strip_zeros(number: &str) -> &str {
@@ -727,9 +596,7 @@ fn fixed(value: f64, decimals: usize) -> String {
 
 /// The load column's header and cells: concurrency as integers, request rates as printed.
 fn load_cells(rows: &[ReportRow], rate_fmt: &dyn Fn(f64) -> String) -> (bool, Vec<String>) {
-    let open_loop = rows
-        .iter()
-        .any(|r| matches!(r.load, LoadPoint::RequestRate(_)));
+    let open_loop = rows.iter().any(|r| matches!(r.load, LoadPoint::RequestRate(_)));
     let cells = rows
         .iter()
         .map(|r| match r.load {
@@ -766,21 +633,11 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
     match layout {
         Layout::Milliseconds { .. } | Layout::Microseconds => {
             let micro = matches!(layout, Layout::Microseconds);
-            let d = if let Layout::Milliseconds { decimals } = layout {
-                *decimals
-            } else {
-                0
-            };
+            let d = if let Layout::Milliseconds { decimals } = layout { *decimals } else { 0 };
             if micro {
-                columns.push(PipeColumn::new(
-                    "",
-                    (0..rows.len()).map(|i| i.to_string()).collect(),
-                ));
+                columns.push(PipeColumn::new("", (0..rows.len()).map(|i| i.to_string()).collect()));
             }
-            columns.push(PipeColumn::new(
-                "Batch",
-                rows.iter().map(|r| r.batch.to_string()).collect(),
-            ));
+            columns.push(PipeColumn::new("Batch", rows.iter().map(|r| r.batch.to_string()).collect()));
             let (open_loop, load) = load_cells(rows, &|rate| {
                 if micro {
                     format_g(rate)
@@ -788,32 +645,14 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
                     fixed(rate, d)
                 }
             });
-            columns.push(PipeColumn::new(
-                if open_loop {
-                    REQUEST_RATE_COLUMN
-                } else {
-                    "Concurrency"
-                },
-                load,
-            ));
+            columns.push(PipeColumn::new(if open_loop { REQUEST_RATE_COLUMN } else { "Concurrency" }, load));
             let throughput = |t: f64| if micro { format_e(t, 2) } else { fixed(t, d) };
-            columns.push(PipeColumn::new(
-                "Inferences/Second",
-                rows.iter().map(|r| throughput(r.throughput)).collect(),
-            ));
+            columns.push(PipeColumn::new("Inferences/Second", rows.iter().map(|r| throughput(r.throughput)).collect()));
             for (i, name) in LATENCY_NAMES.iter().enumerate() {
                 let (header, cells) = if micro {
-                    (
-                        name.to_string(),
-                        rows.iter().map(|r| fixed(latencies_us(r)[i], 0)).collect(),
-                    )
+                    (name.to_string(), rows.iter().map(|r| fixed(latencies_us(r)[i], 0)).collect())
                 } else {
-                    (
-                        format!("{name} (ms)"),
-                        rows.iter()
-                            .map(|r| fixed(ms(latencies_us(r)[i]), d))
-                            .collect(),
-                    )
+                    (format!("{name} (ms)"), rows.iter().map(|r| fixed(ms(latencies_us(r)[i]), d)).collect())
                 };
                 columns.push(PipeColumn::new(header, cells));
             }
@@ -821,33 +660,21 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
         Layout::OfflineSummary { leading } | Layout::OnlineSummary { leading } => {
             let online = matches!(layout, Layout::OnlineSummary { .. });
             for c in leading {
-                columns.push(PipeColumn::new(
-                    c.header.clone(),
-                    vec![c.value.clone(); rows.len()],
-                ));
+                columns.push(PipeColumn::new(c.header.clone(), vec![c.value.clone(); rows.len()]));
             }
             let g_ms = |us: f64| format_g(round_decimal(ms(us), 3));
             if online {
                 let (open_loop, load) = load_cells(rows, &|rate| format_g(round_decimal(rate, 1)));
                 columns.push(PipeColumn::new(
-                    if open_loop {
-                        "Client request rate"
-                    } else {
-                        "Concurrent client requests"
-                    },
+                    if open_loop { "Client request rate" } else { "Concurrent client requests" },
                     load,
                 ));
             } else {
-                columns.push(PipeColumn::new(
-                    "Client Batch Size",
-                    rows.iter().map(|r| r.batch.to_string()).collect(),
-                ));
+                columns.push(PipeColumn::new("Client Batch Size", rows.iter().map(|r| r.batch.to_string()).collect()));
             }
             columns.push(PipeColumn::new(
                 "Inferences/second",
-                rows.iter()
-                    .map(|r| format_g(round_decimal(r.throughput, 1)))
-                    .collect(),
+                rows.iter().map(|r| format_g(round_decimal(r.throughput, 1))).collect(),
             ));
             let names: &[(&str, usize)] = if online {
                 &[
@@ -865,18 +692,10 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
                     ("Avg Latency", 11),
                 ]
             } else {
-                &[
-                    ("P90 Latency", 8),
-                    ("P95 Latency", 9),
-                    ("P99 Latency", 10),
-                    ("Avg Latency", 11),
-                ]
+                &[("P90 Latency", 8), ("P95 Latency", 9), ("P99 Latency", 10), ("Avg Latency", 11)]
             };
             for (header, i) in names {
-                columns.push(PipeColumn::new(
-                    *header,
-                    rows.iter().map(|r| g_ms(latencies_us(r)[*i])).collect(),
-                ));
+                columns.push(PipeColumn::new(*header, rows.iter().map(|r| g_ms(latencies_us(r)[*i])).collect()));
             }
         }
     }
@@ -979,10 +798,7 @@ request/response,response wait
     fn request_rate_rows_write_a_request_rate_column() {
         let rows = parse_csv(REAL_PA_VERBOSE_CSV, Unit::Us, "pa.csv").unwrap();
         let text = report_csv(&rows).unwrap();
-        assert!(
-            text.starts_with("Batch,Request Rate,Inferences/Second,"),
-            "{text}"
-        );
+        assert!(text.starts_with("Batch,Request Rate,Inferences/Second,"), "{text}");
         let back = parse_csv(&text, Unit::Us, "report.csv").unwrap();
         assert_eq!(back[0].load, LoadPoint::RequestRate(50.0));
         let mut mixed = rows.clone();
@@ -1002,13 +818,9 @@ request/response,response wait
 
     #[test]
     fn bad_csvs_give_one_line_errors() {
-        let err = parse_csv("Batch,Concurrency\n1,1\n", Unit::Us, "x.csv")
-            .unwrap_err()
-            .to_string();
+        let err = parse_csv("Batch,Concurrency\n1,1\n", Unit::Us, "x.csv").unwrap_err().to_string();
         assert!(err.contains("no Inferences/Second column"), "{err}");
-        let err = parse_csv("Concurrency,Inferences/Second\n1,fast\n", Unit::Us, "x.csv")
-            .unwrap_err()
-            .to_string();
+        let err = parse_csv("Concurrency,Inferences/Second\n1,fast\n", Unit::Us, "x.csv").unwrap_err().to_string();
         assert!(err.contains("row 1") && err.contains("\"fast\""), "{err}");
         assert!(parse_csv("", Unit::Us, "x.csv").is_err());
         assert!(!err.contains('\n'));
@@ -1048,11 +860,7 @@ request/response,response wait
         let rows = vec![sample_row(1, 1), sample_row(8, 1)];
         let text = report_csv(&rows).unwrap();
         let header = text.lines().next().unwrap();
-        let expected: Vec<&str> = REPORT_COLUMNS
-            .iter()
-            .chain(EXTRA_COLUMNS.iter())
-            .copied()
-            .collect();
+        let expected: Vec<&str> = REPORT_COLUMNS.iter().chain(EXTRA_COLUMNS.iter()).copied().collect();
         assert_eq!(header, expected.join(","));
         let back = parse_csv(&text, Unit::Us, "report.csv").unwrap();
         assert_eq!(back.len(), 2);
@@ -1068,12 +876,9 @@ request/response,response wait
     fn renders_the_millisecond_layout() {
         let md = render_results(&[sample_row(8, 1)], &Layout::Milliseconds { decimals: 1 });
         let lines: Vec<&str> = md.lines().collect();
-        assert!(lines[0]
-            .starts_with("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |"));
-        assert!(lines[1]
-            .starts_with("|--------:|--------------:|--------------------:|-------------------:|"));
-        assert!(lines[2]
-            .starts_with("|       8 |             1 |              2053.9 |                0.0 |"));
+        assert!(lines[0].starts_with("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |"));
+        assert!(lines[1].starts_with("|--------:|--------------:|--------------------:|-------------------:|"));
+        assert!(lines[2].starts_with("|       8 |             1 |              2053.9 |                0.0 |"));
         assert!(lines[2].ends_with("|                3.9 |"));
     }
 
@@ -1083,9 +888,7 @@ request/response,response wait
         let lines: Vec<&str> = md.lines().collect();
         assert!(lines[0].starts_with("|    |   Batch |"));
         assert!(
-            lines[2].starts_with(
-                "|  0 |     256 |             1 |            2.05e+03 |            12 |"
-            ),
+            lines[2].starts_with("|  0 |     256 |             1 |            2.05e+03 |            12 |"),
             "{}",
             lines[2]
         );

@@ -7,8 +7,8 @@ use prost_reflect::DynamicMessage;
 use super::error::{ServerError, ServerResult};
 use crate::proto::descriptor_pool;
 use crate::proto::inference::{
-    model_instance_group, model_version_policy, ModelConfig, ModelInstanceGroup,
-    ModelTransactionPolicy, ModelVersionPolicy,
+    model_instance_group, model_version_policy, ModelConfig, ModelInstanceGroup, ModelTransactionPolicy,
+    ModelVersionPolicy,
 };
 use crate::tensor::DataType;
 
@@ -16,14 +16,11 @@ const MODEL_CONFIG: &str = "inference.ModelConfig";
 
 /// Parses a `config.pbtxt` body. `name` fills in a missing `name`, as Triton uses the directory name.
 pub fn parse_pbtxt(text: &str, name: &str) -> ServerResult<ModelConfig> {
-    let desc = descriptor_pool()
-        .get_message_by_name(MODEL_CONFIG)
-        .expect("ModelConfig descriptor");
+    let desc = descriptor_pool().get_message_by_name(MODEL_CONFIG).expect("ModelConfig descriptor");
     let dynamic = DynamicMessage::parse_text_format(desc, &normalize_list_colons(text))
         .map_err(|e| ServerError::invalid(format!("model '{name}': bad config.pbtxt: {e}")))?;
-    let mut config: ModelConfig = dynamic
-        .transcode_to()
-        .map_err(|e| ServerError::invalid(format!("model '{name}': bad config.pbtxt: {e}")))?;
+    let mut config: ModelConfig =
+        dynamic.transcode_to().map_err(|e| ServerError::invalid(format!("model '{name}': bad config.pbtxt: {e}")))?;
     if config.name.is_empty() {
         config.name = name.to_string();
     }
@@ -81,15 +78,12 @@ fn normalize_list_colons(text: &str) -> String {
 
 /// Parses a config given as JSON (the repository `load` API's `config` parameter).
 pub fn parse_json(text: &str, name: &str) -> ServerResult<ModelConfig> {
-    let desc = descriptor_pool()
-        .get_message_by_name(MODEL_CONFIG)
-        .expect("ModelConfig descriptor");
+    let desc = descriptor_pool().get_message_by_name(MODEL_CONFIG).expect("ModelConfig descriptor");
     let mut de = serde_json::Deserializer::from_str(text);
     let dynamic = DynamicMessage::deserialize(desc, &mut de)
         .map_err(|e| ServerError::invalid(format!("model '{name}': bad config JSON: {e}")))?;
-    let mut config: ModelConfig = dynamic
-        .transcode_to()
-        .map_err(|e| ServerError::invalid(format!("model '{name}': bad config JSON: {e}")))?;
+    let mut config: ModelConfig =
+        dynamic.transcode_to().map_err(|e| ServerError::invalid(format!("model '{name}': bad config JSON: {e}")))?;
     if config.name.is_empty() {
         config.name = name.to_string();
     }
@@ -101,42 +95,26 @@ pub fn parse_json(text: &str, name: &str) -> ServerResult<ModelConfig> {
 fn complete(config: &mut ModelConfig) -> ServerResult<()> {
     let name = config.name.clone();
     if config.backend.is_empty() {
-        return Err(ServerError::invalid(format!(
-            "model '{name}': config needs a backend (the model kind)"
-        )));
+        return Err(ServerError::invalid(format!("model '{name}': config needs a backend (the model kind)")));
     }
     if config.max_batch_size < 0 {
-        return Err(ServerError::invalid(format!(
-            "model '{name}': max_batch_size must be >= 0"
-        )));
+        return Err(ServerError::invalid(format!("model '{name}': max_batch_size must be >= 0")));
     }
     for (what, dtype, dims) in config
         .input
         .iter()
         .map(|i| (&i.name, i.data_type, &i.dims))
-        .chain(
-            config
-                .output
-                .iter()
-                .map(|o| (&o.name, o.data_type, &o.dims)),
-        )
+        .chain(config.output.iter().map(|o| (&o.name, o.data_type, &o.dims)))
     {
         if DataType::from_config_enum(dtype).is_none() {
-            return Err(ServerError::invalid(format!(
-                "model '{name}': tensor '{what}' has no valid data_type"
-            )));
+            return Err(ServerError::invalid(format!("model '{name}': tensor '{what}' has no valid data_type")));
         }
         if dims.iter().any(|&d| d < -1 || d == 0) {
-            return Err(ServerError::invalid(format!(
-                "model '{name}': tensor '{what}' has bad dims {dims:?}"
-            )));
+            return Err(ServerError::invalid(format!("model '{name}': tensor '{what}' has bad dims {dims:?}")));
         }
     }
     if config.instance_group.is_empty() {
-        config.instance_group.push(ModelInstanceGroup {
-            count: 1,
-            ..Default::default()
-        });
+        config.instance_group.push(ModelInstanceGroup { count: 1, ..Default::default() });
     }
     for (i, group) in config.instance_group.iter_mut().enumerate() {
         if group.name.is_empty() {
@@ -151,9 +129,9 @@ fn complete(config: &mut ModelConfig) -> ServerResult<()> {
     }
     if config.version_policy.is_none() {
         config.version_policy = Some(ModelVersionPolicy {
-            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
-                model_version_policy::Latest { num_versions: 1 },
-            )),
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(model_version_policy::Latest {
+                num_versions: 1,
+            })),
         });
     }
     if config.model_transaction_policy.is_none() {
@@ -174,29 +152,18 @@ pub fn parameter<'a>(config: &'a ModelConfig, key: &str) -> Option<&'a str> {
 }
 
 /// A numeric parameter with a default; a value that does not parse is an error naming the key.
-pub fn parameter_or<T: std::str::FromStr>(
-    config: &ModelConfig,
-    key: &str,
-    default: T,
-) -> ServerResult<T> {
+pub fn parameter_or<T: std::str::FromStr>(config: &ModelConfig, key: &str, default: T) -> ServerResult<T> {
     match parameter(config, key) {
         None => Ok(default),
         Some(v) => v.trim().parse().map_err(|_| {
-            ServerError::invalid(format!(
-                "model '{}': parameter '{key}' = '{v}' is not valid",
-                config.name
-            ))
+            ServerError::invalid(format!("model '{}': parameter '{key}' = '{v}' is not valid", config.name))
         }),
     }
 }
 
 /// Total instance count over all instance groups.
 pub fn instance_count(config: &ModelConfig) -> usize {
-    config
-        .instance_group
-        .iter()
-        .map(|g| g.count.max(1) as usize)
-        .sum()
+    config.instance_group.iter().map(|g| g.count.max(1) as usize).sum()
 }
 
 #[cfg(test)]
@@ -243,18 +210,12 @@ mod tests {
     #[test]
     fn list_colons_are_added_outside_strings_and_comments() {
         let t = "input [ { dims: [ -1 ] } ] # a [ b\nname: \"x [\"";
-        assert_eq!(
-            normalize_list_colons(t),
-            "input :[ { dims: [ -1 ] } ] \nname: \"x [\""
-        );
+        assert_eq!(normalize_list_colons(t), "input :[ { dims: [ -1 ] } ] \nname: \"x [\"");
     }
 
     #[test]
     fn rejects_bad_config() {
-        assert!(parse_pbtxt("max_batch_size: 1", "x")
-            .unwrap_err()
-            .message
-            .contains("backend"));
+        assert!(parse_pbtxt("max_batch_size: 1", "x").unwrap_err().message.contains("backend"));
         assert!(parse_pbtxt("backend: \"identity\" bogus: 1", "x").is_err());
     }
 }

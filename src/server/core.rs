@@ -20,13 +20,8 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Extensions listed in server metadata. perf_analyzer reads server statistics only when
 /// `statistics` is listed.
-pub const EXTENSIONS: &[&str] = &[
-    "model_repository",
-    "model_configuration",
-    "system_shared_memory",
-    "binary_tensor_data",
-    "statistics",
-];
+pub const EXTENSIONS: &[&str] =
+    &["model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data", "statistics"];
 
 /// What the server serves, before any socket is opened.
 #[derive(Clone, Debug)]
@@ -41,11 +36,7 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions {
-            model_repository: None,
-            models: vec![],
-            max_request_bytes: 256 << 20,
-        }
+        ServerOptions { model_repository: None, models: vec![], max_request_bytes: 256 << 20 }
     }
 }
 
@@ -58,11 +49,7 @@ pub struct InferenceServer {
 impl InferenceServer {
     pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
         let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
-        Ok(Arc::new(InferenceServer {
-            options,
-            repository,
-            shm: SharedMemoryManager::default(),
-        }))
+        Ok(Arc::new(InferenceServer { options, repository, shm: SharedMemoryManager::default() }))
     }
 
     pub fn is_live(&self) -> bool {
@@ -88,26 +75,15 @@ impl InferenceServer {
         let batch_dim: &[i64] = if c.max_batch_size > 0 { &[-1] } else { &[] };
         let tensor = |name: &str, dtype: i32, dims: &[i64]| TensorMetadata {
             name: name.to_string(),
-            datatype: DataType::from_config_enum(dtype)
-                .map(|d| d.as_str())
-                .unwrap_or("")
-                .to_string(),
+            datatype: DataType::from_config_enum(dtype).map(|d| d.as_str()).unwrap_or("").to_string(),
             shape: batch_dim.iter().chain(dims).copied().collect(),
         };
         Ok(ModelMetadataResponse {
             name: c.name.clone(),
             versions: vec![MODEL_VERSION.to_string()],
             platform: c.backend.clone(),
-            inputs: c
-                .input
-                .iter()
-                .map(|i| tensor(&i.name, i.data_type, &i.dims))
-                .collect(),
-            outputs: c
-                .output
-                .iter()
-                .map(|o| tensor(&o.name, o.data_type, &o.dims))
-                .collect(),
+            inputs: c.input.iter().map(|i| tensor(&i.name, i.data_type, &i.dims)).collect(),
+            outputs: c.output.iter().map(|o| tensor(&o.name, o.data_type, &o.dims)).collect(),
         })
     }
 
@@ -119,9 +95,7 @@ impl InferenceServer {
     /// Runs one inference through the model's batcher.
     pub async fn infer(&self, request: InferRequest) -> ServerResult<InferResponse> {
         let received = Instant::now();
-        let model = self
-            .repository
-            .get(&request.model_name, &request.model_version)?;
+        let model = self.repository.get(&request.model_name, &request.model_version)?;
         let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, received)?;
         model.scheduler.infer(admitted).await
     }

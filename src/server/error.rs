@@ -26,10 +26,7 @@ pub type ServerResult<T> = Result<T, ServerError>;
 
 impl ServerError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ServerError {
-            kind,
-            message: message.into(),
-        }
+        ServerError { kind, message: message.into() }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidArg, message)
@@ -91,18 +88,9 @@ mod tests {
 
     #[test]
     fn status_mapping_matches_triton() {
-        assert_eq!(
-            ServerError::invalid("x").http_status(),
-            StatusCode::BAD_REQUEST
-        );
-        assert_eq!(
-            ServerError::already_exists("x").http_status(),
-            StatusCode::BAD_REQUEST
-        );
-        assert_eq!(
-            ServerError::not_found("x").grpc_code(),
-            tonic::Code::NotFound
-        );
+        assert_eq!(ServerError::invalid("x").http_status(), StatusCode::BAD_REQUEST);
+        assert_eq!(ServerError::already_exists("x").http_status(), StatusCode::BAD_REQUEST);
+        assert_eq!(ServerError::not_found("x").grpc_code(), tonic::Code::NotFound);
         let s: tonic::Status = ServerError::unsupported("nope").into();
         assert_eq!(s.code(), tonic::Code::Unimplemented);
         assert_eq!(s.message(), "nope");

@@ -17,16 +17,12 @@ use tonic::{Request, Response, Status, Streaming};
 use super::core::{InferenceServer, EXTENSIONS, SERVER_NAME, SERVER_VERSION};
 use super::error::{ServerError, ServerResult};
 use super::http::{blocking, no_repository_name};
-use super::infer::{
-    InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, ShmRef,
-};
+use super::infer::{InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, ShmRef};
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
-use crate::proto::inference::grpc_inference_service_server::{
-    GrpcInferenceService, GrpcInferenceServiceServer,
-};
+use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::InferInputTensor;
 use crate::proto::inference::{InferParameter, InferTensorContents};
@@ -59,9 +55,7 @@ pub fn health_service(core: Arc<InferenceServer>) -> HealthServer<HealthService>
 fn string_param(p: &InferParameter, key: &str, tensor: &str) -> ServerResult<String> {
     match &p.parameter_choice {
         Some(ParameterChoice::StringParam(s)) => Ok(s.clone()),
-        _ => Err(ServerError::invalid(format!(
-            "tensor '{tensor}': parameter '{key}' must be a string_param"
-        ))),
+        _ => Err(ServerError::invalid(format!("tensor '{tensor}': parameter '{key}' must be a string_param"))),
     }
 }
 
@@ -77,18 +71,12 @@ fn size_param(p: &InferParameter, key: &str, tensor: &str) -> ServerResult<u64> 
 
 /// The shared-memory parameters of an input or requested output (§6.4), if any.
 fn shm_ref(params: &HashMap<String, InferParameter>, tensor: &str) -> ServerResult<Option<ShmRef>> {
-    let region = params
-        .get("shared_memory_region")
-        .map(|p| string_param(p, "shared_memory_region", tensor))
-        .transpose()?;
-    let byte_size = params
-        .get("shared_memory_byte_size")
-        .map(|p| size_param(p, "shared_memory_byte_size", tensor))
-        .transpose()?;
-    let offset = params
-        .get("shared_memory_offset")
-        .map(|p| size_param(p, "shared_memory_offset", tensor))
-        .transpose()?;
+    let region =
+        params.get("shared_memory_region").map(|p| string_param(p, "shared_memory_region", tensor)).transpose()?;
+    let byte_size =
+        params.get("shared_memory_byte_size").map(|p| size_param(p, "shared_memory_byte_size", tensor)).transpose()?;
+    let offset =
+        params.get("shared_memory_offset").map(|p| size_param(p, "shared_memory_offset", tensor)).transpose()?;
     match (region, byte_size) {
         (None, None) if offset.is_none() => Ok(None),
         (Some(region), Some(byte_size)) => Ok(Some(ShmRef { region, offset: offset.unwrap_or(0), byte_size })),
@@ -100,17 +88,10 @@ fn shm_ref(params: &HashMap<String, InferParameter>, tensor: &str) -> ServerResu
 
 /// Typed `contents` to the raw layout of §2.2. The populated field must be the one the
 /// datatype uses; INT8/INT16 and UINT8/UINT16 are narrowed from their 32-bit carriers.
-fn contents_to_bytes(
-    input: &InferInputTensor,
-    contents: &InferTensorContents,
-) -> ServerResult<Bytes> {
+fn contents_to_bytes(input: &InferInputTensor, contents: &InferTensorContents) -> ServerResult<Bytes> {
     let name = &input.name;
-    let dtype = DataType::parse(&input.datatype).ok_or_else(|| {
-        ServerError::invalid(format!(
-            "input '{name}' has unknown datatype '{}'",
-            input.datatype
-        ))
-    })?;
+    let dtype = DataType::parse(&input.datatype)
+        .ok_or_else(|| ServerError::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
     let c = contents;
     let filled = [
         ("bool_contents", !c.bool_contents.is_empty()),
@@ -133,14 +114,11 @@ fn contents_to_bytes(
         DataType::Bytes => "bytes_contents",
         DataType::Fp16 | DataType::Bf16 => {
             return Err(ServerError::invalid(format!(
-            "input '{name}': {dtype} data cannot be sent in typed contents, use raw_input_contents"
-        )))
+                "input '{name}': {dtype} data cannot be sent in typed contents, use raw_input_contents"
+            )))
         }
     };
-    if let Some((field, _)) = filled
-        .iter()
-        .find(|(field, set)| *set && *field != expected_field)
-    {
+    if let Some((field, _)) = filled.iter().find(|(field, set)| *set && *field != expected_field) {
         return Err(ServerError::invalid(format!(
             "input '{name}' is {dtype}, so its data belongs in contents.{expected_field}, not contents.{field}"
         )));
@@ -169,9 +147,7 @@ fn contents_to_bytes(
         DataType::Bytes => {
             for element in &c.bytes_contents {
                 let len = u32::try_from(element.len()).map_err(|_| {
-                    ServerError::invalid(format!(
-                        "input '{name}': a BYTES element is longer than 4 GiB"
-                    ))
+                    ServerError::invalid(format!("input '{name}': a BYTES element is longer than 4 GiB"))
                 })?;
                 out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(element);
@@ -214,12 +190,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
                 input.name, request.model_name
             )));
         };
-        inputs.push(InputTensor {
-            name: input.name,
-            datatype: input.datatype,
-            shape: input.shape,
-            data,
-        });
+        inputs.push(InputTensor { name: input.name, datatype: input.datatype, shape: input.shape, data });
     }
     if raw_used < raw_count {
         return Err(ServerError::invalid(format!(
@@ -237,10 +208,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
                     o.name
                 )));
             }
-            Ok(RequestedOutput {
-                shm: shm_ref(&o.parameters, &o.name)?,
-                name: o.name,
-            })
+            Ok(RequestedOutput { shm: shm_ref(&o.parameters, &o.name)?, name: o.name })
         })
         .collect::<ServerResult<Vec<_>>>()?;
     Ok(InferRequest {
@@ -296,26 +264,13 @@ fn stream_response(
 ) -> pb::ModelStreamInferResponse {
     let (error_message, mut response) = match result {
         Ok(r) => (String::new(), r),
-        Err(e) => (
-            e.message,
-            pb::ModelInferResponse {
-                id,
-                model_name,
-                model_version,
-                ..Default::default()
-            },
-        ),
+        Err(e) => (e.message, pb::ModelInferResponse { id, model_name, model_version, ..Default::default() }),
     };
     response.parameters.insert(
         "triton_final_response".to_string(),
-        InferParameter {
-            parameter_choice: Some(ParameterChoice::BoolParam(true)),
-        },
+        InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
     );
-    pb::ModelStreamInferResponse {
-        error_message,
-        infer_response: Some(response),
-    }
+    pb::ModelStreamInferResponse { error_message, infer_response: Some(response) }
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
@@ -326,9 +281,8 @@ fn reply<T>(result: ServerResult<T>) -> GrpcResult<T> {
 
 /// Trace settings as a server that does not trace reports them.
 fn trace_defaults() -> pb::TraceSettingResponse {
-    let setting = |v: &[&str]| pb::trace_setting_response::SettingValue {
-        value: v.iter().map(|s| s.to_string()).collect(),
-    };
+    let setting =
+        |v: &[&str]| pb::trace_setting_response::SettingValue { value: v.iter().map(|s| s.to_string()).collect() };
     let settings = [
         ("trace_level", setting(&["OFF"])),
         ("trace_rate", setting(&["1000"])),
@@ -337,20 +291,13 @@ fn trace_defaults() -> pb::TraceSettingResponse {
         ("trace_file", setting(&[])),
         ("trace_mode", setting(&["triton"])),
     ];
-    pb::TraceSettingResponse {
-        settings: settings
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-    }
+    pb::TraceSettingResponse { settings: settings.into_iter().map(|(k, v)| (k.to_string(), v)).collect() }
 }
 
 fn log_defaults() -> pb::LogSettingsResponse {
     use pb::log_settings_response::setting_value::ParameterChoice as P;
     use pb::log_settings_response::SettingValue;
-    let v = |p: P| SettingValue {
-        parameter_choice: Some(p),
-    };
+    let v = |p: P| SettingValue { parameter_choice: Some(p) };
     let settings = [
         ("log_file", v(P::StringParam(String::new()))),
         ("log_info", v(P::BoolParam(true))),
@@ -359,48 +306,25 @@ fn log_defaults() -> pb::LogSettingsResponse {
         ("log_verbose_level", v(P::Uint32Param(0))),
         ("log_format", v(P::StringParam("default".into()))),
     ];
-    pb::LogSettingsResponse {
-        settings: settings
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-    }
+    pb::LogSettingsResponse { settings: settings.into_iter().map(|(k, v)| (k.to_string(), v)).collect() }
 }
 
 #[tonic::async_trait]
 impl GrpcInferenceService for GrpcService {
-    async fn server_live(
-        &self,
-        _: Request<pb::ServerLiveRequest>,
-    ) -> GrpcResult<pb::ServerLiveResponse> {
-        Ok(Response::new(pb::ServerLiveResponse {
-            live: self.core.is_live(),
-        }))
+    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+        Ok(Response::new(pb::ServerLiveResponse { live: self.core.is_live() }))
     }
 
-    async fn server_ready(
-        &self,
-        _: Request<pb::ServerReadyRequest>,
-    ) -> GrpcResult<pb::ServerReadyResponse> {
-        Ok(Response::new(pb::ServerReadyResponse {
-            ready: self.core.is_ready(),
-        }))
+    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+        Ok(Response::new(pb::ServerReadyResponse { ready: self.core.is_ready() }))
     }
 
-    async fn model_ready(
-        &self,
-        request: Request<pb::ModelReadyRequest>,
-    ) -> GrpcResult<pb::ModelReadyResponse> {
+    async fn model_ready(&self, request: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
         let r = request.into_inner();
-        Ok(Response::new(pb::ModelReadyResponse {
-            ready: self.core.model_ready(&r.name, &r.version),
-        }))
+        Ok(Response::new(pb::ModelReadyResponse { ready: self.core.model_ready(&r.name, &r.version) }))
     }
 
-    async fn server_metadata(
-        &self,
-        _: Request<pb::ServerMetadataRequest>,
-    ) -> GrpcResult<pb::ServerMetadataResponse> {
+    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
         Ok(Response::new(pb::ServerMetadataResponse {
             name: SERVER_NAME.to_string(),
             version: SERVER_VERSION.to_string(),
@@ -416,10 +340,7 @@ impl GrpcInferenceService for GrpcService {
         reply(self.core.model_metadata(&r.name, &r.version))
     }
 
-    async fn model_infer(
-        &self,
-        request: Request<pb::ModelInferRequest>,
-    ) -> GrpcResult<pb::ModelInferResponse> {
+    async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         reply(self.infer(request.into_inner()).await)
     }
 
@@ -473,16 +394,9 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn model_config(
-        &self,
-        request: Request<pb::ModelConfigRequest>,
-    ) -> GrpcResult<pb::ModelConfigResponse> {
+    async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
         let r = request.into_inner();
-        reply(
-            self.core
-                .model_config(&r.name, &r.version)
-                .map(|c| pb::ModelConfigResponse { config: Some(c) }),
-        )
+        reply(self.core.model_config(&r.name, &r.version).map(|c| pb::ModelConfigResponse { config: Some(c) }))
     }
 
     async fn model_statistics(
@@ -490,11 +404,7 @@ impl GrpcInferenceService for GrpcService {
         request: Request<pb::ModelStatisticsRequest>,
     ) -> GrpcResult<pb::ModelStatisticsResponse> {
         let r = request.into_inner();
-        reply(
-            self.core
-                .statistics(&r.name, &r.version)
-                .map(|model_stats| pb::ModelStatisticsResponse { model_stats }),
-        )
+        reply(self.core.statistics(&r.name, &r.version).map(|model_stats| pb::ModelStatisticsResponse { model_stats }))
     }
 
     async fn repository_index(
@@ -528,22 +438,18 @@ impl GrpcInferenceService for GrpcService {
         for (key, value) in &r.parameters {
             match (key.as_str(), &value.parameter_choice) {
                 ("config", Some(P::StringParam(json))) => config = Some(json.clone()),
-                ("config", _) => return Err(ServerError::invalid("load parameter 'config' must be a string_param").into()),
-                (k, _) if k.starts_with("file:") => {
-                    return Err(ServerError::unsupported(format!(
-                        "load parameter '{k}': model file overrides are not supported; models are built from their config"
-                    ))
-                    .into())
+                ("config", _) => {
+                    return Err(ServerError::invalid("load parameter 'config' must be a string_param").into())
                 }
+                (k, _) if k.starts_with("file:") => return Err(ServerError::unsupported(format!(
+                    "load parameter '{k}': model file overrides are not supported; models are built from their config"
+                ))
+                .into()),
                 _ => {}
             }
         }
         let core = self.core.clone();
-        reply(
-            blocking(move || core.load_model(&r.model_name, config.as_deref()))
-                .await
-                .map(|_| Default::default()),
-        )
+        reply(blocking(move || core.load_model(&r.model_name, config.as_deref())).await.map(|_| Default::default()))
     }
 
     async fn repository_model_unload(
@@ -553,11 +459,7 @@ impl GrpcInferenceService for GrpcService {
         let r = request.into_inner();
         no_repository_name(&r.repository_name)?;
         let core = self.core.clone();
-        reply(
-            blocking(move || core.unload_model(&r.model_name))
-                .await
-                .map(|_| Default::default()),
-        )
+        reply(blocking(move || core.unload_model(&r.model_name)).await.map(|_| Default::default()))
     }
 
     async fn system_shared_memory_status(
@@ -588,12 +490,7 @@ impl GrpcInferenceService for GrpcService {
         request: Request<pb::SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
         let r = request.into_inner();
-        reply(
-            self.core
-                .shm
-                .register(&r.name, &r.key, r.offset, r.byte_size)
-                .map(|_| Default::default()),
-        )
+        reply(self.core.shm.register(&r.name, &r.key, r.offset, r.byte_size).map(|_| Default::default()))
     }
 
     async fn system_shared_memory_unregister(
@@ -612,10 +509,7 @@ impl GrpcInferenceService for GrpcService {
         if name.is_empty() {
             return Ok(Response::new(Default::default()));
         }
-        Err(ServerError::invalid(format!(
-            "Unable to find cuda shared memory region: '{name}'"
-        ))
-        .into())
+        Err(ServerError::invalid(format!("Unable to find cuda shared memory region: '{name}'")).into())
     }
 
     async fn cuda_shared_memory_register(
@@ -632,23 +526,14 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(Default::default()))
     }
 
-    async fn trace_setting(
-        &self,
-        request: Request<pb::TraceSettingRequest>,
-    ) -> GrpcResult<pb::TraceSettingResponse> {
+    async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
         if request.into_inner().settings.is_empty() {
             return Ok(Response::new(trace_defaults()));
         }
-        Err(ServerError::unsupported(
-            "perfbench does not trace requests; trace settings cannot be changed",
-        )
-        .into())
+        Err(ServerError::unsupported("perfbench does not trace requests; trace settings cannot be changed").into())
     }
 
-    async fn log_settings(
-        &self,
-        request: Request<pb::LogSettingsRequest>,
-    ) -> GrpcResult<pb::LogSettingsResponse> {
+    async fn log_settings(&self, request: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
         if request.into_inner().settings.is_empty() {
             return Ok(Response::new(log_defaults()));
         }
@@ -671,22 +556,15 @@ impl HealthService {
             return Err(Status::not_found(format!("unknown service '{service}'")));
         }
         let serving = self.core.is_ready();
-        let status = if serving {
-            ServingStatus::Serving
-        } else {
-            ServingStatus::NotServing
-        };
-        Ok(HealthCheckResponse {
-            status: status as i32,
-        })
+        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        Ok(HealthCheckResponse { status: status as i32 })
     }
 }
 
 #[tonic::async_trait]
 impl Health for HealthService {
     async fn check(&self, request: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
-        self.status(&request.into_inner().service)
-            .map(Response::new)
+        self.status(&request.into_inner().service).map(Response::new)
     }
 
     type WatchStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
@@ -694,8 +572,7 @@ impl Health for HealthService {
     /// The status never changes while the server runs: send it once and hold the stream open.
     async fn watch(&self, request: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
         let status = self.status(&request.into_inner().service)?;
-        let stream =
-            futures::stream::once(async move { Ok(status) }).chain(futures::stream::pending());
+        let stream = futures::stream::once(async move { Ok(status) }).chain(futures::stream::pending());
         Ok(Response::new(Box::pin(stream)))
     }
 }
@@ -716,51 +593,15 @@ mod tests {
 
     #[test]
     fn typed_contents_narrow_and_length_prefix() {
-        let i8s = input(
-            "INT8",
-            InferTensorContents {
-                int_contents: vec![-1, 5],
-                ..Default::default()
-            },
-        );
-        assert_eq!(
-            &contents_to_bytes(&i8s, i8s.contents.as_ref().unwrap()).unwrap()[..],
-            &[0xff, 5]
-        );
-        let u16s = input(
-            "UINT16",
-            InferTensorContents {
-                uint_contents: vec![1, 258],
-                ..Default::default()
-            },
-        );
-        assert_eq!(
-            &contents_to_bytes(&u16s, u16s.contents.as_ref().unwrap()).unwrap()[..],
-            &[1, 0, 2, 1]
-        );
-        let strs = input(
-            "BYTES",
-            InferTensorContents {
-                bytes_contents: vec![b"ab".to_vec()],
-                ..Default::default()
-            },
-        );
-        assert_eq!(
-            &contents_to_bytes(&strs, strs.contents.as_ref().unwrap()).unwrap()[..],
-            &[2, 0, 0, 0, b'a', b'b']
-        );
-        let wrong = input(
-            "INT32",
-            InferTensorContents {
-                fp32_contents: vec![1.0],
-                ..Default::default()
-            },
-        );
+        let i8s = input("INT8", InferTensorContents { int_contents: vec![-1, 5], ..Default::default() });
+        assert_eq!(&contents_to_bytes(&i8s, i8s.contents.as_ref().unwrap()).unwrap()[..], &[0xff, 5]);
+        let u16s = input("UINT16", InferTensorContents { uint_contents: vec![1, 258], ..Default::default() });
+        assert_eq!(&contents_to_bytes(&u16s, u16s.contents.as_ref().unwrap()).unwrap()[..], &[1, 0, 2, 1]);
+        let strs = input("BYTES", InferTensorContents { bytes_contents: vec![b"ab".to_vec()], ..Default::default() });
+        assert_eq!(&contents_to_bytes(&strs, strs.contents.as_ref().unwrap()).unwrap()[..], &[2, 0, 0, 0, b'a', b'b']);
+        let wrong = input("INT32", InferTensorContents { fp32_contents: vec![1.0], ..Default::default() });
         let e = contents_to_bytes(&wrong, wrong.contents.as_ref().unwrap()).unwrap_err();
-        assert!(
-            e.message.contains("int_contents") && e.message.contains("fp32_contents"),
-            "{e}"
-        );
+        assert!(e.message.contains("int_contents") && e.message.contains("fp32_contents"), "{e}");
     }
 
     #[test]
@@ -768,15 +609,11 @@ mod tests {
         let shm_params: HashMap<String, InferParameter> = [
             (
                 "shared_memory_region".to_string(),
-                InferParameter {
-                    parameter_choice: Some(ParameterChoice::StringParam("r".into())),
-                },
+                InferParameter { parameter_choice: Some(ParameterChoice::StringParam("r".into())) },
             ),
             (
                 "shared_memory_byte_size".to_string(),
-                InferParameter {
-                    parameter_choice: Some(ParameterChoice::Int64Param(8)),
-                },
+                InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(8)) },
             ),
         ]
         .into();
@@ -794,9 +631,7 @@ mod tests {
             ..Default::default()
         };
         let decoded = decode_request(request).unwrap();
-        assert!(
-            matches!(decoded.inputs[0].data, InputData::Shm(ref r) if r.region == "r" && r.byte_size == 8)
-        );
+        assert!(matches!(decoded.inputs[0].data, InputData::Shm(ref r) if r.region == "r" && r.byte_size == 8));
         assert!(matches!(decoded.inputs[1].data, InputData::Raw(ref b) if b.len() == 8));
     }
 }

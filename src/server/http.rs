@@ -50,50 +50,23 @@ pub fn router(core: Arc<InferenceServer>) -> Router {
         .route("/v2/models/{m}/versions/{v}/stats", get(model_stats_v))
         .route("/v2/models/{m}/infer", post(infer))
         .route("/v2/models/{m}/versions/{v}/infer", post(infer_v))
-        .route(
-            "/v2/models/{m}/trace/setting",
-            get(trace_setting).post(change_trace_setting),
-        )
-        .route(
-            "/v2/trace/setting",
-            get(trace_setting).post(change_trace_setting),
-        )
+        .route("/v2/models/{m}/trace/setting", get(trace_setting).post(change_trace_setting))
+        .route("/v2/trace/setting", get(trace_setting).post(change_trace_setting))
         .route("/v2/logging", get(log_settings).post(change_log_settings))
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/{repo}/index", post(repository_index_named))
         .route("/v2/repository/models/{m}/load", post(load))
         .route("/v2/repository/{repo}/models/{m}/load", post(load_named))
         .route("/v2/repository/models/{m}/unload", post(unload))
-        .route(
-            "/v2/repository/{repo}/models/{m}/unload",
-            post(unload_named),
-        )
+        .route("/v2/repository/{repo}/models/{m}/unload", post(unload_named))
         .route("/v2/systemsharedmemory/status", get(system_shm_status_all))
-        .route(
-            "/v2/systemsharedmemory/region/{r}/status",
-            get(system_shm_status),
-        )
-        .route(
-            "/v2/systemsharedmemory/region/{r}/register",
-            post(system_shm_register),
-        )
-        .route(
-            "/v2/systemsharedmemory/unregister",
-            post(system_shm_unregister_all),
-        )
-        .route(
-            "/v2/systemsharedmemory/region/{r}/unregister",
-            post(system_shm_unregister),
-        )
+        .route("/v2/systemsharedmemory/region/{r}/status", get(system_shm_status))
+        .route("/v2/systemsharedmemory/region/{r}/register", post(system_shm_register))
+        .route("/v2/systemsharedmemory/unregister", post(system_shm_unregister_all))
+        .route("/v2/systemsharedmemory/region/{r}/unregister", post(system_shm_unregister))
         .route("/v2/cudasharedmemory/status", get(cuda_shm_status_all))
-        .route(
-            "/v2/cudasharedmemory/region/{r}/status",
-            get(cuda_shm_status),
-        )
-        .route(
-            "/v2/cudasharedmemory/region/{r}/register",
-            post(cuda_shm_register),
-        )
+        .route("/v2/cudasharedmemory/region/{r}/status", get(cuda_shm_status))
+        .route("/v2/cudasharedmemory/region/{r}/register", post(cuda_shm_register))
         .route("/v2/cudasharedmemory/unregister", post(ok))
         .route("/v2/cudasharedmemory/region/{r}/unregister", post(ok))
         .fallback(not_found)
@@ -109,11 +82,7 @@ async fn not_found() -> ServerError {
 }
 
 async fn method_not_allowed() -> Response {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        Json(json!({ "error": "Method Not Allowed" })),
-    )
-        .into_response()
+    (StatusCode::METHOD_NOT_ALLOWED, Json(json!({ "error": "Method Not Allowed" }))).into_response()
 }
 
 /// The decompression layer answers an unknown `Content-Encoding` with a bare 415; give it the
@@ -148,8 +117,7 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
     let mut data = BytesMut::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
-        let frame = frame
-            .map_err(|e| ServerError::invalid(format!("failed to read the request body: {e}")))?;
+        let frame = frame.map_err(|e| ServerError::invalid(format!("failed to read the request body: {e}")))?;
         let Ok(chunk) = frame.into_data() else {
             continue;
         };
@@ -169,10 +137,7 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
 }
 
 /// Parses an optional JSON body: empty means `T::default()`.
-async fn read_json<T: for<'de> Deserialize<'de> + Default>(
-    core: &InferenceServer,
-    body: Body,
-) -> ServerResult<T> {
+async fn read_json<T: for<'de> Deserialize<'de> + Default>(core: &InferenceServer, body: Body) -> ServerResult<T> {
     let bytes = read_body(body, core.options.max_request_bytes).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
@@ -202,12 +167,9 @@ async fn server_metadata() -> Json<Value> {
 
 fn metadata_json(core: &InferenceServer, name: &str, version: &str) -> ServerResult<Json<Value>> {
     let m = core.model_metadata(name, version)?;
-    let tensors =
-        |list: &[crate::proto::inference::model_metadata_response::TensorMetadata]| -> Vec<Value> {
-            list.iter()
-                .map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }))
-                .collect()
-        };
+    let tensors = |list: &[crate::proto::inference::model_metadata_response::TensorMetadata]| -> Vec<Value> {
+        list.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
+    };
     Ok(Json(json!({
         "name": m.name,
         "versions": m.versions,
@@ -221,10 +183,7 @@ async fn model_metadata(State(core): Core, Path(m): Path<String>) -> ServerResul
     metadata_json(&core, &m, "")
 }
 
-async fn model_metadata_v(
-    State(core): Core,
-    Path((m, v)): Path<(String, String)>,
-) -> ServerResult<Json<Value>> {
+async fn model_metadata_v(State(core): Core, Path((m, v)): Path<(String, String)>) -> ServerResult<Json<Value>> {
     metadata_json(&core, &m, &v)
 }
 
@@ -248,10 +207,7 @@ async fn model_config(State(core): Core, Path(m): Path<String>) -> ServerResult<
     core.model_config_json(&m, "").map(Json)
 }
 
-async fn model_config_v(
-    State(core): Core,
-    Path((m, v)): Path<(String, String)>,
-) -> ServerResult<Json<Value>> {
+async fn model_config_v(State(core): Core, Path((m, v)): Path<(String, String)>) -> ServerResult<Json<Value>> {
     core.model_config_json(&m, &v).map(Json)
 }
 
@@ -263,33 +219,16 @@ async fn model_stats(State(core): Core, Path(m): Path<String>) -> ServerResult<J
     Ok(Json(stats::to_json(&core.statistics(&m, "")?)))
 }
 
-async fn model_stats_v(
-    State(core): Core,
-    Path((m, v)): Path<(String, String)>,
-) -> ServerResult<Json<Value>> {
+async fn model_stats_v(State(core): Core, Path((m, v)): Path<(String, String)>) -> ServerResult<Json<Value>> {
     Ok(Json(stats::to_json(&core.statistics(&m, &v)?)))
 }
 
-async fn infer(
-    State(core): Core,
-    Path(m): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run_infer(&core, &m, "", &headers, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+async fn infer(State(core): Core, Path(m): Path<String>, headers: HeaderMap, body: Body) -> Response {
+    run_infer(&core, &m, "", &headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn infer_v(
-    State(core): Core,
-    Path((m, v)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run_infer(&core, &m, &v, &headers, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+async fn infer_v(State(core): Core, Path((m, v)): Path<(String, String)>, headers: HeaderMap, body: Body) -> Response {
+    run_infer(&core, &m, &v, &headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn run_infer(
@@ -303,16 +242,9 @@ async fn run_infer(
     let body = read_body(body, core.options.max_request_bytes).await?;
     let header_len = match headers.get(INFERENCE_HEADER_CONTENT_LENGTH) {
         None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .ok_or_else(|| {
-                    ServerError::invalid(format!(
-                        "Inference-Header-Content-Length must be a byte count, got {v:?}"
-                    ))
-                })?,
-        ),
+        Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()).ok_or_else(|| {
+            ServerError::invalid(format!("Inference-Header-Content-Length must be a byte count, got {v:?}"))
+        })?),
     };
     let model = core.repository.get(name, version)?;
     let decoded = decode_request(&model.config, version, body, header_len)?;
@@ -323,16 +255,12 @@ async fn run_infer(
     let mut http = Response::new(Body::from(encoded.body));
     let content_type = match encoded.header_len {
         Some(n) => {
-            http.headers_mut().insert(
-                HeaderName::from_static(INFERENCE_HEADER_CONTENT_LENGTH),
-                HeaderValue::from(n),
-            );
+            http.headers_mut().insert(HeaderName::from_static(INFERENCE_HEADER_CONTENT_LENGTH), HeaderValue::from(n));
             "application/octet-stream"
         }
         None => "application/json",
     };
-    http.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    http.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(http)
 }
 
@@ -358,9 +286,7 @@ async fn change_trace_setting(State(core): Core, body: Body) -> ServerResult<Jso
     if update.is_empty() {
         return Ok(Json(trace_defaults()));
     }
-    Err(ServerError::unsupported(
-        "perfbench does not trace requests; trace settings cannot be changed",
-    ))
+    Err(ServerError::unsupported("perfbench does not trace requests; trace settings cannot be changed"))
 }
 
 fn log_defaults() -> Value {
@@ -383,9 +309,7 @@ async fn change_log_settings(State(core): Core, body: Body) -> ServerResult<Json
     if update.is_empty() {
         return Ok(Json(log_defaults()));
     }
-    Err(ServerError::unsupported(
-        "log settings cannot be changed over the network; use --log when starting perfbench",
-    ))
+    Err(ServerError::unsupported("log settings cannot be changed over the network; use --log when starting perfbench"))
 }
 
 #[derive(Deserialize, Default)]
@@ -404,11 +328,7 @@ async fn repository_index(State(core): Core, body: Body) -> ServerResult<Json<Va
     Ok(Json(Value::Array(list)))
 }
 
-async fn repository_index_named(
-    core: Core,
-    Path(_repo): Path<String>,
-    body: Body,
-) -> ServerResult<Json<Value>> {
+async fn repository_index_named(core: Core, Path(_repo): Path<String>, body: Body) -> ServerResult<Json<Value>> {
     repository_index(core, body).await
 }
 
@@ -429,12 +349,7 @@ pub(crate) fn no_repository_name(repo: &str) -> ServerResult<()> {
     }
 }
 
-async fn load_model(
-    core: Arc<InferenceServer>,
-    repo: &str,
-    name: &str,
-    body: Body,
-) -> ServerResult<StatusCode> {
+async fn load_model(core: Arc<InferenceServer>, repo: &str, name: &str, body: Body) -> ServerResult<StatusCode> {
     no_repository_name(repo)?;
     let request: LoadBody = read_json(&core, body).await?;
     if let Some(key) = request.parameters.keys().find(|k| k.starts_with("file:")) {
@@ -465,12 +380,7 @@ async fn load_named(
     load_model(core, &repo, &m, body).await
 }
 
-async fn unload_model(
-    core: Arc<InferenceServer>,
-    repo: &str,
-    name: &str,
-    body: Body,
-) -> ServerResult<StatusCode> {
+async fn unload_model(core: Arc<InferenceServer>, repo: &str, name: &str, body: Body) -> ServerResult<StatusCode> {
     no_repository_name(repo)?;
     let _: LoadBody = read_json(&core, body).await?;
     // Unloading joins the instance threads once their queued work is done.
@@ -526,15 +436,10 @@ struct RegisterBody {
     byte_size: u64,
 }
 
-async fn system_shm_register(
-    State(core): Core,
-    Path(r): Path<String>,
-    body: Body,
-) -> ServerResult<StatusCode> {
+async fn system_shm_register(State(core): Core, Path(r): Path<String>, body: Body) -> ServerResult<StatusCode> {
     let bytes = read_body(body, core.options.max_request_bytes).await?;
     let request: RegisterBody = serde_json::from_slice(&bytes).map_err(bad_json)?;
-    core.shm
-        .register(&r, &request.key, request.offset, request.byte_size)?;
+    core.shm.register(&r, &request.key, request.offset, request.byte_size)?;
     Ok(StatusCode::OK)
 }
 

@@ -9,9 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use super::error::{ServerError, ServerResult};
-use super::infer::{
-    InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, ShmRef,
-};
+use super::infer::{InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, ShmRef};
 use crate::proto::inference::ModelConfig;
 use crate::tensor::{element_count, DataType};
 
@@ -55,10 +53,7 @@ pub struct OutputFormats {
 
 impl OutputFormats {
     pub fn is_binary(&self, output: &str) -> bool {
-        self.binary
-            .get(output)
-            .copied()
-            .unwrap_or(self.default_binary)
+        self.binary.get(output).copied().unwrap_or(self.default_binary)
     }
 }
 
@@ -97,9 +92,7 @@ pub fn decode_request(
         Some(v) => v.as_bool().ok_or_else(|| not_bool("binary_data_output"))?,
     };
     if let Some(key) = parameters.keys().find(|k| k.starts_with("triton_")) {
-        return Err(ServerError::invalid(format!(
-            "parameter keys starting with 'triton_' are reserved: '{key}'"
-        )));
+        return Err(ServerError::invalid(format!("parameter keys starting with 'triton_' are reserved: '{key}'")));
     }
 
     let mut inputs = Vec::with_capacity(parsed.inputs.len());
@@ -134,25 +127,12 @@ pub fn decode_request(
             InputData::Raw(rest.split_to(size))
         } else {
             let dtype = DataType::parse(&input.datatype).ok_or_else(|| {
-                ServerError::invalid(format!(
-                    "input '{}' has unknown datatype '{}'",
-                    input.name, input.datatype
-                ))
+                ServerError::invalid(format!("input '{}' has unknown datatype '{}'", input.name, input.datatype))
             })?;
             let value = input.data.expect("exactly one source is set");
-            InputData::Raw(json_to_tensor_bytes(
-                &input.name,
-                dtype,
-                &input.shape,
-                &value,
-            )?)
+            InputData::Raw(json_to_tensor_bytes(&input.name, dtype, &input.shape, &value)?)
         };
-        inputs.push(InputTensor {
-            name: input.name,
-            datatype: input.datatype,
-            shape: input.shape,
-            data,
-        });
+        inputs.push(InputTensor { name: input.name, datatype: input.datatype, shape: input.shape, data });
     }
     if let Some(rest) = &binary {
         if !rest.is_empty() {
@@ -163,10 +143,7 @@ pub fn decode_request(
         }
     }
 
-    let mut formats = OutputFormats {
-        default_binary,
-        binary: HashMap::new(),
-    };
+    let mut formats = OutputFormats { default_binary, binary: HashMap::new() };
     let mut outputs = Vec::new();
     for output in parsed.outputs.unwrap_or_default() {
         let params = output.parameters.unwrap_or_default();
@@ -187,13 +164,8 @@ pub fn decode_request(
                 output.name
             )));
         }
-        formats
-            .binary
-            .insert(output.name.clone(), wants_binary.unwrap_or(default_binary));
-        outputs.push(RequestedOutput {
-            name: output.name,
-            shm,
-        });
+        formats.binary.insert(output.name.clone(), wants_binary.unwrap_or(default_binary));
+        outputs.push(RequestedOutput { name: output.name, shm });
     }
 
     let request = InferRequest {
@@ -209,11 +181,7 @@ pub fn decode_request(
 /// `Inference-Header-Content-Length: 0`: the whole body is the data of the model's only input,
 /// and every output comes back binary. The shape follows the config, the one variable dimension
 /// taking what the byte count implies, with a batch of 1 for batching models (as Triton does).
-fn decode_raw(
-    config: &ModelConfig,
-    model_version: &str,
-    body: Bytes,
-) -> ServerResult<DecodedRequest> {
+fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerResult<DecodedRequest> {
     let model = &config.name;
     let [spec] = config.input.as_slice() else {
         return Err(ServerError::invalid(format!(
@@ -273,13 +241,7 @@ fn decode_raw(
         }],
         outputs: vec![],
     };
-    Ok(DecodedRequest {
-        request,
-        formats: OutputFormats {
-            default_binary: true,
-            binary: HashMap::new(),
-        },
-    })
+    Ok(DecodedRequest { request, formats: OutputFormats { default_binary: true, binary: HashMap::new() } })
 }
 
 /// A JSON body that does not parse: a client error, named as Triton names it.
@@ -295,9 +257,7 @@ fn uint_param(params: &Map<String, Value>, key: &str, tensor: &str) -> ServerRes
     match params.get(key) {
         None => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            ServerError::invalid(format!(
-                "tensor '{tensor}': parameter '{key}' must be an unsigned integer, got {v}"
-            ))
+            ServerError::invalid(format!("tensor '{tensor}': parameter '{key}' must be an unsigned integer, got {v}"))
         }),
     }
 }
@@ -333,17 +293,11 @@ fn flatten<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
 }
 
 /// JSON `data` (flat or nested) to the raw little-endian layout of §2.2.
-fn json_to_tensor_bytes(
-    name: &str,
-    dtype: DataType,
-    shape: &[i64],
-    data: &Value,
-) -> ServerResult<Bytes> {
+fn json_to_tensor_bytes(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> ServerResult<Bytes> {
     let mut elements = Vec::new();
     flatten(data, &mut elements);
-    let expected = element_count(shape).ok_or_else(|| {
-        ServerError::invalid(format!("input '{name}' has an invalid shape {shape:?}"))
-    })?;
+    let expected = element_count(shape)
+        .ok_or_else(|| ServerError::invalid(format!("input '{name}' has an invalid shape {shape:?}")))?;
     if elements.len() != expected {
         return Err(ServerError::invalid(format!(
             "Unable to parse 'data' of input '{name}': Shape does not match true shape of 'data' field ({} elements for shape {shape:?})",
@@ -357,11 +311,7 @@ fn json_to_tensor_bytes(
     }
     let mut out = Vec::with_capacity(expected * dtype.element_size().unwrap_or(8));
     for (i, v) in elements.into_iter().enumerate() {
-        let bad = || {
-            ServerError::invalid(format!(
-                "input '{name}': element {i} ({v}) is not a valid {dtype} value"
-            ))
-        };
+        let bad = || ServerError::invalid(format!("input '{name}': element {i} ({v}) is not a valid {dtype} value"));
         macro_rules! int {
             ($t:ty) => {{
                 let x = if let Some(x) = v.as_i64() {
@@ -382,9 +332,7 @@ fn json_to_tensor_bytes(
             DataType::Int16 => int!(i16),
             DataType::Int32 => int!(i32),
             DataType::Int64 => int!(i64),
-            DataType::Fp32 => {
-                out.extend_from_slice(&(v.as_f64().ok_or_else(bad)? as f32).to_le_bytes())
-            }
+            DataType::Fp32 => out.extend_from_slice(&(v.as_f64().ok_or_else(bad)? as f32).to_le_bytes()),
             DataType::Fp64 => out.extend_from_slice(&v.as_f64().ok_or_else(bad)?.to_le_bytes()),
             DataType::Bytes => {
                 let s = v.as_str().ok_or_else(bad)?;
@@ -402,19 +350,11 @@ fn tensor_bytes_to_json(name: &str, dtype: DataType, data: &[u8]) -> ServerResul
     macro_rules! each {
         ($t:ty, $to:expr) => {
             data.chunks_exact(std::mem::size_of::<$t>())
-                .map(|c| {
-                    $to(<$t>::from_le_bytes(
-                        c.try_into().expect("chunk of the element size"),
-                    ))
-                })
+                .map(|c| $to(<$t>::from_le_bytes(c.try_into().expect("chunk of the element size"))))
                 .collect()
         };
     }
-    let float = |x: f64| {
-        Number::from_f64(x)
-            .map(Value::Number)
-            .unwrap_or(Value::Null)
-    };
+    let float = |x: f64| Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null);
     Ok(match dtype {
         DataType::Bool => data.iter().map(|&b| Value::Bool(b != 0)).collect(),
         DataType::Uint8 => each!(u8, Value::from),
@@ -431,11 +371,10 @@ fn tensor_bytes_to_json(name: &str, dtype: DataType, data: &[u8]) -> ServerResul
             let mut values = Vec::new();
             let mut pos = 0;
             while pos + 4 <= data.len() {
-                let len =
-                    u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
-                let element = data.get(pos + 4..pos + 4 + len).ok_or_else(|| {
-                    ServerError::internal(format!("output '{name}' holds malformed BYTES data"))
-                })?;
+                let len = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+                let element = data
+                    .get(pos + 4..pos + 4 + len)
+                    .ok_or_else(|| ServerError::internal(format!("output '{name}' holds malformed BYTES data")))?;
                 let text = std::str::from_utf8(element).map_err(|_| {
                     ServerError::invalid(format!(
                         "output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data"
@@ -457,16 +396,11 @@ fn json_half_error(name: &str, dtype: DataType) -> ServerError {
 }
 
 /// Rejects, before inference, outputs that would have to travel as JSON but cannot (FP16/BF16).
-pub fn check_json_outputs(
-    config: &ModelConfig,
-    request: &InferRequest,
-    formats: &OutputFormats,
-) -> ServerResult<()> {
+pub fn check_json_outputs(config: &ModelConfig, request: &InferRequest, formats: &OutputFormats) -> ServerResult<()> {
     for spec in &config.output {
         let listed = request.outputs.iter().find(|o| o.name == spec.name);
         let returned = request.outputs.is_empty() || listed.is_some();
-        let as_json =
-            returned && listed.is_none_or(|o| o.shm.is_none()) && !formats.is_binary(&spec.name);
+        let as_json = returned && listed.is_none_or(|o| o.shm.is_none()) && !formats.is_binary(&spec.name);
         let dtype = DataType::from_config_enum(spec.data_type);
         if let Some(dtype @ (DataType::Fp16 | DataType::Bf16)) = dtype {
             if as_json {
@@ -509,10 +443,7 @@ pub struct EncodedResponse {
     pub header_len: Option<usize>,
 }
 
-pub fn encode_response(
-    response: &InferResponse,
-    formats: &OutputFormats,
-) -> ServerResult<EncodedResponse> {
+pub fn encode_response(response: &InferResponse, formats: &OutputFormats) -> ServerResult<EncodedResponse> {
     let mut binary: Vec<&Bytes> = Vec::new();
     let mut outputs = Vec::with_capacity(response.outputs.len());
     for output in &response.outputs {
@@ -520,17 +451,9 @@ pub fn encode_response(
             OutputData::InShm => (None, None),
             OutputData::Raw(bytes) if formats.is_binary(&output.name) => {
                 binary.push(bytes);
-                (
-                    Some(BinaryParams {
-                        binary_data_size: bytes.len(),
-                    }),
-                    None,
-                )
+                (Some(BinaryParams { binary_data_size: bytes.len() }), None)
             }
-            OutputData::Raw(bytes) => (
-                None,
-                Some(tensor_bytes_to_json(&output.name, output.datatype, bytes)?),
-            ),
+            OutputData::Raw(bytes) => (None, Some(tensor_bytes_to_json(&output.name, output.datatype, bytes)?)),
         };
         outputs.push(OutputJsonOut {
             name: &output.name,
@@ -549,22 +472,15 @@ pub fn encode_response(
     })
     .map_err(|e| ServerError::internal(format!("cannot encode the response JSON: {e}")))?;
     if !any_binary {
-        return Ok(EncodedResponse {
-            body: json.into(),
-            header_len: None,
-        });
+        return Ok(EncodedResponse { body: json.into(), header_len: None });
     }
     let header_len = json.len();
-    let mut body =
-        BytesMut::with_capacity(header_len + binary.iter().map(|b| b.len()).sum::<usize>());
+    let mut body = BytesMut::with_capacity(header_len + binary.iter().map(|b| b.len()).sum::<usize>());
     body.extend_from_slice(&json);
     for chunk in binary {
         body.extend_from_slice(chunk);
     }
-    Ok(EncodedResponse {
-        body: body.freeze(),
-        header_len: Some(header_len),
-    })
+    Ok(EncodedResponse { body: body.freeze(), header_len: Some(header_len) })
 }
 
 #[cfg(test)]
@@ -595,11 +511,7 @@ mod tests {
         let body = r#"{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2,2],"data":[[1,2],[3.5,4]]}]}"#;
         let d = decode_request(&identity(), "", Bytes::from(body), None).unwrap();
         let bytes = raw(&d.request.inputs[0].data);
-        let t = crate::tensor::Tensor {
-            dtype: DataType::Fp32,
-            shape: vec![4],
-            data: bytes.clone(),
-        };
+        let t = crate::tensor::Tensor { dtype: DataType::Fp32, shape: vec![4], data: bytes.clone() };
         assert_eq!(t.to_f32(), vec![1.0, 2.0, 3.5, 4.0]);
         assert!(!d.formats.default_binary);
     }
@@ -616,27 +528,15 @@ mod tests {
         let json = r#"{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"parameters":{"binary_data_size":8}}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}"#;
         let mut body = json.as_bytes().to_vec();
         body.extend_from_slice(&[0u8; 8]);
-        let d =
-            decode_request(&identity(), "", Bytes::from(body.clone()), Some(json.len())).unwrap();
+        let d = decode_request(&identity(), "", Bytes::from(body.clone()), Some(json.len())).unwrap();
         assert_eq!(raw(&d.request.inputs[0].data).len(), 8);
         assert!(d.formats.is_binary("OUTPUT0"));
-        let short = decode_request(
-            &identity(),
-            "",
-            Bytes::from(body[..body.len() - 3].to_vec()),
-            Some(json.len()),
-        );
-        assert!(short
-            .unwrap_err()
-            .message
-            .contains("expecting 3 additional bytes"));
+        let short = decode_request(&identity(), "", Bytes::from(body[..body.len() - 3].to_vec()), Some(json.len()));
+        assert!(short.unwrap_err().message.contains("expecting 3 additional bytes"));
         let mut long = body.clone();
         long.push(1);
         let extra = decode_request(&identity(), "", Bytes::from(long), Some(json.len()));
-        assert!(extra
-            .unwrap_err()
-            .message
-            .contains("unexpected additional input data"));
+        assert!(extra.unwrap_err().message.contains("unexpected additional input data"));
     }
 
     #[test]
@@ -657,8 +557,7 @@ mod tests {
 
     #[test]
     fn bytes_json_round_trip() {
-        let body =
-            r#"{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[2],"data":["ab",""]}]}"#;
+        let body = r#"{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[2],"data":["ab",""]}]}"#;
         let d = decode_request(&identity(), "", Bytes::from(body), None).unwrap();
         let bytes = raw(&d.request.inputs[0].data);
         assert_eq!(&bytes[..], &[2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
@@ -687,14 +586,7 @@ mod tests {
         assert_eq!(v["model_version"], "1");
         assert!(v["outputs"][0].get("parameters").is_none());
         assert_eq!(v["outputs"][0]["data"][0], 1.100000023841858);
-        let bin = encode_response(
-            &response,
-            &OutputFormats {
-                default_binary: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let bin = encode_response(&response, &OutputFormats { default_binary: true, ..Default::default() }).unwrap();
         let n = bin.header_len.unwrap();
         assert_eq!(bin.body.len(), n + 4);
         let v: Value = serde_json::from_slice(&bin.body[..n]).unwrap();

@@ -78,11 +78,7 @@ pub struct InferResponse {
 /// Where an admitted input's bytes live until the batcher gathers them.
 pub enum InputBytes {
     Raw(Bytes),
-    Shm {
-        region: Arc<Region>,
-        offset: u64,
-        len: usize,
-    },
+    Shm { region: Arc<Region>, offset: u64, len: usize },
 }
 
 impl InputBytes {
@@ -99,11 +95,7 @@ impl InputBytes {
     pub fn gather_into(&self, dst: &mut Vec<u8>) -> ServerResult<()> {
         match self {
             InputBytes::Raw(b) => dst.extend_from_slice(b),
-            InputBytes::Shm {
-                region,
-                offset,
-                len,
-            } => {
+            InputBytes::Shm { region, offset, len } => {
                 let start = dst.len();
                 dst.resize(start + len, 0);
                 region.read_into(*offset, &mut dst[start..])?;
@@ -171,14 +163,10 @@ pub fn admit(
             )));
         };
         if slots[index].is_some() {
-            return Err(ServerError::invalid(format!(
-                "input '{}' appears more than once in the request",
-                input.name
-            )));
+            return Err(ServerError::invalid(format!("input '{}' appears more than once in the request", input.name)));
         }
         let spec = &config.input[index];
-        let expected =
-            DataType::from_config_enum(spec.data_type).expect("config validated at load");
+        let expected = DataType::from_config_enum(spec.data_type).expect("config validated at load");
         if input.datatype != expected.as_str() {
             return Err(ServerError::invalid(format!(
                 "inference input '{}' data-type is '{}', but model '{model}' expects '{expected}'",
@@ -220,9 +208,7 @@ pub fn admit(
         };
         if !shape_matches(&spec.dims, item_shape) {
             let full: Vec<i64> = if batching {
-                std::iter::once(-1)
-                    .chain(spec.dims.iter().copied())
-                    .collect()
+                std::iter::once(-1).chain(spec.dims.iter().copied()).collect()
             } else {
                 spec.dims.clone()
             };
@@ -236,9 +222,7 @@ pub fn admit(
             InputData::Raw(data) => {
                 let ok = match expected_bytes {
                     Some(n) => data.len() == n,
-                    None => {
-                        element_count(&input.shape).is_some_and(|n| bytes_tensor_is_valid(&data, n))
-                    }
+                    None => element_count(&input.shape).is_some_and(|n| bytes_tensor_is_valid(&data, n)),
                 };
                 if !ok {
                     return Err(ServerError::invalid(match expected_bytes {
@@ -247,7 +231,10 @@ pub fn admit(
                             input.name,
                             data.len()
                         ),
-                        None => format!("input '{}': BYTES data does not hold {:?} length-prefixed elements", input.name, input.shape),
+                        None => format!(
+                            "input '{}': BYTES data does not hold {:?} length-prefixed elements",
+                            input.name, input.shape
+                        ),
                     }));
                 }
                 InputBytes::Raw(data)
@@ -263,17 +250,10 @@ pub fn admit(
                 }
                 let region = shm.get(&r.region)?;
                 region.check(r.offset, r.byte_size)?;
-                InputBytes::Shm {
-                    region,
-                    offset: r.offset,
-                    len: r.byte_size as usize,
-                }
+                InputBytes::Shm { region, offset: r.offset, len: r.byte_size as usize }
             }
         };
-        slots[index] = Some(AdmittedInput {
-            shape: input.shape,
-            bytes,
-        });
+        slots[index] = Some(AdmittedInput { shape: input.shape, bytes });
     }
 
     let mut inputs = Vec::with_capacity(slots.len());
@@ -292,10 +272,7 @@ pub fn admit(
 
     let mut outputs = Vec::new();
     if request.outputs.is_empty() {
-        outputs.extend((0..config.output.len()).map(|config_index| OutputPlan {
-            config_index,
-            shm: None,
-        }));
+        outputs.extend((0..config.output.len()).map(|config_index| OutputPlan { config_index, shm: None }));
     }
     for wanted in request.outputs {
         let Some(config_index) = config.output.iter().position(|o| o.name == wanted.name) else {

@@ -28,18 +28,11 @@ impl CpuTicks {
     /// Parses `cpu  user nice system idle iowait irq softirq steal ...`.
     pub fn parse(proc_stat: &str) -> Option<CpuTicks> {
         let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
-        let fields: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .map(|f| f.parse().ok())
-            .collect::<Option<_>>()?;
+        let fields: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
         // Guest time is already counted in user/nice: sum the first eight fields only.
         let total: u64 = fields.iter().take(8).sum();
         let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
-        Some(CpuTicks {
-            busy: total.saturating_sub(idle),
-            total,
-        })
+        Some(CpuTicks { busy: total.saturating_sub(idle), total })
     }
 
     /// Busy fraction between two samples, 0.0 to 1.0.
@@ -56,12 +49,7 @@ impl CpuTicks {
 pub fn parse_meminfo(meminfo: &str) -> Option<(u64, u64)> {
     let field = |name: &str| -> Option<u64> {
         let line = meminfo.lines().find(|l| l.starts_with(name))?;
-        let kib: u64 = line[name.len()..]
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
+        let kib: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
         Some(kib * 1024)
     };
     let total = field("MemTotal:")?;
@@ -78,10 +66,7 @@ pub struct MetricsState {
 
 /// The metrics router (`GET /metrics`).
 pub fn router(core: Arc<InferenceServer>) -> Router {
-    let state = Arc::new(MetricsState {
-        core,
-        last_cpu: Mutex::new(None),
-    });
+    let state = Arc::new(MetricsState { core, last_cpu: Mutex::new(None) });
     Router::new()
         .route("/metrics", get(metrics))
         .fallback(|| async { ServerError::not_found("Not Found") })
@@ -89,10 +74,7 @@ pub fn router(core: Arc<InferenceServer>) -> Router {
 }
 
 async fn metrics(State(state): State<Arc<MetricsState>>) -> impl IntoResponse {
-    (
-        [(CONTENT_TYPE, "text/plain; charset=utf-8")],
-        render(&state),
-    )
+    ([(CONTENT_TYPE, "text/plain; charset=utf-8")], render(&state))
 }
 
 struct Family {
@@ -120,10 +102,7 @@ fn count(d: &Option<StatisticDuration>) -> f64 {
 
 /// A label value with the exposition format's escapes (backslash, quote, newline).
 fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// The whole exposition text.
@@ -143,39 +122,75 @@ pub fn render(state: &MetricsState) -> String {
     type Value = fn(&LoadedModel, &ModelStatistics) -> f64;
     let per_model: [(Family, Value); 9] = [
         (
-            family("nv_inference_request_success", "Number of successful inference requests, all batch sizes", "counter"),
+            family(
+                "nv_inference_request_success",
+                "Number of successful inference requests, all batch sizes",
+                "counter",
+            ),
             |_, s| count(&s.inference_stats.as_ref().and_then(|i| i.success)),
         ),
         (
-            family("nv_inference_count", "Number of inferences performed (does not include cached requests)", "counter"),
+            family(
+                "nv_inference_count",
+                "Number of inferences performed (does not include cached requests)",
+                "counter",
+            ),
             |_, s| s.inference_count as f64,
         ),
         (
-            family("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", "counter"),
+            family(
+                "nv_inference_exec_count",
+                "Number of model executions performed (does not include cached requests)",
+                "counter",
+            ),
             |_, s| s.execution_count as f64,
         ),
         (
-            family("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", "counter"),
+            family(
+                "nv_inference_request_duration_us",
+                "Cumulative inference request duration in microseconds (includes cached requests)",
+                "counter",
+            ),
             |_, s| us(&s.inference_stats.as_ref().and_then(|i| i.success)),
         ),
         (
-            family("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", "counter"),
+            family(
+                "nv_inference_queue_duration_us",
+                "Cumulative inference queuing duration in microseconds (includes cached requests)",
+                "counter",
+            ),
             |_, s| us(&s.inference_stats.as_ref().and_then(|i| i.queue)),
         ),
         (
-            family("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", "counter"),
+            family(
+                "nv_inference_compute_input_duration_us",
+                "Cumulative compute input duration in microseconds (does not include cached requests)",
+                "counter",
+            ),
             |_, s| us(&s.inference_stats.as_ref().and_then(|i| i.compute_input)),
         ),
         (
-            family("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", "counter"),
+            family(
+                "nv_inference_compute_infer_duration_us",
+                "Cumulative compute inference duration in microseconds (does not include cached requests)",
+                "counter",
+            ),
             |_, s| us(&s.inference_stats.as_ref().and_then(|i| i.compute_infer)),
         ),
         (
-            family("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", "counter"),
+            family(
+                "nv_inference_compute_output_duration_us",
+                "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+                "counter",
+            ),
             |_, s| us(&s.inference_stats.as_ref().and_then(|i| i.compute_output)),
         ),
         (
-            family("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", "gauge"),
+            family(
+                "nv_inference_pending_request_count",
+                "Instantaneous number of pending requests awaiting execution per-model.",
+                "gauge",
+            ),
             |m, _| m.scheduler.pending() as f64,
         ),
     ];
@@ -184,31 +199,18 @@ pub fn render(state: &MetricsState) -> String {
         for (model, snapshot) in &models {
             let v = value(model, snapshot);
             let (name, version) = (label(&snapshot.name), label(&snapshot.version));
-            let _ = writeln!(
-                out,
-                "{}{{model=\"{name}\",version=\"{version}\"}} {v:.6}",
-                f.name
-            );
+            let _ = writeln!(out, "{}{{model=\"{name}\",version=\"{version}\"}} {v:.6}", f.name);
         }
     }
 
     // Failures recorded in statistics happen after admission, while the model runs: BACKEND.
     header(
         &mut out,
-        &family(
-            "nv_inference_request_failure",
-            "Number of failed inference requests, all batch sizes",
-            "counter",
-        ),
+        &family("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter"),
     );
     for (_, snapshot) in &models {
         let failed = count(&snapshot.inference_stats.as_ref().and_then(|i| i.fail));
-        for (reason, v) in [
-            ("BACKEND", failed),
-            ("CANCELED", 0.0),
-            ("OTHER", 0.0),
-            ("REJECTED", 0.0),
-        ] {
+        for (reason, v) in [("BACKEND", failed), ("CANCELED", 0.0), ("OTHER", 0.0), ("REJECTED", 0.0)] {
             let _ = writeln!(
                 out,
                 "nv_inference_request_failure{{model=\"{}\",reason=\"{reason}\",version=\"{}\"}} {v:.6}",
@@ -218,48 +220,15 @@ pub fn render(state: &MetricsState) -> String {
         }
     }
 
-    if let Some(now) = std::fs::read_to_string("/proc/stat")
-        .ok()
-        .as_deref()
-        .and_then(CpuTicks::parse)
-    {
+    if let Some(now) = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(CpuTicks::parse) {
         let earlier = state.last_cpu.lock().replace(now).unwrap_or_default();
-        header(
-            &mut out,
-            &family(
-                "nv_cpu_utilization",
-                "CPU utilization rate [0.0 - 1.0]",
-                "gauge",
-            ),
-        );
-        let _ = writeln!(
-            out,
-            "nv_cpu_utilization {:.6}",
-            now.utilization_since(earlier)
-        );
+        header(&mut out, &family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge"));
+        let _ = writeln!(out, "nv_cpu_utilization {:.6}", now.utilization_since(earlier));
     }
-    if let Some((total, used)) = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .as_deref()
-        .and_then(parse_meminfo)
-    {
-        header(
-            &mut out,
-            &family(
-                "nv_cpu_memory_total_bytes",
-                "CPU total memory (RAM), in bytes",
-                "gauge",
-            ),
-        );
+    if let Some((total, used)) = std::fs::read_to_string("/proc/meminfo").ok().as_deref().and_then(parse_meminfo) {
+        header(&mut out, &family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge"));
         let _ = writeln!(out, "nv_cpu_memory_total_bytes {:.6}", total as f64);
-        header(
-            &mut out,
-            &family(
-                "nv_cpu_memory_used_bytes",
-                "CPU used memory (RAM), in bytes",
-                "gauge",
-            ),
-        );
+        header(&mut out, &family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge"));
         let _ = writeln!(out, "nv_cpu_memory_used_bytes {:.6}", used as f64);
     }
     out
@@ -272,17 +241,8 @@ mod tests {
     #[test]
     fn cpu_ticks_and_utilization() {
         let a = CpuTicks::parse("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n").unwrap();
-        assert_eq!(
-            a,
-            CpuTicks {
-                busy: 200,
-                total: 1000
-            }
-        );
-        let b = CpuTicks {
-            busy: 250,
-            total: 1100,
-        };
+        assert_eq!(a, CpuTicks { busy: 200, total: 1000 });
+        let b = CpuTicks { busy: 250, total: 1100 };
         assert!((b.utilization_since(a) - 0.5).abs() < 1e-9);
         assert_eq!(a.utilization_since(a), 0.0);
         assert!(CpuTicks::parse("intr 1 2").is_none());

@@ -52,10 +52,7 @@ pub struct ModelRepository {
 impl ModelRepository {
     /// Opens the repository and loads `only` (or every model it holds when empty).
     pub fn open(dir: Option<PathBuf>, only: &[String]) -> ServerResult<Self> {
-        let repo = ModelRepository {
-            dir,
-            models: RwLock::new(BTreeMap::new()),
-        };
+        let repo = ModelRepository { dir, models: RwLock::new(BTreeMap::new()) };
         let available = repo.available()?;
         for name in only {
             if !available.contains(name) {
@@ -65,11 +62,7 @@ impl ModelRepository {
                 )));
             }
         }
-        let names = if only.is_empty() {
-            available
-        } else {
-            only.to_vec()
-        };
+        let names = if only.is_empty() { available } else { only.to_vec() };
         for name in names {
             repo.load(&name, None)?;
         }
@@ -82,10 +75,7 @@ impl ModelRepository {
             None => Ok(ZOO.iter().map(|(n, _)| n.to_string()).collect()),
             Some(dir) => {
                 let entries = std::fs::read_dir(dir).map_err(|e| {
-                    ServerError::invalid(format!(
-                        "cannot read model repository '{}': {e}",
-                        dir.display()
-                    ))
+                    ServerError::invalid(format!("cannot read model repository '{}': {e}", dir.display()))
                 })?;
                 let mut names: Vec<String> = entries
                     .filter_map(|e| e.ok())
@@ -104,18 +94,11 @@ impl ModelRepository {
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, text)| text.to_string())
-                .ok_or_else(|| {
-                    ServerError::not_found(format!(
-                        "failed to load '{name}', no version is available"
-                    ))
-                }),
+                .ok_or_else(|| ServerError::not_found(format!("failed to load '{name}', no version is available"))),
             Some(dir) => {
                 let path = dir.join(name).join("config.pbtxt");
-                std::fs::read_to_string(&path).map_err(|_| {
-                    ServerError::not_found(format!(
-                        "failed to load '{name}', no version is available"
-                    ))
-                })
+                std::fs::read_to_string(&path)
+                    .map_err(|_| ServerError::not_found(format!("failed to load '{name}', no version is available")))
             }
         }
     }
@@ -127,24 +110,12 @@ impl ModelRepository {
             None => config::parse_pbtxt(&self.config_text(name)?, name)?,
         };
         if config.name != name {
-            return Err(ServerError::invalid(format!(
-                "model '{name}': config names the model '{}'",
-                config.name
-            )));
+            return Err(ServerError::invalid(format!("model '{name}': config names the model '{}'", config.name)));
         }
         let model = models::build(&config)?;
         let stats = Arc::new(ModelStats::default());
-        let scheduler = Scheduler::start(
-            config.clone(),
-            model,
-            stats.clone(),
-            config::instance_count(&config),
-        );
-        let loaded = Arc::new(LoadedModel {
-            config,
-            stats,
-            scheduler,
-        });
+        let scheduler = Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config));
+        let loaded = Arc::new(LoadedModel { config, stats, scheduler });
         tracing::info!(model = name, "loaded");
         self.models.write().insert(name.to_string(), loaded);
         Ok(())
@@ -163,9 +134,7 @@ impl ModelRepository {
                 tracing::info!(model = name, "unloaded");
                 Ok(())
             }
-            None => Err(ServerError::invalid(format!(
-                "failed to unload '{name}', model is not loaded"
-            ))),
+            None => Err(ServerError::invalid(format!("failed to unload '{name}', model is not loaded"))),
         }
     }
 
@@ -177,9 +146,7 @@ impl ModelRepository {
             Some(_) => Err(ServerError::not_found(format!(
                 "Request for unknown model: '{name}' version {version} is not found"
             ))),
-            None => Err(ServerError::not_found(format!(
-                "Request for unknown model: '{name}' is not found"
-            ))),
+            None => Err(ServerError::not_found(format!("Request for unknown model: '{name}' is not found"))),
         }
     }
 

@@ -45,17 +45,9 @@ impl BatchPolicy {
             max_batch_size: config.max_batch_size.max(0) as usize,
             dynamic: dynamic.is_some() && config.max_batch_size > 0,
             preferred: dynamic
-                .map(|d| {
-                    d.preferred_batch_size
-                        .iter()
-                        .filter(|&&p| p > 0)
-                        .map(|&p| p as usize)
-                        .collect()
-                })
+                .map(|d| d.preferred_batch_size.iter().filter(|&&p| p > 0).map(|&p| p as usize).collect())
                 .unwrap_or_default(),
-            max_queue_delay: Duration::from_micros(
-                dynamic.map_or(0, |d| d.max_queue_delay_microseconds),
-            ),
+            max_queue_delay: Duration::from_micros(dynamic.map_or(0, |d| d.max_queue_delay_microseconds)),
         }
     }
 }
@@ -72,13 +64,7 @@ pub enum Decision {
 /// The batching decision, a pure function of the queue's head. `sizes` are the batch sizes of
 /// the compatible run at the head (non-empty); `can_grow` says whether a later arrival could
 /// still join it.
-pub fn decide(
-    policy: &BatchPolicy,
-    sizes: &[usize],
-    can_grow: bool,
-    oldest: Instant,
-    now: Instant,
-) -> Decision {
+pub fn decide(policy: &BatchPolicy, sizes: &[usize], can_grow: bool, oldest: Instant, now: Instant) -> Decision {
     if !policy.dynamic {
         return Decision::Execute(1);
     }
@@ -130,12 +116,7 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn start(
-        config: ModelConfig,
-        model: Arc<dyn Model>,
-        stats: Arc<ModelStats>,
-        instances: usize,
-    ) -> Self {
+    pub fn start(config: ModelConfig, model: Arc<dyn Model>, stats: Arc<ModelStats>, instances: usize) -> Self {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             policy: BatchPolicy::from_config(&config),
@@ -163,21 +144,12 @@ impl Scheduler {
         {
             let mut q = self.shared.queue.lock();
             if q.stopped {
-                return Err(ServerError::unavailable(format!(
-                    "model '{}' is unloading",
-                    self.shared.name
-                )));
+                return Err(ServerError::unavailable(format!("model '{}' is unloading", self.shared.name)));
             }
-            q.items.push_back(Pending {
-                request,
-                enqueued: Instant::now(),
-                reply,
-            });
+            q.items.push_back(Pending { request, enqueued: Instant::now(), reply });
         }
         self.shared.wake.notify_one();
-        rx.await.map_err(|_| {
-            ServerError::unavailable(format!("model '{}' was unloaded", self.shared.name))
-        })?
+        rx.await.map_err(|_| ServerError::unavailable(format!("model '{}' was unloaded", self.shared.name)))?
     }
 
     /// Requests waiting for an instance (for `nv_inference_pending_request_count`).
@@ -203,10 +175,9 @@ fn instance_loop(shared: &Shared) {
             loop {
                 if q.stopped {
                     for p in q.items.drain(..) {
-                        let _ = p.reply.send(Err(ServerError::unavailable(format!(
-                            "model '{}' is unloading",
-                            shared.name
-                        ))));
+                        let _ = p
+                            .reply
+                            .send(Err(ServerError::unavailable(format!("model '{}' is unloading", shared.name))));
                     }
                     return;
                 }
@@ -250,10 +221,7 @@ fn instance_loop(shared: &Shared) {
 
 /// BYTES outputs have no fixed per-item size, so their requests are never merged.
 fn mergeable(config: &ModelConfig) -> bool {
-    config
-        .output
-        .iter()
-        .all(|o| DataType::from_config_enum(o.data_type) != Some(DataType::Bytes))
+    config.output.iter().all(|o| DataType::from_config_enum(o.data_type) != Some(DataType::Bytes))
 }
 
 fn execute(shared: &Shared, batch: Vec<Pending>, dequeued: Instant) {
@@ -272,14 +240,8 @@ fn execute(shared: &Shared, batch: Vec<Pending>, dequeued: Instant) {
                 outputs.len(),
                 shared.config.output.len()
             ))),
-            Ok(Err(message)) => Err(ServerError::internal(format!(
-                "model '{}' failed: {message}",
-                shared.name
-            ))),
-            Err(_) => Err(ServerError::internal(format!(
-                "model '{}' panicked during execution",
-                shared.name
-            ))),
+            Ok(Err(message)) => Err(ServerError::internal(format!("model '{}' failed: {message}", shared.name))),
+            Err(_) => Err(ServerError::internal(format!("model '{}' panicked during execution", shared.name))),
         }
     });
     let t_output = Instant::now();
@@ -310,20 +272,14 @@ fn execute(shared: &Shared, batch: Vec<Pending>, dequeued: Instant) {
         .collect();
     let done = Instant::now();
 
-    let compute = ComputeTimes {
-        input: t_infer - t_input,
-        infer: t_output - t_infer,
-        output: done - t_output,
-    };
+    let compute = ComputeTimes { input: t_infer - t_input, infer: t_output - t_infer, output: done - t_output };
     let mut succeeded = 0u64;
     for (p, response) in &replies {
         let request_time = done - p.request.received;
         match response {
             Ok(_) => {
                 succeeded += p.request.batch_size as u64;
-                shared
-                    .stats
-                    .record_success(request_time, dequeued - p.enqueued, compute);
+                shared.stats.record_success(request_time, dequeued - p.enqueued, compute);
             }
             Err(_) => shared.stats.record_failure(request_time),
         }
@@ -339,12 +295,7 @@ fn execute(shared: &Shared, batch: Vec<Pending>, dequeued: Instant) {
 }
 
 /// compute_input: one tensor per config input holding the whole batch.
-fn gather_inputs(
-    config: &ModelConfig,
-    batch: &[Pending],
-    total: usize,
-    batching: bool,
-) -> ServerResult<Vec<Tensor>> {
+fn gather_inputs(config: &ModelConfig, batch: &[Pending], total: usize, batching: bool) -> ServerResult<Vec<Tensor>> {
     let mut tensors = Vec::with_capacity(config.input.len());
     for (i, spec) in config.input.iter().enumerate() {
         let dtype = DataType::from_config_enum(spec.data_type).expect("config validated at load");
@@ -356,8 +307,7 @@ fn gather_inputs(
         let data = match (&first.bytes, batch.len()) {
             (InputBytes::Raw(b), 1) => b.clone(),
             _ => {
-                let mut buf =
-                    Vec::with_capacity(batch.iter().map(|p| p.request.inputs[i].bytes.len()).sum());
+                let mut buf = Vec::with_capacity(batch.iter().map(|p| p.request.inputs[i].bytes.len()).sum());
                 for p in batch {
                     p.request.inputs[i].bytes.gather_into(&mut buf)?;
                 }
@@ -389,12 +339,7 @@ fn scatter(
             if let Some(first) = shape.first_mut() {
                 *first = n as i64;
             }
-            (
-                shape,
-                tensor
-                    .data
-                    .slice(offset * per_item..(offset + n) * per_item),
-            )
+            (shape, tensor.data.slice(offset * per_item..(offset + n) * per_item))
         } else {
             (tensor.shape.clone(), tensor.data.clone())
         };
@@ -412,12 +357,7 @@ fn scatter(
                 OutputData::InShm
             }
         };
-        result.push(OutputTensor {
-            name: spec.name.clone(),
-            datatype: tensor.dtype,
-            shape,
-            data,
-        });
+        result.push(OutputTensor { name: spec.name.clone(), datatype: tensor.dtype, shape, data });
     }
     Ok(InferResponse {
         model_name: shared.name.clone(),
@@ -442,10 +382,7 @@ mod tests {
 
     #[test]
     fn no_dynamic_batching_runs_one_request() {
-        let p = BatchPolicy {
-            dynamic: false,
-            ..policy(&[], 0)
-        };
+        let p = BatchPolicy { dynamic: false, ..policy(&[], 0) };
         let now = Instant::now();
         assert_eq!(decide(&p, &[1, 1, 1], true, now, now), Decision::Execute(1));
     }
@@ -453,10 +390,7 @@ mod tests {
     #[test]
     fn zero_delay_takes_what_is_queued() {
         let now = Instant::now();
-        assert_eq!(
-            decide(&policy(&[], 0), &[1, 1, 1], true, now, now),
-            Decision::Execute(3)
-        );
+        assert_eq!(decide(&policy(&[], 0), &[1, 1, 1], true, now, now), Decision::Execute(3));
     }
 
     #[test]
@@ -464,14 +398,8 @@ mod tests {
         let p = policy(&[2, 4], 500);
         let t0 = Instant::now();
         let deadline = t0 + Duration::from_micros(500);
-        assert_eq!(
-            decide(&p, &[1, 1, 1], true, t0, t0),
-            Decision::WaitUntil(deadline)
-        );
-        assert_eq!(
-            decide(&p, &[1, 1, 1], true, t0, deadline),
-            Decision::Execute(2)
-        );
+        assert_eq!(decide(&p, &[1, 1, 1], true, t0, t0), Decision::WaitUntil(deadline));
+        assert_eq!(decide(&p, &[1, 1, 1], true, t0, deadline), Decision::Execute(2));
         assert_eq!(decide(&p, &[1], true, t0, deadline), Decision::Execute(1));
     }
 

@@ -81,9 +81,8 @@ impl RunningServer {
 }
 
 async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<(TcpListener, SocketAddr)> {
-    let listener = TcpListener::bind((host, port))
-        .await
-        .with_context(|| format!("cannot listen for {what} on {host}:{port}"))?;
+    let listener =
+        TcpListener::bind((host, port)).await.with_context(|| format!("cannot listen for {what} on {host}:{port}"))?;
     let addr = listener.local_addr()?;
     Ok((listener, addr))
 }
@@ -118,10 +117,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     let http_app = http::router(core.clone());
     let http_signal = signal();
     let http_task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(http_listener, http_app)
-            .with_graceful_shutdown(http_signal)
-            .await
-        {
+        if let Err(e) = axum::serve(http_listener, http_app).with_graceful_shutdown(http_signal).await {
             tracing::error!("HTTP server failed: {e}");
         }
     });
@@ -129,10 +125,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     let metrics_app = metrics::router(core.clone());
     let metrics_signal = signal();
     let metrics_task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(metrics_listener, metrics_app)
-            .with_graceful_shutdown(metrics_signal)
-            .await
-        {
+        if let Err(e) = axum::serve(metrics_listener, metrics_app).with_graceful_shutdown(metrics_signal).await {
             tracing::error!("metrics server failed: {e}");
         }
     });
@@ -147,10 +140,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
                 let _ = tcp.set_nodelay(true);
             })
         });
-        if let Err(e) = grpc_router
-            .serve_with_incoming_shutdown(incoming, grpc_signal)
-            .await
-        {
+        if let Err(e) = grpc_router.serve_with_incoming_shutdown(incoming, grpc_signal).await {
             tracing::error!("gRPC server failed: {e}");
         }
     });
@@ -210,10 +200,8 @@ impl ServeArgs {
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let server = start(args.config()).await?;
         eprintln!(

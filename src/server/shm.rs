@@ -45,13 +45,7 @@ impl Region {
     pub fn read_into(&self, offset: u64, dst: &mut [u8]) -> ServerResult<()> {
         let start = self.window(offset, dst.len() as u64)?;
         // SAFETY: `window` proved start..start+len lies inside the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mapping.as_ptr().add(start),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.mapping.as_ptr().add(start), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -59,9 +53,7 @@ impl Region {
     pub fn write(&self, offset: u64, src: &[u8]) -> ServerResult<()> {
         let start = self.window(offset, src.len() as u64)?;
         // SAFETY: as in `read_into`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.mapping.as_ptr().add(start), src.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.mapping.as_ptr().add(start), src.len()) };
         Ok(())
     }
 }
@@ -75,19 +67,16 @@ pub struct SharedMemoryManager {
 impl SharedMemoryManager {
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ServerResult<()> {
         if name.is_empty() || key.is_empty() {
-            return Err(ServerError::invalid(
-                "shared memory region needs a name and a key",
-            ));
+            return Err(ServerError::invalid("shared memory region needs a name and a key"));
         }
         let mut regions = self.regions.lock();
         if regions.contains_key(name) {
-            return Err(ServerError::already_exists(format!(
-                "shared memory region '{name}' already in manager"
-            )));
+            return Err(ServerError::already_exists(format!("shared memory region '{name}' already in manager")));
         }
-        let mapping = ShmemConf::new().os_id(key).open().map_err(|e| {
-            ServerError::invalid(format!("Unable to open shared memory region: '{key}': {e}"))
-        })?;
+        let mapping = ShmemConf::new()
+            .os_id(key)
+            .open()
+            .map_err(|e| ServerError::invalid(format!("Unable to open shared memory region: '{key}': {e}")))?;
         let end = offset.checked_add(byte_size);
         if end.is_none_or(|end| end > mapping.len() as u64) {
             return Err(ServerError::invalid(format!(
@@ -96,13 +85,7 @@ impl SharedMemoryManager {
                 mapping.len()
             )));
         }
-        let region = Region {
-            name: name.into(),
-            key: key.into(),
-            offset,
-            byte_size,
-            mapping,
-        };
+        let region = Region { name: name.into(), key: key.into(), offset, byte_size, mapping };
         regions.insert(name.to_string(), Arc::new(region));
         Ok(())
     }
@@ -118,11 +101,11 @@ impl SharedMemoryManager {
     }
 
     pub fn get(&self, name: &str) -> ServerResult<Arc<Region>> {
-        self.regions.lock().get(name).cloned().ok_or_else(|| {
-            ServerError::invalid(format!(
-                "Unable to find system shared memory region: '{name}'"
-            ))
-        })
+        self.regions
+            .lock()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ServerError::invalid(format!("Unable to find system shared memory region: '{name}'")))
     }
 
     /// Status of one region (an error if unknown) or of all with an empty name.

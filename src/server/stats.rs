@@ -6,9 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use crate::proto::inference::{
-    InferBatchStatistics, InferStatistics, ModelStatistics, StatisticDuration,
-};
+use crate::proto::inference::{InferBatchStatistics, InferStatistics, ModelStatistics, StatisticDuration};
 
 /// Durations of one batch execution's three compute stages.
 #[derive(Clone, Copy, Debug, Default)]
@@ -30,10 +28,7 @@ impl Acc {
         self.ns += d.as_nanos() as u64;
     }
     fn proto(self) -> Option<StatisticDuration> {
-        Some(StatisticDuration {
-            count: self.count,
-            ns: self.ns,
-        })
+        Some(StatisticDuration { count: self.count, ns: self.ns })
     }
 }
 
@@ -58,10 +53,7 @@ pub struct ModelStats {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl ModelStats {
@@ -133,10 +125,8 @@ impl ModelStats {
 
 /// The statistics extension's JSON for a list of model statistics (`{"model_stats": [...]}`).
 pub fn to_json(stats: &[ModelStatistics]) -> serde_json::Value {
-    let list: Vec<serde_json::Value> = stats
-        .iter()
-        .map(|m| crate::proto::to_json(m, "inference.ModelStatistics"))
-        .collect();
+    let list: Vec<serde_json::Value> =
+        stats.iter().map(|m| crate::proto::to_json(m, "inference.ModelStatistics")).collect();
     serde_json::json!({ "model_stats": list })
 }
 
@@ -151,11 +141,7 @@ mod tests {
     #[test]
     fn counts_requests_and_executions_like_triton() {
         let stats = ModelStats::default();
-        let compute = ComputeTimes {
-            input: ms(1),
-            infer: ms(10),
-            output: ms(1),
-        };
+        let compute = ComputeTimes { input: ms(1), infer: ms(10), output: ms(1) };
         // Two batch-1 requests merged into one execution of batch 2.
         stats.record_success(ms(15), ms(2), compute);
         stats.record_success(ms(14), ms(1), compute);
@@ -181,16 +167,9 @@ mod tests {
         let m = &j["model_stats"][0];
         assert_eq!(m["version"], "1");
         assert!(m["inference_count"].is_u64());
-        for k in [
-            "success",
-            "fail",
-            "queue",
-            "compute_input",
-            "compute_infer",
-            "compute_output",
-            "cache_hit",
-            "cache_miss",
-        ] {
+        for k in
+            ["success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss"]
+        {
             assert!(m["inference_stats"][k]["count"].is_u64(), "{k}");
             assert!(m["inference_stats"][k]["ns"].is_u64(), "{k}");
         }

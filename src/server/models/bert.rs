@@ -16,8 +16,8 @@
 //! each (sequence, head) pair and the GELU are spread over scoped threads, one per core.
 
 use super::nn::{
-    add_in_place, gelu_in_place, gemm, par_chunks, sized, softmax_in_place, Embedding, LayerNorm,
-    Linear, Mat, MatMut, NnError, ScratchPool, WeightInit,
+    add_in_place, gelu_in_place, gemm, par_chunks, sized, softmax_in_place, Embedding, LayerNorm, Linear, Mat, MatMut,
+    NnError, ScratchPool, WeightInit,
 };
 use super::signature::{Signature, TensorSpec};
 use super::{param, Model};
@@ -54,19 +54,8 @@ impl BertDims {
             seq: param(config, "seq", 384)?,
         };
         let name = &config.name;
-        if [
-            dims.layers,
-            dims.hidden,
-            dims.heads,
-            dims.ffn,
-            dims.vocab,
-            dims.seq,
-        ]
-        .contains(&0)
-        {
-            return Err(ServerError::invalid(format!(
-                "model '{name}': bert sizes must be positive, got {dims:?}"
-            )));
+        if [dims.layers, dims.hidden, dims.heads, dims.ffn, dims.vocab, dims.seq].contains(&0) {
+            return Err(ServerError::invalid(format!("model '{name}': bert sizes must be positive, got {dims:?}")));
         }
         if !dims.hidden.is_multiple_of(dims.heads) {
             return Err(ServerError::invalid(format!(
@@ -142,14 +131,8 @@ pub struct BertModel {
 impl BertModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
         let dims = BertDims::from_config(config)?;
-        let int32 = |name| TensorSpec {
-            name,
-            dtype: DataType::Int32,
-        };
-        let fp32 = |name| TensorSpec {
-            name,
-            dtype: DataType::Fp32,
-        };
+        let int32 = |name| TensorSpec { name, dtype: DataType::Int32 };
+        let fp32 = |name| TensorSpec { name, dtype: DataType::Fp32 };
         let signature = Signature::bind(
             config,
             &[int32("input__0"), int32("input__1"), int32("input__2")],
@@ -169,9 +152,7 @@ impl BertModel {
             position: Embedding::random(&mut init, dims.seq, dims.hidden, INIT_STD),
             token_type: Embedding::random(&mut init, TYPE_VOCAB, dims.hidden, INIT_STD),
             embed_norm: LayerNorm::random(&mut init, dims.hidden),
-            layers: (0..dims.layers)
-                .map(|_| EncoderLayer::random(&mut init, &dims))
-                .collect(),
+            layers: (0..dims.layers).map(|_| EncoderLayer::random(&mut init, &dims)).collect(),
             qa: Linear::random(&mut init, dims.hidden, 2, INIT_STD),
             dims,
             signature,
@@ -189,15 +170,12 @@ impl BertModel {
         let d = &self.dims;
         let rows = (batch * d.seq) as f64;
         let per_layer_dense = self.layers.first().map_or(0, |l| {
-            l.qkv.macs_per_row()
-                + l.attn_out.macs_per_row()
-                + l.ffn_in.macs_per_row()
-                + l.ffn_out.macs_per_row()
+            l.qkv.macs_per_row() + l.attn_out.macs_per_row() + l.ffn_in.macs_per_row() + l.ffn_out.macs_per_row()
         }) as f64;
         // Scores (Q·Kᵀ) and context (P·V): two seq × seq × head_dim products per head.
         let per_layer_attention = (batch * d.heads * 2 * d.seq * d.seq * d.head_dim()) as f64;
-        let macs = d.layers as f64 * (rows * per_layer_dense + per_layer_attention)
-            + rows * self.qa.macs_per_row() as f64;
+        let macs =
+            d.layers as f64 * (rows * per_layer_dense + per_layer_attention) + rows * self.qa.macs_per_row() as f64;
         2.0 * macs
     }
 
@@ -207,10 +185,8 @@ impl BertModel {
         let ids = sig.input_i32(inputs, 0).map_err(|e| e.to_string())?;
         let types = sig.input_i32(inputs, 1).map_err(|e| e.to_string())?;
         let mask = sig.input_i32(inputs, 2).map_err(|e| e.to_string())?;
-        let (start, end) = self
-            .scratch
-            .with(|s| self.forward(batch, &ids, &types, &mask, s))
-            .map_err(|e| e.to_string())?;
+        let (start, end) =
+            self.scratch.with(|s| self.forward(batch, &ids, &types, &mask, s)).map_err(|e| e.to_string())?;
         Ok(sig.outputs_f32(batch, vec![start, end]))
     }
 
@@ -227,9 +203,7 @@ impl BertModel {
         let x = sized(&mut s.x, rows * hidden);
         for (r, out) in x.chunks_exact_mut(hidden).enumerate() {
             let word = self.word.lookup(ids[r].into(), "token id (input__0)", r)?;
-            let token_type =
-                self.token_type
-                    .lookup(types[r].into(), "token type id (input__1)", r)?;
+            let token_type = self.token_type.lookup(types[r].into(), "token type id (input__1)", r)?;
             let position = self.position.lookup((r % seq) as i64, "position", r)?;
             for (((o, w), t), p) in out.iter_mut().zip(word).zip(token_type).zip(position) {
                 *o = w + t + p;
@@ -248,13 +222,7 @@ impl BertModel {
 
     /// One encoder layer over `s.x` (`batch·seq × hidden`), in place.
     fn encode(&self, layer: &EncoderLayer, batch: usize, mask: &[i32], s: &mut Scratch) {
-        let BertDims {
-            seq,
-            hidden,
-            heads,
-            ffn,
-            ..
-        } = self.dims;
+        let BertDims { seq, hidden, heads, ffn, .. } = self.dims;
         let head_dim = self.dims.head_dim();
         let rows = batch * seq;
         let x = &mut s.x[..rows * hidden];
@@ -309,9 +277,7 @@ impl BertModel {
         if scratch.len() < workers {
             scratch.resize_with(workers, AttentionScratch::default);
         }
-        let jobs = heads_ctx[..pairs * block]
-            .chunks_mut(pairs_per_worker * block)
-            .zip(scratch.iter_mut());
+        let jobs = heads_ctx[..pairs * block].chunks_mut(pairs_per_worker * block).zip(scratch.iter_mut());
         let run = |(w, (blocks, scratch)): (usize, (&mut [f32], &mut AttentionScratch))| {
             for (i, out) in blocks.chunks_exact_mut(block).enumerate() {
                 self.attend_pair(qkv, mask, w * pairs_per_worker + i, out, scratch);
@@ -328,17 +294,8 @@ impl BertModel {
         }
     }
 
-    fn attend_pair(
-        &self,
-        qkv: &[f32],
-        mask: &[i32],
-        pair: usize,
-        out: &mut [f32],
-        s: &mut AttentionScratch,
-    ) {
-        let BertDims {
-            seq, hidden, heads, ..
-        } = self.dims;
+    fn attend_pair(&self, qkv: &[f32], mask: &[i32], pair: usize, out: &mut [f32], s: &mut AttentionScratch) {
+        let BertDims { seq, hidden, heads, .. } = self.dims;
         let head_dim = self.dims.head_dim();
         let (b, h) = (pair / heads, pair % heads);
         let mask_bias = sized(&mut s.mask_bias, seq);
@@ -347,35 +304,15 @@ impl BertModel {
         }
         // This sequence's rows of [Q | K | V]; head h owns columns h·head_dim.. of each part.
         let item = &qkv[b * seq * 3 * hidden..(b + 1) * seq * 3 * hidden];
-        let part = |p: usize| {
-            Mat::strided(
-                &item[p * hidden + h * head_dim..],
-                seq,
-                head_dim,
-                3 * hidden,
-                1,
-            )
-        };
+        let part = |p: usize| Mat::strided(&item[p * hidden + h * head_dim..], seq, head_dim, 3 * hidden, 1);
         let (q, k, v) = (part(0), part(1), part(2));
         let scores = sized(&mut s.scores, seq * seq);
-        gemm(
-            1.0 / (head_dim as f32).sqrt(),
-            q,
-            k.t(),
-            0.0,
-            MatMut::new(scores, seq, seq),
-        );
+        gemm(1.0 / (head_dim as f32).sqrt(), q, k.t(), 0.0, MatMut::new(scores, seq, seq));
         for row in scores.chunks_exact_mut(seq) {
             add_in_place(row, mask_bias);
             softmax_in_place(row);
         }
-        gemm(
-            1.0,
-            Mat::new(scores, seq, seq),
-            v,
-            0.0,
-            MatMut::new(out, seq, head_dim),
-        );
+        gemm(1.0, Mat::new(scores, seq, seq), v, 0.0, MatMut::new(out, seq, head_dim));
     }
 }
 
@@ -402,22 +339,14 @@ mod tests {
                         {{ name: "output__1" data_type: TYPE_FP32 dims: [ {seq} ] }} ]"#
         );
         for (k, v) in params {
-            text.push_str(&format!(
-                r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#
-            ));
+            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
         }
         parse_pbtxt(&text, "bert").unwrap()
     }
 
     const SEQ: usize = 8;
-    const SMALL: &[(&str, &str)] = &[
-        ("layers", "2"),
-        ("hidden", "16"),
-        ("heads", "4"),
-        ("ffn", "32"),
-        ("vocab", "50"),
-        ("seq", "8"),
-    ];
+    const SMALL: &[(&str, &str)] =
+        &[("layers", "2"), ("hidden", "16"), ("heads", "4"), ("ffn", "32"), ("vocab", "50"), ("seq", "8")];
 
     fn small() -> BertModel {
         BertModel::new(&config(SEQ, SMALL)).unwrap()
@@ -428,9 +357,7 @@ mod tests {
         let n = batch * seq;
         let ids: Vec<i32> = (0..n).map(|i| (i as i32 * 7 + 3) % vocab).collect();
         let types: Vec<i32> = (0..n).map(|i| ((i % seq) >= seq / 2) as i32).collect();
-        let mask: Vec<i32> = (0..n)
-            .map(|i| ((i % seq) < masks[i / seq]) as i32)
-            .collect();
+        let mask: Vec<i32> = (0..n).map(|i| ((i % seq) < masks[i / seq]) as i32).collect();
         let shape = vec![batch as i64, seq as i64];
         vec![
             Tensor::from_i32(shape.clone(), &ids),
@@ -504,17 +431,11 @@ mod tests {
         ids[5] = 50;
         x[0] = Tensor::from_i32(vec![1, SEQ as i64], &ids);
         let err = m.execute(&x).unwrap_err();
-        assert_eq!(
-            err,
-            "token id (input__0) 50 at position 5 is out of range (valid ids are 0..50)"
-        );
+        assert_eq!(err, "token id (input__0) 50 at position 5 is out of range (valid ids are 0..50)");
 
         let mut x = inputs(1, SEQ, 50, &[8]);
         x[1] = Tensor::from_i32(vec![1, SEQ as i64], &[-1; SEQ]);
-        assert!(m
-            .execute(&x)
-            .unwrap_err()
-            .contains("token type id (input__1) -1 at position 0"));
+        assert!(m.execute(&x).unwrap_err().contains("token type id (input__1) -1 at position 0"));
     }
 
     #[test]
@@ -522,10 +443,7 @@ mod tests {
         let m = small();
         let mut x = inputs(1, SEQ, 50, &[8]);
         x[2] = Tensor::from_i32(vec![1, 4], &[1; 4]);
-        assert!(m
-            .execute(&x)
-            .unwrap_err()
-            .contains("input 'input__2' has shape [1, 4]"));
+        assert!(m.execute(&x).unwrap_err().contains("input 'input__2' has shape [1, 4]"));
         let mut x = inputs(1, SEQ, 50, &[8]);
         x[0] = Tensor::from_i64(vec![1, SEQ as i64], &[1; SEQ]);
         assert!(m.execute(&x).unwrap_err().contains("dtype INT64"));
@@ -538,10 +456,7 @@ mod tests {
     fn bad_configs_are_refused_at_load() {
         let err = |c: ModelConfig| BertModel::new(&c).err().unwrap().message;
         assert!(err(config(8, &[("seq", "16")])).contains("seq = 16"));
-        assert!(
-            err(config(8, &[("seq", "8"), ("hidden", "10"), ("heads", "4")]))
-                .contains("multiple of heads")
-        );
+        assert!(err(config(8, &[("seq", "8"), ("hidden", "10"), ("heads", "4")])).contains("multiple of heads"));
         assert!(err(config(8, &[("seq", "8"), ("layers", "x")])).contains("'layers'"));
     }
 
@@ -549,17 +464,7 @@ mod tests {
     fn the_zoo_model_runs_at_batch_one() {
         let zoo = parse_pbtxt(include_str!("../zoo/bert.pbtxt"), "bert").unwrap();
         let m = BertModel::new(&zoo).unwrap();
-        assert_eq!(
-            m.dims(),
-            BertDims {
-                layers: 4,
-                hidden: 288,
-                heads: 12,
-                ffn: 1152,
-                vocab: 30522,
-                seq: 384
-            }
-        );
+        assert_eq!(m.dims(), BertDims { layers: 4, hidden: 288, heads: 12, ffn: 1152, vocab: 30522, seq: 384 });
         let out = m.execute(&inputs(1, 384, 30522, &[300])).unwrap();
         assert_eq!(out[0].shape, vec![1, 384]);
         assert!(out[1].to_f32().iter().all(|v| v.is_finite()));
@@ -573,26 +478,13 @@ mod tests {
         let m = BertModel::new(&zoo).unwrap();
         // The machine's GEMM ceiling right now (it is shared): one FFN-sized product.
         let (rows, k, n) = (16 * 384, 288, 1152);
-        let (a, b, mut c) = (
-            vec![0.5f32; rows * k],
-            vec![0.25f32; k * n],
-            vec![0.0f32; rows * n],
-        );
+        let (a, b, mut c) = (vec![0.5f32; rows * k], vec![0.25f32; k * n], vec![0.0f32; rows * n]);
         let t0 = Instant::now();
         for _ in 0..3 {
-            gemm(
-                1.0,
-                Mat::new(&a, rows, k),
-                Mat::new(&b, k, n),
-                0.0,
-                MatMut::new(&mut c, rows, n),
-            );
+            gemm(1.0, Mat::new(&a, rows, k), Mat::new(&b, k, n), 0.0, MatMut::new(&mut c, rows, n));
         }
         let secs = t0.elapsed().as_secs_f64() / 3.0;
-        println!(
-            "sgemm {rows}x{k}x{n}: {:6.1} GFLOP/s",
-            2.0 * (rows * k * n) as f64 / secs / 1e9
-        );
+        println!("sgemm {rows}x{k}x{n}: {:6.1} GFLOP/s", 2.0 * (rows * k * n) as f64 / secs / 1e9);
         for batch in [1, 8, 16] {
             let x = inputs(batch, 384, 30522, &vec![384; batch]);
             m.execute(&x).unwrap(); // warm-up: sizes the scratch buffers

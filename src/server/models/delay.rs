@@ -77,10 +77,7 @@ impl Model for DelayModel {
         wait_until(start + self.compute_time(batch));
         let n = self.executions.fetch_add(1, Ordering::Relaxed) + 1;
         if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
-            return Err(format!(
-                "injected failure: execution {n} (fail_every = {})",
-                self.fail_every
-            ));
+            return Err(format!("injected failure: execution {n} (fail_every = {})", self.fail_every));
         }
         Ok(inputs.to_vec())
     }
@@ -110,10 +107,7 @@ mod tests {
 
     #[test]
     fn takes_at_least_the_configured_time_and_copies() {
-        let m = model(&params(&[
-            ("delay_us", "2000"),
-            ("delay_per_item_us", "500"),
-        ]));
+        let m = model(&params(&[("delay_us", "2000"), ("delay_per_item_us", "500")]));
         assert_eq!(m.compute_time(4), Duration::from_micros(4000));
         let input = Tensor::from_f32(vec![4, 4], &[1.5; 16]);
         let t0 = Instant::now();
@@ -126,12 +120,7 @@ mod tests {
     fn injected_failures_hit_every_nth_execution() {
         let m = model(&params(&[("delay_us", "0"), ("fail_every", "4")]));
         let input = Tensor::from_f32(vec![1, 4], &[0.0; 4]);
-        let failed: Vec<bool> = (0..8)
-            .map(|_| m.execute(std::slice::from_ref(&input)).is_err())
-            .collect();
-        assert_eq!(
-            failed,
-            [false, false, false, true, false, false, false, true]
-        );
+        let failed: Vec<bool> = (0..8).map(|_| m.execute(std::slice::from_ref(&input)).is_err()).collect();
+        assert_eq!(failed, [false, false, false, true, false, false, false, true]);
     }
 }

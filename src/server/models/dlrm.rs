@@ -50,19 +50,10 @@ impl DlrmModel {
         let signature = Signature::bind(
             config,
             &[
-                TensorSpec {
-                    name: "numerical_features",
-                    dtype: DataType::Fp32,
-                },
-                TensorSpec {
-                    name: "categorical_features",
-                    dtype: DataType::Int64,
-                },
+                TensorSpec { name: "numerical_features", dtype: DataType::Fp32 },
+                TensorSpec { name: "categorical_features", dtype: DataType::Int64 },
             ],
-            &[TensorSpec {
-                name: "click_probability",
-                dtype: DataType::Fp32,
-            }],
+            &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
         )?;
         if signature.outputs[0].item_len != 1 {
             return Err(ServerError::invalid(format!(
@@ -80,34 +71,17 @@ impl DlrmModel {
                 config.name
             )));
         }
-        let bottom_sizes = [
-            vec![numerical],
-            sizes_param(config, "bottom_mlp", &[512, 256])?,
-            vec![dim],
-        ]
-        .concat();
+        let bottom_sizes = [vec![numerical], sizes_param(config, "bottom_mlp", &[512, 256])?, vec![dim]].concat();
         let interactions = (categorical + 1) * categorical / 2;
-        let top_sizes = [
-            vec![dim + interactions],
-            sizes_param(config, "top_mlp", &[1024, 1024, 512, 256])?,
-            vec![1],
-        ]
-        .concat();
+        let top_sizes =
+            [vec![dim + interactions], sizes_param(config, "top_mlp", &[1024, 1024, 512, 256])?, vec![1]].concat();
 
         let mut init = WeightInit::new(param(config, "seed", DEFAULT_SEED)?);
         let bottom = Mlp::random(&mut init, &bottom_sizes, true);
         let table_std = 1.0 / (dim as f32).sqrt();
-        let tables = (0..categorical)
-            .map(|_| Embedding::random(&mut init, table_rows, dim, table_std))
-            .collect();
+        let tables = (0..categorical).map(|_| Embedding::random(&mut init, table_rows, dim, table_std)).collect();
         let top = Mlp::random(&mut init, &top_sizes, false);
-        Ok(DlrmModel {
-            signature,
-            bottom,
-            tables,
-            top,
-            scratch: ScratchPool::new(),
-        })
+        Ok(DlrmModel { signature, bottom, tables, top, scratch: ScratchPool::new() })
     }
 
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
@@ -128,33 +102,19 @@ impl DlrmModel {
         Ok(sig.outputs_f32(batch, vec![probabilities]))
     }
 
-    fn forward_chunk(
-        &self,
-        items: usize,
-        numerical: &[f32],
-        categorical: &[i64],
-        s: &mut Scratch,
-        out: &mut Vec<f32>,
-    ) {
+    fn forward_chunk(&self, items: usize, numerical: &[f32], categorical: &[i64], s: &mut Scratch, out: &mut Vec<f32>) {
         let dim = self.bottom.out_dim();
         let n_cat = self.tables.len();
         let rows = n_cat + 1;
         let top_width = self.top.in_dim();
-        let bottom = self
-            .bottom
-            .forward(numerical, items, &mut s.bottom_a, &mut s.bottom_b);
+        let bottom = self.bottom.forward(numerical, items, &mut s.bottom_a, &mut s.bottom_b);
         let features = sized(&mut s.features, rows * dim);
         let gram = sized(&mut s.gram, rows * rows);
         let top_in = sized(&mut s.top_in, items * top_width);
         for (i, top_row) in top_in.chunks_exact_mut(top_width).enumerate() {
             let dense = &bottom[i * dim..(i + 1) * dim];
             features[..dim].copy_from_slice(dense);
-            for (f, (table, &id)) in self
-                .tables
-                .iter()
-                .zip(&categorical[i * n_cat..(i + 1) * n_cat])
-                .enumerate()
-            {
+            for (f, (table, &id)) in self.tables.iter().zip(&categorical[i * n_cat..(i + 1) * n_cat]).enumerate() {
                 features[(f + 1) * dim..(f + 2) * dim].copy_from_slice(table.hashed(id));
             }
             let t = Mat::new(features, rows, dim);
@@ -189,35 +149,22 @@ mod tests {
                output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
         );
         for (k, v) in params {
-            text.push_str(&format!(
-                r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#
-            ));
+            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
         }
         parse_pbtxt(&text, "dlrm").unwrap()
     }
 
-    const SMALL: &[(&str, &str)] = &[
-        ("table_rows", "10"),
-        ("embedding_dim", "8"),
-        ("bottom_mlp", "16"),
-        ("top_mlp", "32,16"),
-    ];
+    const SMALL: &[(&str, &str)] =
+        &[("table_rows", "10"), ("embedding_dim", "8"), ("bottom_mlp", "16"), ("top_mlp", "32,16")];
 
     fn small() -> DlrmModel {
         DlrmModel::new(&config(13, 26, SMALL)).unwrap()
     }
 
     fn inputs(batch: usize, id_offset: i64) -> Vec<Tensor> {
-        let num: Vec<f32> = (0..batch * 13)
-            .map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0)
-            .collect();
-        let cat: Vec<i64> = (0..batch * 26)
-            .map(|i| (i as i64 * 7919) % 1_000_003 + id_offset)
-            .collect();
-        vec![
-            Tensor::from_f32(vec![batch as i64, 13], &num),
-            Tensor::from_i64(vec![batch as i64, 26], &cat),
-        ]
+        let num: Vec<f32> = (0..batch * 13).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
+        let cat: Vec<i64> = (0..batch * 26).map(|i| (i as i64 * 7919) % 1_000_003 + id_offset).collect();
+        vec![Tensor::from_f32(vec![batch as i64, 13], &num), Tensor::from_i64(vec![batch as i64, 26], &cat)]
     }
 
     #[test]
@@ -247,12 +194,7 @@ mod tests {
         for (item, expected) in both.iter().enumerate() {
             let num = &x[0].to_f32()[item * 13..(item + 1) * 13];
             let cat = &x[1].to_i64()[item * 26..(item + 1) * 26];
-            let one = m
-                .execute(&[
-                    Tensor::from_f32(vec![1, 13], num),
-                    Tensor::from_i64(vec![1, 26], cat),
-                ])
-                .unwrap()[0]
+            let one = m.execute(&[Tensor::from_f32(vec![1, 13], num), Tensor::from_i64(vec![1, 26], cat)]).unwrap()[0]
                 .to_f32();
             assert!((one[0] - expected).abs() < 1e-5);
         }
@@ -279,16 +221,8 @@ mod tests {
     fn categorical_ids_are_hashed_modulo_the_table_size() {
         let m = small();
         let base = m.execute(&inputs(2, 0)).unwrap();
-        assert_eq!(
-            m.execute(&inputs(2, 10)).unwrap(),
-            base,
-            "id + table_rows selects the same rows"
-        );
-        assert_eq!(
-            m.execute(&inputs(2, -1_000_010)).unwrap(),
-            base,
-            "negative ids wrap"
-        );
+        assert_eq!(m.execute(&inputs(2, 10)).unwrap(), base, "id + table_rows selects the same rows");
+        assert_eq!(m.execute(&inputs(2, -1_000_010)).unwrap(), base, "negative ids wrap");
         assert_ne!(m.execute(&inputs(2, 1)).unwrap(), base);
     }
 
@@ -297,16 +231,11 @@ mod tests {
         let m = small();
         let mut x = inputs(2, 0);
         x[0] = Tensor::from_f32(vec![2, 12], &[0.0; 24]);
-        assert!(m
-            .execute(&x)
-            .unwrap_err()
-            .contains("input 'numerical_features' has shape [2, 12]"));
+        assert!(m.execute(&x).unwrap_err().contains("input 'numerical_features' has shape [2, 12]"));
         let mut x = inputs(2, 0);
         x[1] = Tensor::from_i32(vec![2, 26], &[0; 52]);
         assert!(m.execute(&x).unwrap_err().contains("dtype INT32"));
-        let err = DlrmModel::new(&config(13, 26, &[("top_mlp", "64,,8")]))
-            .err()
-            .unwrap();
+        let err = DlrmModel::new(&config(13, 26, &[("top_mlp", "64,,8")])).err().unwrap();
         assert!(err.message.contains("'top_mlp'"), "{}", err.message);
     }
 

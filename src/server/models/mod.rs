@@ -49,10 +49,6 @@ pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
 }
 
 /// Reads a numeric model parameter (`parameters { key: .. value { string_value: .. } }`).
-pub(crate) fn param<T: std::str::FromStr>(
-    config: &ModelConfig,
-    key: &str,
-    default: T,
-) -> ServerResult<T> {
+pub(crate) fn param<T: std::str::FromStr>(config: &ModelConfig, key: &str, default: T) -> ServerResult<T> {
     config::parameter_or(config, key, default)
 }

@@ -15,12 +15,7 @@ use rand_distr::{Distribution, Normal};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NnError {
     #[error("{what} {id} at position {position} is out of range (valid ids are 0..{limit})")]
-    IdOutOfRange {
-        what: &'static str,
-        position: usize,
-        id: i64,
-        limit: usize,
-    },
+    IdOutOfRange { what: &'static str, position: usize, id: i64, limit: usize },
 }
 
 /// A read-only strided view of a matrix: element (r, c) is `data[r * row_stride + c * col_stride]`.
@@ -40,40 +35,25 @@ impl<'a> Mat<'a> {
     }
 
     /// A view with explicit strides (a column block of a wider matrix, for example).
-    pub fn strided(
-        data: &'a [f32],
-        rows: usize,
-        cols: usize,
-        row_stride: usize,
-        col_stride: usize,
-    ) -> Self {
-        let m = Mat {
-            data,
-            rows,
-            cols,
-            row_stride,
-            col_stride,
-        };
-        assert!(m.fits(), "matrix view {rows}x{cols} (strides {row_stride}, {col_stride}) exceeds its {} elements", data.len());
+    pub fn strided(data: &'a [f32], rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> Self {
+        let m = Mat { data, rows, cols, row_stride, col_stride };
+        assert!(
+            m.fits(),
+            "matrix view {rows}x{cols} (strides {row_stride}, {col_stride}) exceeds its {} elements",
+            data.len()
+        );
         m
     }
 
     /// The transpose, without moving data.
     pub fn t(self) -> Self {
-        Mat {
-            rows: self.cols,
-            cols: self.rows,
-            row_stride: self.col_stride,
-            col_stride: self.row_stride,
-            ..self
-        }
+        Mat { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
     }
 
     fn fits(&self) -> bool {
         self.rows == 0
             || self.cols == 0
-            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride
-                < self.data.len()
+            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride < self.data.len()
     }
 }
 
@@ -93,28 +73,15 @@ impl<'a> MatMut<'a> {
 
     pub fn strided(data: &'a mut [f32], rows: usize, cols: usize, row_stride: usize) -> Self {
         let fits = rows == 0 || cols == 0 || (rows - 1) * row_stride + cols <= data.len();
-        assert!(
-            fits,
-            "output view {rows}x{cols} (row stride {row_stride}) exceeds its {} elements",
-            data.len()
-        );
-        MatMut {
-            data,
-            rows,
-            cols,
-            row_stride,
-        }
+        assert!(fits, "output view {rows}x{cols} (row stride {row_stride}) exceeds its {} elements", data.len());
+        MatMut { data, rows, cols, row_stride }
     }
 }
 
 /// `c ← alpha·a·b + beta·c`, by `matrixmultiply` (blocked, SIMD, threaded for large sizes).
 pub fn gemm(alpha: f32, a: Mat, b: Mat, beta: f32, c: MatMut) {
     assert_eq!(a.cols, b.rows, "gemm: inner dimensions differ");
-    assert_eq!(
-        (a.rows, b.cols),
-        (c.rows, c.cols),
-        "gemm: output shape differs"
-    );
+    assert_eq!((a.rows, b.cols), (c.rows, c.cols), "gemm: output shape differs");
     if c.rows == 0 || c.cols == 0 {
         return;
     }
@@ -147,9 +114,7 @@ pub struct WeightInit {
 
 impl WeightInit {
     pub fn new(seed: u64) -> Self {
-        WeightInit {
-            rng: ChaCha8Rng::seed_from_u64(seed),
-        }
+        WeightInit { rng: ChaCha8Rng::seed_from_u64(seed) }
     }
 
     /// `n` samples of N(0, std²).
@@ -170,12 +135,7 @@ pub struct Linear {
 impl Linear {
     /// Weights N(0, std²), biases N(0, (std/10)²) so they are not all zero.
     pub fn random(init: &mut WeightInit, in_dim: usize, out_dim: usize, std: f32) -> Self {
-        Linear {
-            weight: init.normal(in_dim * out_dim, std),
-            bias: init.normal(out_dim, std / 10.0),
-            in_dim,
-            out_dim,
-        }
+        Linear { weight: init.normal(in_dim * out_dim, std), bias: init.normal(out_dim, std / 10.0), in_dim, out_dim }
     }
 
     /// Scaled for ReLU networks (He): activations keep their magnitude from layer to layer.
@@ -213,10 +173,7 @@ pub struct Mlp {
 impl Mlp {
     /// `sizes` = [in, hidden…, out].
     pub fn random(init: &mut WeightInit, sizes: &[usize], relu_last: bool) -> Self {
-        let layers = sizes
-            .windows(2)
-            .map(|w| Linear::random_he(init, w[0], w[1]))
-            .collect();
+        let layers = sizes.windows(2).map(|w| Linear::random_he(init, w[0], w[1])).collect();
         Mlp { layers, relu_last }
     }
 
@@ -230,22 +187,12 @@ impl Mlp {
 
     /// Runs `rows` rows of `x` through every layer, ping-ponging between `a` and `b`; returns the
     /// slice holding the result (`rows × out_dim`).
-    pub fn forward<'s>(
-        &self,
-        x: &[f32],
-        rows: usize,
-        a: &'s mut Vec<f32>,
-        b: &'s mut Vec<f32>,
-    ) -> &'s [f32] {
+    pub fn forward<'s>(&self, x: &[f32], rows: usize, a: &'s mut Vec<f32>, b: &'s mut Vec<f32>) -> &'s [f32] {
         let last = self.layers.len() - 1;
         let (mut src, mut dst) = (a, b);
         for (i, layer) in self.layers.iter().enumerate() {
             let out = sized(dst, rows * layer.out_dim);
-            let input: &[f32] = if i == 0 {
-                x
-            } else {
-                &src[..rows * layer.in_dim]
-            };
+            let input: &[f32] = if i == 0 { x } else { &src[..rows * layer.in_dim] };
             layer.forward(input, rows, out);
             if i < last || self.relu_last {
                 relu_in_place(out);
@@ -267,16 +214,8 @@ pub struct LayerNorm {
 impl LayerNorm {
     /// Scale near 1 and shift near 0, perturbed so the layer is not an identity.
     pub fn random(init: &mut WeightInit, dim: usize) -> Self {
-        let gamma = init
-            .normal(dim, 0.05)
-            .into_iter()
-            .map(|g| 1.0 + g)
-            .collect();
-        LayerNorm {
-            gamma,
-            beta: init.normal(dim, 0.02),
-            eps: 1e-12,
-        }
+        let gamma = init.normal(dim, 0.05).into_iter().map(|g| 1.0 + g).collect();
+        LayerNorm { gamma, beta: init.normal(dim, 0.02), eps: 1e-12 }
     }
 
     /// Normalises each `dim`-long row of `x` in place.
@@ -302,23 +241,14 @@ pub struct Embedding {
 
 impl Embedding {
     pub fn random(init: &mut WeightInit, rows: usize, dim: usize, std: f32) -> Self {
-        Embedding {
-            table: init.normal(rows * dim, std),
-            rows,
-            dim,
-        }
+        Embedding { table: init.normal(rows * dim, std), rows, dim }
     }
 
     /// The vector of `id`; ids outside the table are an error naming `what` and the position.
     pub fn lookup(&self, id: i64, what: &'static str, position: usize) -> Result<&[f32], NnError> {
         match usize::try_from(id) {
             Ok(i) if i < self.rows => Ok(&self.table[i * self.dim..(i + 1) * self.dim]),
-            _ => Err(NnError::IdOutOfRange {
-                what,
-                position,
-                id,
-                limit: self.rows,
-            }),
+            _ => Err(NnError::IdOutOfRange { what, position, id, limit: self.rows }),
         }
     }
 
@@ -384,10 +314,7 @@ pub fn exp_fast(x: f32) -> f32 {
     let x = x.clamp(-87.0, 88.0);
     let n = (x * LOG2_E + ROUND) - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
     p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
@@ -426,9 +353,7 @@ pub struct ScratchPool<T> {
 
 impl<T: Default> ScratchPool<T> {
     pub fn new() -> Self {
-        ScratchPool {
-            free: Mutex::new(Vec::new()),
-        }
+        ScratchPool { free: Mutex::new(Vec::new()) }
     }
 
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
@@ -455,23 +380,11 @@ mod tests {
         let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
         let bt = [7.0, 9.0, 11.0, 8.0, 10.0, 12.0];
         let mut c = [1.0; 4];
-        gemm(
-            1.0,
-            Mat::new(&a, 2, 3),
-            Mat::new(&bt, 2, 3).t(),
-            0.0,
-            MatMut::new(&mut c, 2, 2),
-        );
+        gemm(1.0, Mat::new(&a, 2, 3), Mat::new(&bt, 2, 3).t(), 0.0, MatMut::new(&mut c, 2, 2));
         assert_eq!(c, [58.0, 64.0, 139.0, 154.0]);
         // Write into the right column of a 2x3 buffer, accumulating.
         let mut wide = [0.0, 1.0, 0.0, 0.0, 1.0, 0.0];
-        gemm(
-            1.0,
-            Mat::new(&a, 2, 3),
-            Mat::new(&bt, 2, 3).t().t().t(),
-            1.0,
-            MatMut::strided(&mut wide[1..], 2, 2, 3),
-        );
+        gemm(1.0, Mat::new(&a, 2, 3), Mat::new(&bt, 2, 3).t().t().t(), 1.0, MatMut::strided(&mut wide[1..], 2, 2, 3));
         assert_eq!(wide, [0.0, 59.0, 64.0, 0.0, 140.0, 154.0]);
     }
 
@@ -503,23 +416,15 @@ mod tests {
     fn par_chunks_covers_every_element_once() {
         for threads in [1, 3, 16] {
             let mut x = vec![1.0; 10];
-            par_chunks(&mut x, threads, |part| {
-                part.iter_mut().for_each(|v| *v += 1.0)
-            });
+            par_chunks(&mut x, threads, |part| part.iter_mut().for_each(|v| *v += 1.0));
             assert_eq!(x, vec![2.0; 10]);
         }
     }
 
     #[test]
     fn same_seed_same_weights() {
-        assert_eq!(
-            WeightInit::new(7).normal(16, 1.0),
-            WeightInit::new(7).normal(16, 1.0)
-        );
-        assert_ne!(
-            WeightInit::new(7).normal(16, 1.0),
-            WeightInit::new(8).normal(16, 1.0)
-        );
+        assert_eq!(WeightInit::new(7).normal(16, 1.0), WeightInit::new(7).normal(16, 1.0));
+        assert_ne!(WeightInit::new(7).normal(16, 1.0), WeightInit::new(8).normal(16, 1.0));
     }
 
     #[test]
@@ -530,31 +435,18 @@ mod tests {
         assert!(row[3] > 0.999);
         let mut masked = [0.5, -10_000.0, 0.25, -10_000.0];
         softmax_in_place(&mut masked);
-        assert_eq!(
-            (masked[1], masked[3]),
-            (0.0, 0.0),
-            "masked weights are exact zeros, not subnormals"
-        );
+        assert_eq!((masked[1], masked[3]), (0.0, 0.0), "masked weights are exact zeros, not subnormals");
         assert!((masked[0] + masked[2] - 1.0).abs() < 1e-6);
 
-        let ln = LayerNorm {
-            gamma: vec![1.0; 4],
-            beta: vec![0.0; 4],
-            eps: 1e-12,
-        };
+        let ln = LayerNorm { gamma: vec![1.0; 4], beta: vec![0.0; 4], eps: 1e-12 };
         let mut x = [1.0, 2.0, 3.0, 4.0];
         ln.apply(&mut x);
         assert!(x.iter().sum::<f32>().abs() < 1e-5);
         assert!((x.iter().map(|v| v * v).sum::<f32>() / 4.0 - 1.0).abs() < 1e-4);
 
-        for x in [
-            -87.0f32, -20.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 1.0, 10.0, 60.0, 88.0,
-        ] {
+        for x in [-87.0f32, -20.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 1.0, 10.0, 60.0, 88.0] {
             let (fast, exact) = (exp_fast(x), x.exp());
-            assert!(
-                ((fast - exact) / exact).abs() < 3e-7,
-                "exp({x}): {fast} vs {exact}"
-            );
+            assert!(((fast - exact) / exact).abs() < 3e-7, "exp({x}): {fast} vs {exact}");
         }
         assert!(exp_fast(-1e4) > 0.0 && exp_fast(1e4).is_finite());
         let mut g = [-10.0, 0.0, 10.0];
@@ -569,10 +461,7 @@ mod tests {
         let e = Embedding::random(&mut init, 4, 2, 1.0);
         assert_eq!(e.lookup(3, "token id", 0).unwrap(), e.hashed(3));
         let err = e.lookup(4, "token id", 5).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "token id 4 at position 5 is out of range (valid ids are 0..4)"
-        );
+        assert_eq!(err.to_string(), "token id 4 at position 5 is out of range (valid ids are 0..4)");
         assert!(e.lookup(-1, "token id", 0).is_err());
         assert_eq!(e.hashed(-1), e.hashed(3));
         assert_eq!(e.hashed(9), e.hashed(1));

@@ -38,45 +38,21 @@ pub struct Signature {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InputError {
     #[error("input '{name}' has shape {shape:?}; expected {expected}")]
-    Shape {
-        name: &'static str,
-        shape: Vec<i64>,
-        expected: String,
-    },
+    Shape { name: &'static str, shape: Vec<i64>, expected: String },
     #[error("input '{name}' has dtype {got}; expected {expected}")]
-    Dtype {
-        name: &'static str,
-        got: DataType,
-        expected: DataType,
-    },
+    Dtype { name: &'static str, got: DataType, expected: DataType },
     #[error("input '{name}' is missing")]
     Missing { name: &'static str },
     #[error("inputs disagree on the batch size: '{name}' has {got}, expected {expected}")]
-    BatchMismatch {
-        name: &'static str,
-        got: usize,
-        expected: usize,
-    },
+    BatchMismatch { name: &'static str, got: usize, expected: usize },
 }
 
 impl Signature {
     /// Matches the config against the model's tensors. Every config tensor must be one the model
     /// knows, with fixed dims, and every model tensor must be in the config.
-    pub fn bind(
-        config: &ModelConfig,
-        inputs: &[TensorSpec],
-        outputs: &[TensorSpec],
-    ) -> ServerResult<Self> {
-        let config_inputs: Vec<_> = config
-            .input
-            .iter()
-            .map(|i| (&i.name, i.data_type, &i.dims))
-            .collect();
-        let config_outputs: Vec<_> = config
-            .output
-            .iter()
-            .map(|o| (&o.name, o.data_type, &o.dims))
-            .collect();
+    pub fn bind(config: &ModelConfig, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> ServerResult<Self> {
+        let config_inputs: Vec<_> = config.input.iter().map(|i| (&i.name, i.data_type, &i.dims)).collect();
+        let config_outputs: Vec<_> = config.output.iter().map(|o| (&o.name, o.data_type, &o.dims)).collect();
         Ok(Signature {
             inputs: bind_list(config, "input", &config_inputs, inputs)?,
             outputs: bind_list(config, "output", &config_outputs, outputs)?,
@@ -88,19 +64,11 @@ impl Signature {
     pub fn batch_size(&self, tensors: &[Tensor]) -> Result<usize, InputError> {
         let mut batch = None;
         for slot in &self.inputs {
-            let tensor = tensors
-                .get(slot.index)
-                .ok_or(InputError::Missing { name: slot.name })?;
+            let tensor = tensors.get(slot.index).ok_or(InputError::Missing { name: slot.name })?;
             let n = self.items_in(slot, tensor)?;
             match batch {
                 None => batch = Some(n),
-                Some(b) if b != n => {
-                    return Err(InputError::BatchMismatch {
-                        name: slot.name,
-                        got: n,
-                        expected: b,
-                    })
-                }
+                Some(b) if b != n => return Err(InputError::BatchMismatch { name: slot.name, got: n, expected: b }),
                 Some(_) => {}
             }
         }
@@ -111,25 +79,13 @@ impl Signature {
         let shape_error = || InputError::Shape {
             name: slot.name,
             shape: tensor.shape.clone(),
-            expected: if self.batching {
-                format!("[batch, {}]", join(&slot.dims))
-            } else {
-                format!("{:?}", slot.dims)
-            },
+            expected: if self.batching { format!("[batch, {}]", join(&slot.dims)) } else { format!("{:?}", slot.dims) },
         };
-        let item_shape = if self.batching {
-            tensor.shape.get(1..).ok_or_else(shape_error)?
-        } else {
-            &tensor.shape[..]
-        };
+        let item_shape = if self.batching { tensor.shape.get(1..).ok_or_else(shape_error)? } else { &tensor.shape[..] };
         if item_shape != slot.dims.as_slice() {
             return Err(shape_error());
         }
-        let items = if self.batching {
-            usize::try_from(tensor.shape[0]).map_err(|_| shape_error())?
-        } else {
-            1
-        };
+        let items = if self.batching { usize::try_from(tensor.shape[0]).map_err(|_| shape_error())? } else { 1 };
         let elements = items.checked_mul(slot.item_len).ok_or_else(shape_error)?;
         let element_size = tensor.dtype.element_size().unwrap_or(0);
         if element_size == 0 || tensor.data.len() != elements * element_size {
@@ -151,22 +107,11 @@ impl Signature {
         Ok(self.input(tensors, i, DataType::Fp32)?.to_f32())
     }
 
-    fn input<'t>(
-        &self,
-        tensors: &'t [Tensor],
-        i: usize,
-        dtype: DataType,
-    ) -> Result<&'t Tensor, InputError> {
+    fn input<'t>(&self, tensors: &'t [Tensor], i: usize, dtype: DataType) -> Result<&'t Tensor, InputError> {
         let slot = &self.inputs[i];
-        let tensor = tensors
-            .get(slot.index)
-            .ok_or(InputError::Missing { name: slot.name })?;
+        let tensor = tensors.get(slot.index).ok_or(InputError::Missing { name: slot.name })?;
         if tensor.dtype != dtype {
-            return Err(InputError::Dtype {
-                name: slot.name,
-                got: tensor.dtype,
-                expected: dtype,
-            });
+            return Err(InputError::Dtype { name: slot.name, got: tensor.dtype, expected: dtype });
         }
         Ok(tensor)
     }
@@ -182,10 +127,7 @@ impl Signature {
             }
             placed[slot.index] = Some(Tensor::from_f32(shape, &data));
         }
-        placed
-            .into_iter()
-            .map(|t| t.expect("bind covers every config output"))
-            .collect()
+        placed.into_iter().map(|t| t.expect("bind covers every config output")).collect()
     }
 }
 
@@ -197,10 +139,7 @@ fn bind_list(
 ) -> ServerResult<Vec<Slot>> {
     let model = &config.name;
     let names = || wanted.iter().map(|w| w.name).collect::<Vec<_>>().join(", ");
-    if let Some((extra, _, _)) = config_tensors
-        .iter()
-        .find(|(n, _, _)| !wanted.iter().any(|w| w.name == n.as_str()))
-    {
+    if let Some((extra, _, _)) = config_tensors.iter().find(|(n, _, _)| !wanted.iter().any(|w| w.name == n.as_str())) {
         return Err(ServerError::invalid(format!(
             "model '{model}': unexpected {what} '{extra}' (the {} backend has {what}s: {})",
             config.backend,
@@ -210,11 +149,8 @@ fn bind_list(
     wanted
         .iter()
         .map(|spec| {
-            let (index, (_, dtype, dims)) = config_tensors
-                .iter()
-                .enumerate()
-                .find(|(_, (n, _, _))| n.as_str() == spec.name)
-                .ok_or_else(|| {
+            let (index, (_, dtype, dims)) =
+                config_tensors.iter().enumerate().find(|(_, (n, _, _))| n.as_str() == spec.name).ok_or_else(|| {
                     ServerError::invalid(format!(
                         "model '{model}': config lacks {what} '{}' (needs: {})",
                         spec.name,
@@ -229,17 +165,9 @@ fn bind_list(
                 )));
             }
             let item_len = element_count(dims).filter(|&n| n > 0).ok_or_else(|| {
-                ServerError::invalid(format!(
-                    "model '{model}': {what} '{}' needs fixed dims, got {dims:?}",
-                    spec.name
-                ))
+                ServerError::invalid(format!("model '{model}': {what} '{}' needs fixed dims, got {dims:?}", spec.name))
             })?;
-            Ok(Slot {
-                name: spec.name,
-                index,
-                dims: dims.to_vec(),
-                item_len,
-            })
+            Ok(Slot { name: spec.name, index, dims: dims.to_vec(), item_len })
         })
         .collect()
 }
@@ -252,10 +180,7 @@ fn config_dtype_name(dtype: DataType) -> &'static str {
 }
 
 fn join(dims: &[i64]) -> String {
-    dims.iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    dims.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// A parameter listing layer sizes, such as `"1024,512,256"`; every size must be positive.
@@ -263,10 +188,7 @@ pub fn sizes_param(config: &ModelConfig, key: &str, default: &[usize]) -> Server
     let Some(text) = config::parameter(config, key) else {
         return Ok(default.to_vec());
     };
-    let sizes: Option<Vec<usize>> = text
-        .split(',')
-        .map(|s| s.trim().parse().ok().filter(|&n| n > 0))
-        .collect();
+    let sizes: Option<Vec<usize>> = text.split(',').map(|s| s.trim().parse().ok().filter(|&n| n > 0)).collect();
     sizes.filter(|s| !s.is_empty()).ok_or_else(|| {
         ServerError::invalid(format!(
             "model '{}': parameter '{key}' = '{text}' is not a list of positive sizes like \"512,256\"",

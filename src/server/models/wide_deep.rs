@@ -48,19 +48,10 @@ impl WideDeepModel {
         let signature = Signature::bind(
             config,
             &[
-                TensorSpec {
-                    name: "numerical_features",
-                    dtype: DataType::Fp32,
-                },
-                TensorSpec {
-                    name: "categorical_features",
-                    dtype: DataType::Int64,
-                },
+                TensorSpec { name: "numerical_features", dtype: DataType::Fp32 },
+                TensorSpec { name: "categorical_features", dtype: DataType::Int64 },
             ],
-            &[TensorSpec {
-                name: "click_probability",
-                dtype: DataType::Fp32,
-            }],
+            &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
         )?;
         if signature.outputs[0].item_len != 1 {
             return Err(ServerError::invalid(format!(
@@ -78,22 +69,15 @@ impl WideDeepModel {
                 config.name
             )));
         }
-        let deep_sizes = [
-            vec![categorical * dim + numerical],
-            sizes_param(config, "deep_mlp", &[1024, 512, 256])?,
-            vec![1],
-        ]
-        .concat();
+        let deep_sizes =
+            [vec![categorical * dim + numerical], sizes_param(config, "deep_mlp", &[1024, 512, 256])?, vec![1]]
+                .concat();
 
         let mut init = WeightInit::new(param(config, "seed", DEFAULT_SEED)?);
         let table_std = 1.0 / (dim as f32).sqrt();
-        let deep_tables = (0..categorical)
-            .map(|_| Embedding::random(&mut init, table_rows, dim, table_std))
-            .collect();
+        let deep_tables = (0..categorical).map(|_| Embedding::random(&mut init, table_rows, dim, table_std)).collect();
         let deep = Mlp::random(&mut init, &deep_sizes, false);
-        let wide_tables = (0..categorical)
-            .map(|_| Embedding::random(&mut init, table_rows, 1, 0.1))
-            .collect();
+        let wide_tables = (0..categorical).map(|_| Embedding::random(&mut init, table_rows, 1, 0.1)).collect();
         let wide_numerical = Linear::random(&mut init, numerical, 1, 0.1);
         Ok(WideDeepModel {
             signature,
@@ -124,14 +108,7 @@ impl WideDeepModel {
         Ok(sig.outputs_f32(batch, vec![probabilities]))
     }
 
-    fn forward_chunk(
-        &self,
-        items: usize,
-        numerical: &[f32],
-        categorical: &[i64],
-        s: &mut Scratch,
-        out: &mut Vec<f32>,
-    ) {
+    fn forward_chunk(&self, items: usize, numerical: &[f32], categorical: &[i64], s: &mut Scratch, out: &mut Vec<f32>) {
         let n_num = self.wide_numerical.in_dim;
         let n_cat = self.deep_tables.len();
         let width = self.deep.in_dim();
@@ -140,25 +117,17 @@ impl WideDeepModel {
         let wide = sized(&mut s.wide, items);
         self.wide_numerical.forward(numerical, items, wide);
         let deep_in = sized(&mut s.deep_in, items * width);
-        for (i, (row, wide_logit)) in deep_in
-            .chunks_exact_mut(width)
-            .zip(wide.iter_mut())
-            .enumerate()
-        {
+        for (i, (row, wide_logit)) in deep_in.chunks_exact_mut(width).zip(wide.iter_mut()).enumerate() {
             let ids = &categorical[i * n_cat..(i + 1) * n_cat];
             let (embedded, numeric) = row.split_at_mut(width - n_num);
             let features = ids.iter().zip(&self.deep_tables).zip(&self.wide_tables);
-            for (slot, ((&id, deep_table), wide_table)) in
-                embedded.chunks_exact_mut(self.embedding_dim).zip(features)
-            {
+            for (slot, ((&id, deep_table), wide_table)) in embedded.chunks_exact_mut(self.embedding_dim).zip(features) {
                 slot.copy_from_slice(deep_table.hashed(id));
                 *wide_logit += wide_table.hashed(id)[0];
             }
             numeric.copy_from_slice(&numerical[i * n_num..(i + 1) * n_num]);
         }
-        let deep = self
-            .deep
-            .forward(deep_in, items, &mut s.deep_a, &mut s.deep_b);
+        let deep = self.deep.forward(deep_in, items, &mut s.deep_a, &mut s.deep_b);
         out.extend(deep.iter().zip(wide.iter()).map(|(d, w)| sigmoid(d + w)));
     }
 }
@@ -182,34 +151,21 @@ mod tests {
                output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
         );
         for (k, v) in params {
-            text.push_str(&format!(
-                r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#
-            ));
+            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
         }
         parse_pbtxt(&text, "wide_deep").unwrap()
     }
 
-    const SMALL: &[(&str, &str)] = &[
-        ("table_rows", "10"),
-        ("embedding_dim", "4"),
-        ("deep_mlp", "32,16"),
-    ];
+    const SMALL: &[(&str, &str)] = &[("table_rows", "10"), ("embedding_dim", "4"), ("deep_mlp", "32,16")];
 
     fn small() -> WideDeepModel {
         WideDeepModel::new(&config(13, 16, SMALL)).unwrap()
     }
 
     fn inputs(batch: usize, id_offset: i64) -> Vec<Tensor> {
-        let num: Vec<f32> = (0..batch * 13)
-            .map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0)
-            .collect();
-        let cat: Vec<i64> = (0..batch * 16)
-            .map(|i| (i as i64 * 7919) % 1_000_003 + id_offset)
-            .collect();
-        vec![
-            Tensor::from_f32(vec![batch as i64, 13], &num),
-            Tensor::from_i64(vec![batch as i64, 16], &cat),
-        ]
+        let num: Vec<f32> = (0..batch * 13).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
+        let cat: Vec<i64> = (0..batch * 16).map(|i| (i as i64 * 7919) % 1_000_003 + id_offset).collect();
+        vec![Tensor::from_f32(vec![batch as i64, 13], &num), Tensor::from_i64(vec![batch as i64, 16], &cat)]
     }
 
     fn item(x: &[Tensor], i: usize) -> Vec<Tensor> {
@@ -246,12 +202,7 @@ mod tests {
         let all = m.execute(&x).unwrap()[0].to_f32();
         for i in [0, 1, batch - 1] {
             let one = m.execute(&item(&x, i)).unwrap()[0].to_f32();
-            assert!(
-                (one[0] - all[i]).abs() < 1e-5,
-                "item {i}: {} vs {}",
-                one[0],
-                all[i]
-            );
+            assert!((one[0] - all[i]).abs() < 1e-5, "item {i}: {} vs {}", one[0], all[i]);
         }
     }
 
@@ -260,26 +211,12 @@ mod tests {
         let m = small();
         let x = inputs(1, 0);
         let base = m.execute(&x).unwrap();
-        assert_eq!(
-            m.execute(&inputs(1, 10)).unwrap(),
-            base,
-            "id + table_rows selects the same rows"
-        );
-        assert_eq!(
-            m.execute(&inputs(1, -1_000_010)).unwrap(),
-            base,
-            "negative ids wrap"
-        );
-        assert_ne!(
-            m.execute(&inputs(1, 1)).unwrap(),
-            base,
-            "categorical ids matter"
-        );
+        assert_eq!(m.execute(&inputs(1, 10)).unwrap(), base, "id + table_rows selects the same rows");
+        assert_eq!(m.execute(&inputs(1, -1_000_010)).unwrap(), base, "negative ids wrap");
+        assert_ne!(m.execute(&inputs(1, 1)).unwrap(), base, "categorical ids matter");
         let mut num = x[0].to_f32();
         num[12] += 1.0;
-        let moved = m
-            .execute(&[Tensor::from_f32(vec![1, 13], &num), x[1].clone()])
-            .unwrap();
+        let moved = m.execute(&[Tensor::from_f32(vec![1, 13], &num), x[1].clone()]).unwrap();
         assert_ne!(moved, base, "the last numerical feature matters");
     }
 
@@ -288,25 +225,14 @@ mod tests {
         let m = small();
         let mut x = inputs(2, 0);
         x[1] = Tensor::from_i64(vec![2, 15], &[0; 30]);
-        assert!(m
-            .execute(&x)
-            .unwrap_err()
-            .contains("input 'categorical_features' has shape [2, 15]"));
-        let err = WideDeepModel::new(&config(13, 16, &[("embedding_dim", "0")]))
-            .err()
-            .unwrap();
+        assert!(m.execute(&x).unwrap_err().contains("input 'categorical_features' has shape [2, 15]"));
+        let err = WideDeepModel::new(&config(13, 16, &[("embedding_dim", "0")])).err().unwrap();
         assert!(err.message.contains("must be positive"), "{}", err.message);
         let text = r#"backend: "wide_deep" max_batch_size: 4
             input [ { name: "numerical_features" data_type: TYPE_FP32 dims: [ 13 ] } ]
             output [ { name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] } ]"#;
-        let err = WideDeepModel::new(&parse_pbtxt(text, "w").unwrap())
-            .err()
-            .unwrap();
-        assert!(
-            err.message.contains("lacks input 'categorical_features'"),
-            "{}",
-            err.message
-        );
+        let err = WideDeepModel::new(&parse_pbtxt(text, "w").unwrap()).err().unwrap();
+        assert!(err.message.contains("lacks input 'categorical_features'"), "{}", err.message);
     }
 
     #[test]
