@@ -441,10 +441,12 @@ impl GrpcInferenceService for GrpcService {
                 ("config", _) => {
                     return Err(ServerError::invalid("load parameter 'config' must be a string_param").into())
                 }
-                (k, _) if k.starts_with("file:") => return Err(ServerError::unsupported(format!(
+                (k, _) if k.starts_with("file:") => {
+                    return Err(ServerError::unsupported(format!(
                     "load parameter '{k}': model file overrides are not supported; models are built from their config"
                 ))
-                .into()),
+                    .into())
+                }
                 _ => {}
             }
         }
