@@ -133,6 +133,56 @@ pub fn bytes_tensor_is_valid(data: &[u8], count: usize) -> bool {
     pos == data.len()
 }
 
+/// Why raw tensor bytes have no JSON form.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JsonValuesError {
+    #[error("malformed BYTES data")]
+    MalformedBytes,
+    #[error("BYTES that are not UTF-8")]
+    NotUtf8,
+}
+
+/// Raw little-endian tensor bytes as flat JSON values (KSERVE_V2.md §2.3): numbers (FP32, FP16 and
+/// BF16 widened to doubles), booleans, or strings for BYTES.
+pub fn json_values(dtype: DataType, data: &[u8]) -> Result<Vec<serde_json::Value>, JsonValuesError> {
+    use serde_json::{Number, Value};
+    macro_rules! each {
+        ($t:ty, $to:expr) => {
+            data.chunks_exact(std::mem::size_of::<$t>())
+                .map(|c| $to(<$t>::from_le_bytes(c.try_into().expect("chunk of the element size"))))
+                .collect()
+        };
+    }
+    let float = |x: f64| Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null);
+    Ok(match dtype {
+        DataType::Bool => data.iter().map(|&b| Value::Bool(b != 0)).collect(),
+        DataType::Uint8 => each!(u8, Value::from),
+        DataType::Uint16 => each!(u16, Value::from),
+        DataType::Uint32 => each!(u32, Value::from),
+        DataType::Uint64 => each!(u64, Value::from),
+        DataType::Int8 => each!(i8, Value::from),
+        DataType::Int16 => each!(i16, Value::from),
+        DataType::Int32 => each!(i32, Value::from),
+        DataType::Int64 => each!(i64, Value::from),
+        DataType::Fp16 => each!(u16, |x: u16| float(half::f16::from_bits(x).to_f64())),
+        DataType::Bf16 => each!(u16, |x: u16| float(half::bf16::from_bits(x).to_f64())),
+        DataType::Fp32 => each!(f32, |x: f32| float(x as f64)),
+        DataType::Fp64 => each!(f64, float),
+        DataType::Bytes => {
+            let mut values = Vec::new();
+            let mut pos = 0;
+            while pos + 4 <= data.len() {
+                let len = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+                let element = data.get(pos + 4..pos + 4 + len).ok_or(JsonValuesError::MalformedBytes)?;
+                let text = std::str::from_utf8(element).map_err(|_| JsonValuesError::NotUtf8)?;
+                values.push(Value::String(text.to_string()));
+                pos += 4 + len;
+            }
+            values
+        }
+    })
+}
+
 /// Does `shape` fit the config `dims` (where -1 matches any size)?
 pub fn shape_matches(dims: &[i64], shape: &[i64]) -> bool {
     dims.len() == shape.len() && dims.iter().zip(shape).all(|(&d, &s)| d == -1 || d == s)

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use super::error::{ServerError, ServerResult};
 use super::infer::{InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, ShmRef};
 use crate::proto::inference::ModelConfig;
-use crate::tensor::{element_count, DataType};
+use crate::tensor::{element_count, json_values, DataType, JsonValuesError};
 
 #[derive(Deserialize)]
 struct RequestJson {
@@ -345,47 +345,16 @@ fn json_to_tensor_bytes(name: &str, dtype: DataType, shape: &[i64], data: &Value
     Ok(out.into())
 }
 
-/// Raw little-endian tensor bytes to JSON values (§2.3); FP32 is widened to a double.
+/// Raw little-endian tensor bytes to JSON values (§2.3); FP16/BF16 cannot travel as JSON.
 fn tensor_bytes_to_json(name: &str, dtype: DataType, data: &[u8]) -> ServerResult<Vec<Value>> {
-    macro_rules! each {
-        ($t:ty, $to:expr) => {
-            data.chunks_exact(std::mem::size_of::<$t>())
-                .map(|c| $to(<$t>::from_le_bytes(c.try_into().expect("chunk of the element size"))))
-                .collect()
-        };
+    if matches!(dtype, DataType::Fp16 | DataType::Bf16) {
+        return Err(json_half_error(name, dtype));
     }
-    let float = |x: f64| Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null);
-    Ok(match dtype {
-        DataType::Bool => data.iter().map(|&b| Value::Bool(b != 0)).collect(),
-        DataType::Uint8 => each!(u8, Value::from),
-        DataType::Uint16 => each!(u16, Value::from),
-        DataType::Uint32 => each!(u32, Value::from),
-        DataType::Uint64 => each!(u64, Value::from),
-        DataType::Int8 => each!(i8, Value::from),
-        DataType::Int16 => each!(i16, Value::from),
-        DataType::Int32 => each!(i32, Value::from),
-        DataType::Int64 => each!(i64, Value::from),
-        DataType::Fp32 => each!(f32, |x: f32| float(x as f64)),
-        DataType::Fp64 => each!(f64, float),
-        DataType::Bytes => {
-            let mut values = Vec::new();
-            let mut pos = 0;
-            while pos + 4 <= data.len() {
-                let len = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
-                let element = data
-                    .get(pos + 4..pos + 4 + len)
-                    .ok_or_else(|| ServerError::internal(format!("output '{name}' holds malformed BYTES data")))?;
-                let text = std::str::from_utf8(element).map_err(|_| {
-                    ServerError::invalid(format!(
-                        "output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data"
-                    ))
-                })?;
-                values.push(Value::String(text.to_string()));
-                pos += 4 + len;
-            }
-            values
-        }
-        DataType::Fp16 | DataType::Bf16 => return Err(json_half_error(name, dtype)),
+    json_values(dtype, data).map_err(|e| match e {
+        JsonValuesError::MalformedBytes => ServerError::internal(format!("output '{name}' holds malformed BYTES data")),
+        JsonValuesError::NotUtf8 => ServerError::invalid(format!(
+            "output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data"
+        )),
     })
 }
 
