@@ -15,8 +15,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
 use crate::client::inprocess::InProcessClient;
-use crate::client::shm::{output_byte_sizes, SharedMemoryKind, ShmSet, DEFAULT_OUTPUT_SHM_BYTES};
-use crate::client::{ClientError, ConnectOptions, InferClient};
+use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmSet, DEFAULT_OUTPUT_SHM_BYTES};
+use crate::client::{ClientError, ConnectOptions, InferClient, InputSource};
 use crate::input::{build_requests, InputData, InputOptions, ShapeOverride};
 use crate::load::{read_intervals, Distribution, LoadMode};
 use crate::measure::gpu_metrics::GpuCollector;
@@ -27,6 +27,7 @@ use crate::report::pa_summary::{self, RunDescription, Wire};
 use crate::report::{pa_export, LoadPoint};
 use crate::server::serve::{self, ServeConfig};
 use crate::server::{InferenceServer, ServerOptions};
+use crate::tensor::Tensor;
 
 /// perf_analyzer's flags that perfbench does not implement. Each is accepted by name, so the
 /// user gets "not supported: --flag" instead of a parse error or silence.
@@ -324,6 +325,17 @@ fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
 
+/// Parses `-H 'Name: value'` flags into (name, value) pairs.
+pub fn parse_headers(flags: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
+    flags
+        .iter()
+        .map(|h| match h.split_once(':') {
+            Some((name, value)) if !name.trim().is_empty() => Ok((name.trim().to_string(), value.trim().to_string())),
+            _ => Err(invalid(format!("bad -H '{h}': expected 'Name: value'"))),
+        })
+        .collect()
+}
+
 /// Splits "start[:end[:step]]"; missing end = start, missing step = 1.
 fn parse_range<T: std::str::FromStr + Copy>(flag: &str, text: &str, one: T) -> Result<(T, T, T), ConfigError> {
     let parts: Vec<&str> = text.split(':').collect();
@@ -472,16 +484,7 @@ impl ProfileArgs {
             .iter()
             .map(|s| s.parse::<ShapeOverride>().map_err(|e| invalid(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
-        let headers = self
-            .headers
-            .iter()
-            .map(|h| match h.split_once(':') {
-                Some((name, value)) if !name.trim().is_empty() => {
-                    Ok((name.trim().to_string(), value.trim().to_string()))
-                }
-                _ => Err(invalid(format!("bad -H '{h}': expected 'Name: value'"))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let headers = parse_headers(&self.headers)?;
         Ok(ProfileConfig {
             model: self.model.clone(),
             version: self.model_version.clone(),
@@ -603,12 +606,13 @@ impl SweepObserver for Reporter {
     }
 
     fn point_done(&mut self, result: &PointResult) -> std::io::Result<()> {
-        let gpu = self.collector.take().map(GpuCollector::finish);
+        let mut result = result.clone();
+        result.detail.gpu = self.collector.take().map(GpuCollector::finish);
         if let Some(csv) = &mut self.csv {
-            csv.append(result, gpu.as_ref())?;
+            csv.append(&result)?;
         }
-        self.progress.suspend(|| println!("{}", pa_summary::point_block(result, self.wire, &self.description)));
-        self.results.push(result.clone());
+        self.progress.suspend(|| println!("{}", pa_summary::point_block(&result, self.wire, &self.description)));
+        self.results.push(result);
         Ok(())
     }
 }
@@ -698,11 +702,25 @@ async fn profile_with<C: InferClient>(client: C, run: Run<'_>) -> anyhow::Result
     let meta = client.model_metadata(model, version).await.with_context(|| format!("model '{model}'"))?;
     let model_config = client.model_config(model, version).await.with_context(|| format!("model '{model}'"))?;
     let mut specs = build_requests(&meta, &model_config, &config.input, version)?;
+    // The export lists each request's input values: keep them before shm replaces them.
+    let step_inputs: Vec<Vec<(String, Tensor)>> = match config.export {
+        Some(_) => specs.iter().map(inline_inputs).collect(),
+        None => Vec::new(),
+    };
 
     let mut shm = None;
     if config.shared_memory != SharedMemoryKind::None {
         config.shared_memory.check_available()?;
-        let sizes = output_byte_sizes(&meta, &model_config, config.input.batch_size, config.output_shm_bytes);
+        // Outputs whose size the config leaves open are sized from one inline request's answer,
+        // so a large --shape works without guessing --output-shared-memory-size.
+        let probe = if has_variable_outputs(&meta, &model_config) {
+            let (answer, _) = client.infer(&client.prepare(&specs[0])?, true).await;
+            Some(answer.context("the server rejected the first request")?)
+        } else {
+            None
+        };
+        let sizes =
+            output_byte_sizes(&meta, &model_config, config.input.batch_size, config.output_shm_bytes, probe.as_ref());
         let prefix = format!("perfbench_{}_", std::process::id());
         let (set, rewritten) = ShmSet::setup(&*client, &specs, &sizes, &prefix).await?;
         shm = Some(set);
@@ -710,7 +728,7 @@ async fn profile_with<C: InferClient>(client: C, run: Run<'_>) -> anyhow::Result
     }
 
     let server_stats = info.extensions.iter().any(|e| e == "statistics");
-    let outcome = sweep_and_report(client.clone(), &specs, &run, server_stats).await;
+    let outcome = sweep_and_report(client.clone(), &specs, &step_inputs, &run, server_stats).await;
     if let Some(set) = shm {
         if let Err(e) = set.release(&*client).await {
             tracing::warn!("releasing shared memory: {e}");
@@ -719,9 +737,20 @@ async fn profile_with<C: InferClient>(client: C, run: Run<'_>) -> anyhow::Result
     outcome
 }
 
+fn inline_inputs(spec: &crate::client::RequestSpec) -> Vec<(String, Tensor)> {
+    spec.inputs
+        .iter()
+        .filter_map(|(name, source)| match source {
+            InputSource::Inline(tensor) => Some((name.clone(), tensor.clone())),
+            InputSource::SystemShm { .. } => None,
+        })
+        .collect()
+}
+
 async fn sweep_and_report<C: InferClient>(
     client: Arc<C>,
     specs: &[crate::client::RequestSpec],
+    step_inputs: &[Vec<(String, Tensor)>],
     run: &Run<'_>,
     server_stats: bool,
 ) -> anyhow::Result<Vec<PointResult>> {
@@ -769,7 +798,7 @@ async fn sweep_and_report<C: InferClient>(
     };
     reporter.progress.finish_and_clear();
     if let Some(path) = &config.export {
-        pa_export::write(path, &reporter.results, &kind.to_lowercase())?;
+        pa_export::write(path, &reporter.results, &kind.to_lowercase(), step_inputs)?;
     }
     if !reporter.results.is_empty() {
         println!("{}", pa_summary::closing_list(&reporter.results));

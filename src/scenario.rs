@@ -62,6 +62,9 @@ pub struct Section {
     pub warmup_request_count: Option<u64>,
     pub stability_percentage: Option<f64>,
     pub max_trials: Option<usize>,
+    pub headers: Option<Vec<String>>,
+    pub streaming: Option<bool>,
+    pub collect_metrics: Option<bool>,
 }
 
 /// `[profiles.<name>.offline]` / `[profiles.<name>.online]`.
@@ -104,7 +107,10 @@ impl Section {
             measurement_request_count,
             warmup_request_count,
             stability_percentage,
-            max_trials
+            max_trials,
+            headers,
+            streaming,
+            collect_metrics
         )
     }
 }
@@ -197,6 +203,10 @@ impl Scenario {
                 stability_percentage: s.stability_percentage.unwrap_or(10.0),
                 max_trials: s.max_trials.unwrap_or(10),
                 percentile: None,
+                headers: s.headers.clone().unwrap_or_default(),
+                streaming: s.streaming.unwrap_or(false),
+                collect_metrics: s.collect_metrics.unwrap_or(false),
+                metrics_url: None,
                 model_repository: None,
                 out: Some(out.join(&sub)),
             },

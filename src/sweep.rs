@@ -108,6 +108,18 @@ pub struct MeasureArgs {
     /// Report this latency percentile instead of the average for stability.
     #[arg(long = "percentile")]
     pub percentile: Option<f64>,
+    /// Extra HTTP header or gRPC metadata, NAME:VALUE (repeatable), sent with every request.
+    #[arg(short = 'H')]
+    pub headers: Vec<String>,
+    /// gRPC only: send requests over the ModelStreamInfer stream.
+    #[arg(long = "streaming")]
+    pub streaming: bool,
+    /// Scrape the server's GPU metrics per point into perf_analyzer.csv.
+    #[arg(long = "collect-metrics")]
+    pub collect_metrics: bool,
+    /// Metrics endpoint for --collect-metrics (default: the bundled server's, else localhost:8002).
+    #[arg(long = "metrics-url")]
+    pub metrics_url: Option<String>,
     /// Serve models from this repository instead of the bundled zoo (no -u).
     #[arg(long = "model-repository")]
     pub model_repository: Option<PathBuf>,
@@ -251,6 +263,18 @@ impl SweepPlan {
         for shape in &m.shapes {
             flag("--shape", shape.clone());
         }
+        for header in &m.headers {
+            flag("-H", header.clone());
+        }
+        if let Some(url) = &m.metrics_url {
+            flag("--metrics-url", url.clone());
+        }
+        if m.streaming {
+            argv.push("--streaming".into());
+        }
+        if m.collect_metrics {
+            argv.push("--collect-metrics".into());
+        }
         Ok(ProfileArgv::try_parse_from(&argv)
             .map_err(|e| anyhow!("{}", e.to_string().lines().next().unwrap_or("bad flags").trim()))?
             .args)
@@ -292,14 +316,21 @@ pub async fn start_embedded(
 
 /// Runs every point of `plan` against `url`, writing the results folder.
 pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcome> {
+    // Every point's flags are checked before the first one runs.
+    let configs = plan
+        .points
+        .iter()
+        .map(|&(batch, concurrency)| Ok(plan.point_args(url, batch, concurrency)?.resolve()?))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     std::fs::create_dir_all(&plan.out).with_context(|| format!("cannot create {}", plan.out.display()))?;
     let config = run_config_table(plan, url).await?;
     let csv_path = plan.out.join("perf_analyzer.csv");
     let first = LoadPoint::Concurrency(plan.points.first().map_or(1, |p| p.1));
-    let mut csv = PaCsvWriter::create(&csv_path, first, CsvColumns::default())
+    let columns = CsvColumns { verbose: false, gpu_metrics: plan.measure.collect_metrics };
+    let mut csv = PaCsvWriter::create(&csv_path, first, columns)
         .with_context(|| format!("cannot write {}", csv_path.display()))?;
     let mut rows = Vec::new();
-    for (i, &(batch, concurrency)) in plan.points.iter().enumerate() {
+    for (i, (&(batch, concurrency), resolved)) in plan.points.iter().zip(configs).enumerate() {
         eprintln!(
             "[{}/{}] {} {}: batch {batch}, concurrency {concurrency}",
             i + 1,
@@ -307,11 +338,9 @@ pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcom
             plan.model,
             plan.kind.title().to_lowercase()
         );
-        let args = plan.point_args(url, batch, concurrency)?;
-        let resolved = args.resolve()?;
         let results = crate::profile::run_config(resolved).await?;
         for result in &results {
-            csv.append(result, None)?;
+            csv.append(result)?;
             rows.push(result.row.clone());
         }
     }
@@ -321,7 +350,8 @@ pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcom
 
 /// The configuration table of report.md, from the model config the server reports.
 async fn run_config_table(plan: &SweepPlan, url: &str) -> anyhow::Result<RunConfig> {
-    let connect = ConnectOptions::default();
+    let headers = crate::profile::parse_headers(&plan.measure.headers)?;
+    let connect = ConnectOptions { headers, ..ConnectOptions::default() };
     let config = match plan.protocol.as_str() {
         "grpc" => GrpcClient::new(url, &connect)?
             .model_config(&plan.model, "")
@@ -369,7 +399,11 @@ pub async fn run_sweep(plan: &SweepPlan, extra_pbtxt: Option<&str>) -> anyhow::R
                 "grpc" => server.grpc_url(),
                 _ => server.http_url(),
             };
-            let outcome = run_plan(plan, &url).await;
+            let mut plan = plan.clone();
+            if plan.measure.collect_metrics && plan.measure.metrics_url.is_none() {
+                plan.measure.metrics_url = Some(format!("{}/metrics", server.metrics_addr));
+            }
+            let outcome = run_plan(&plan, &url).await;
             server.shutdown().await;
             outcome
         }

@@ -70,7 +70,7 @@ async fn shm_round_trip<C: InferClient>(client: &C, model: &str, shape: &str, ba
     let meta = client.model_metadata(model, "").await.unwrap();
     let config = client.model_config(model, "").await.unwrap();
     let specs = build_requests(&meta, &config, &options, "").unwrap();
-    let sizes = output_byte_sizes(&meta, &config, batch_size, DEFAULT_OUTPUT_SHM_BYTES);
+    let sizes = output_byte_sizes(&meta, &config, batch_size, DEFAULT_OUTPUT_SHM_BYTES, None);
     let prefix = unique_prefix();
     let (set, shm_specs) = ShmSet::setup(client, &specs, &sizes, &prefix).await.expect("shm setup");
     let keys: Vec<String> = shm_specs[0]

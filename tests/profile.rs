@@ -159,6 +159,43 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
     assert!(requests.len() >= 30);
     let r = &requests[0];
     assert!(r["response_timestamps"][0].as_u64().unwrap() > r["timestamp"].as_u64().unwrap());
+    // perf_analyzer's per-request values: identity answers with exactly what it was sent.
+    let sent = r["request_inputs"]["INPUT0"].as_array().expect("request_inputs.INPUT0");
+    assert_eq!(sent.len(), 16);
+    assert_eq!(r["response_outputs"][0]["OUTPUT0"].as_array().expect("response_outputs[0].OUTPUT0"), sent);
+}
+
+#[test]
+fn variable_size_outputs_in_shared_memory_are_sized_from_the_answer() {
+    // OUTPUT0 has dims [-1]: its region cannot come from the config. 2 × 65536 FP32 = 512 KiB,
+    // five times perf_analyzer's --output-shared-memory-size default.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("pa.csv");
+    let out = perfbench(&[
+        "profile",
+        "-m",
+        "identity",
+        "-b",
+        "2",
+        "--shape",
+        "INPUT0:65536",
+        "--shared-memory",
+        "system",
+        "--concurrency-range",
+        "2",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "10",
+        "-s",
+        "100",
+        "-f",
+        csv.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("perfbench: 0 failed"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 2);
 }
 
 #[test]

@@ -136,6 +136,53 @@ fn online_sweep_writes_a_complete_folder() {
 }
 
 #[test]
+fn online_sweep_takes_headers_streaming_and_metrics_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("online");
+    let base = ["online", "-m", "identity", "--concurrency", "1,2", "--shape", "INPUT0:16"];
+    let mut args = base.to_vec();
+    let out_arg = out.to_str().unwrap();
+    args.extend([
+        "-i",
+        "grpc",
+        "--streaming",
+        "-H",
+        "x-perfbench-test: 1",
+        "--collect-metrics",
+        "--measurement-request-count",
+        "20",
+        "--warmup-request-count",
+        "2",
+        "--out",
+        out_arg,
+    ]);
+    let run = perfbench(&args);
+    assert!(run.status.success(), "{}", stderr(&run));
+    check_folder(&out, &["latency_vs_concurrency"]);
+    // --collect-metrics adds perf_analyzer's GPU columns (empty on a machine without GPUs).
+    let pa = std::fs::read_to_string(out.join("perf_analyzer.csv")).unwrap();
+    assert!(
+        pa.lines()
+            .next()
+            .unwrap()
+            .ends_with(",Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory"),
+        "{pa}"
+    );
+
+    let bad: [(&[&str], &str); 2] =
+        [(&["-i", "grpc", "-H", "no-colon"], "bad -H"), (&["-i", "http"], "--streaming needs -i grpc")];
+    for (extra, needle) in bad {
+        let mut args = base.to_vec();
+        args.extend(["--streaming", "--out", out_arg]);
+        args.extend(extra);
+        let run = perfbench(&args);
+        assert_eq!(run.status.code(), Some(2), "{extra:?}");
+        assert!(stderr(&run).contains(needle), "{}", stderr(&run));
+        assert_eq!(stderr(&run).trim().lines().count(), 1, "{}", stderr(&run));
+    }
+}
+
+#[test]
 fn scenario_quick_profile_writes_offline_and_online_folders() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");

@@ -149,27 +149,37 @@ impl Drop for ShmRegion {
     }
 }
 
-/// Per-output region sizes: batch × per-item bytes when the output's shape and dtype are fixed,
-/// else `variable_bytes` (`--output-shared-memory-size`).
+/// Per-output region sizes: batch × per-item bytes when the output's shape and dtype are fixed.
+/// A variable-size output gets `variable_bytes` (`--output-shared-memory-size`), or more when
+/// `probe` (one answered request of the same run) shows it needs more.
 pub fn output_byte_sizes(
     meta: &ModelMetadataResponse,
     config: &ModelConfig,
     batch_size: u64,
     variable_bytes: u64,
+    probe: Option<&InferResult>,
 ) -> Vec<(String, u64)> {
     meta.outputs
         .iter()
         .map(|o| {
             let dims: &[i64] = if config.max_batch_size > 0 { o.shape.get(1..).unwrap_or(&[]) } else { &o.shape };
             let per_item = DataType::parse(&o.datatype).and_then(|d| byte_size(d, dims));
+            let observed = probe
+                .and_then(|r| r.outputs.iter().find(|(name, _)| *name == o.name))
+                .map_or(0, |(_, tensor)| tensor.data.len() as u64);
             let size = match per_item {
                 Some(n) if config.max_batch_size > 0 => n as u64 * batch_size,
                 Some(n) => n as u64,
-                None => variable_bytes,
+                None => variable_bytes.max(observed),
             };
             (o.name.clone(), size)
         })
         .collect()
+}
+
+/// Whether some output's size is only known once the server answers.
+pub fn has_variable_outputs(meta: &ModelMetadataResponse, config: &ModelConfig) -> bool {
+    output_byte_sizes(meta, config, 1, 0, None).iter().any(|(_, size)| *size == 0)
 }
 
 /// The regions of one run, registered with the server.
@@ -361,6 +371,21 @@ mod tests {
         let meta =
             ModelMetadataResponse { outputs: vec![t("A", vec![-1, 16]), t("B", vec![-1, -1])], ..Default::default() };
         let config = ModelConfig { max_batch_size: 8, ..Default::default() };
-        assert_eq!(output_byte_sizes(&meta, &config, 4, 999), vec![("A".to_string(), 256), ("B".to_string(), 999)]);
+        assert_eq!(
+            output_byte_sizes(&meta, &config, 4, 999, None),
+            vec![("A".to_string(), 256), ("B".to_string(), 999)]
+        );
+        assert!(has_variable_outputs(&meta, &config));
+        // A probe answer larger than --output-shared-memory-size wins; a smaller one does not.
+        let answer = |bytes: usize| InferResult {
+            outputs: vec![(
+                "B".into(),
+                Tensor { dtype: DataType::Fp32, shape: vec![4, 1], data: vec![0; bytes].into() },
+            )],
+        };
+        assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(4096)))[1].1, 4096);
+        assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(16)))[1].1, 999);
+        let fixed = ModelMetadataResponse { outputs: vec![t("A", vec![-1, 16])], ..Default::default() };
+        assert!(!has_variable_outputs(&fixed, &config));
     }
 }

@@ -118,7 +118,8 @@ impl Shared {
         let step = self.started.fetch_add(1, Ordering::Relaxed) as usize % steps.len();
         let request = &steps[step];
         let sent = Instant::now();
-        let (result, timing) = client.infer(request, false).await;
+        // Outputs are decoded only for the profile export, as perf_analyzer does for it.
+        let (result, timing) = client.infer(request, self.log_requests).await;
         let done = Instant::now();
         {
             let mut rec = self.recorders[shard].lock();
@@ -130,8 +131,12 @@ impl Shared {
                 Err(e) => rec.record_failed(e),
             }
             if self.log_requests {
-                rec.log
-                    .push(RequestRecord { send_ns: self.clock.epoch_ns(sent), response_ns: self.clock.epoch_ns(done) });
+                rec.log.push(RequestRecord {
+                    send_ns: self.clock.epoch_ns(sent),
+                    response_ns: self.clock.epoch_ns(done),
+                    step,
+                    outputs: result.as_ref().map(|r| r.outputs.clone()).unwrap_or_default(),
+                });
             }
         }
         if let Err(e) = result {

@@ -9,7 +9,14 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
-use crate::report::pa_csv::GpuFigures;
+/// Per-GPU figures of one point (`--collect-metrics`), keyed by GPU UUID.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuFigures {
+    pub utilization: Vec<(String, f64)>,
+    pub power_w: Vec<(String, f64)>,
+    pub max_memory_bytes: Vec<(String, u64)>,
+    pub total_memory_bytes: Vec<(String, u64)>,
+}
 
 /// One scrape: per-GPU values of the four gauges.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use super::gpu_metrics::GpuFigures;
 use super::recorder::{RequestRecord, WindowRecorder};
 use super::server_stats::ServerStats;
 use super::stability::{spread_pct, WindowFigures};
@@ -75,6 +76,8 @@ pub struct PointDetail {
     pub window_boundaries_ns: Vec<u64>,
     /// Per-request send/response times of the merged windows (`--profile-export-file` only).
     pub requests: Vec<RequestRecord>,
+    /// GPU gauges scraped while the point ran (`--collect-metrics`).
+    pub gpu: Option<GpuFigures>,
 }
 
 /// One measured sweep point: the row every report reads, and the extra detail.
@@ -150,6 +153,7 @@ pub fn derive_point(
         threshold_latency_us,
         window_boundaries_ns: Vec::new(),
         requests: std::mem::take(&mut client.log),
+        gpu: None,
     };
     PointResult { row, detail }
 }

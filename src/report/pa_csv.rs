@@ -15,15 +15,6 @@ const BASE_COLUMNS: &str = "Inferences/Second,Client Send,Network+Server Send/Re
 const VERBOSE_COLUMNS: &str = ",Avg latency,request/response,response wait";
 const METRICS_COLUMNS: &str = ",Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory";
 
-/// Per-GPU figures of one point (`--collect-metrics`), keyed by GPU UUID.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GpuFigures {
-    pub utilization: Vec<(String, f64)>,
-    pub power_w: Vec<(String, f64)>,
-    pub max_memory_bytes: Vec<(String, u64)>,
-    pub total_memory_bytes: Vec<(String, u64)>,
-}
-
 /// Which optional column groups a CSV carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CsvColumns {
@@ -96,7 +87,7 @@ fn per_gpu<T: std::fmt::Display>(values: &[(String, T)]) -> String {
 }
 
 /// One data line (without newline).
-pub fn row_line(result: &PointResult, gpu: Option<&GpuFigures>, columns: CsvColumns) -> String {
+pub fn row_line(result: &PointResult, columns: CsvColumns) -> String {
     let r = &result.row;
     let first = match r.load {
         LoadPoint::Concurrency(n) => n.to_string(),
@@ -123,7 +114,7 @@ pub fn row_line(result: &PointResult, gpu: Option<&GpuFigures>, columns: CsvColu
         line.push_str(&format!(",{},{},{}", us(r.avg_us), us(request_response), us(exchange - request_response)));
     }
     if columns.gpu_metrics {
-        let g = gpu.cloned().unwrap_or_default();
+        let g = result.detail.gpu.clone().unwrap_or_default();
         line.push_str(&format!(
             ",{},{},{},{}",
             per_gpu(&g.utilization),
@@ -151,8 +142,8 @@ impl PaCsvWriter {
         Ok(writer)
     }
 
-    pub fn append(&mut self, result: &PointResult, gpu: Option<&GpuFigures>) -> io::Result<()> {
-        writeln!(self.out, "{}", row_line(result, gpu, self.columns))?;
+    pub fn append(&mut self, result: &PointResult) -> io::Result<()> {
+        writeln!(self.out, "{}", row_line(result, self.columns))?;
         self.out.flush()
     }
 }
@@ -160,6 +151,7 @@ impl PaCsvWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::gpu_metrics::GpuFigures;
     use crate::measure::{PointDetail, PointResult};
     use crate::report::ReportRow;
 
@@ -229,11 +221,12 @@ mod tests {
     fn rows_carry_whole_microseconds() {
         let columns = CsvColumns { verbose: true, gpu_metrics: false };
         assert_eq!(
-            row_line(&result(), None, columns),
+            row_line(&result(), columns),
             "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004,5657,70,5570"
         );
-        let gpu = GpuFigures { utilization: vec![("GPU-1".into(), 0.5)], ..Default::default() };
-        let line = row_line(&result(), Some(&gpu), CsvColumns { verbose: true, gpu_metrics: true });
+        let mut with_gpu = result();
+        with_gpu.detail.gpu = Some(GpuFigures { utilization: vec![("GPU-1".into(), 0.5)], ..Default::default() });
+        let line = row_line(&with_gpu, CsvColumns { verbose: true, gpu_metrics: true });
         assert!(line.ends_with(",GPU-1:0.5;,,,"), "{line}");
     }
 
@@ -242,7 +235,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pa.csv");
         let mut w = PaCsvWriter::create(&path, LoadPoint::Concurrency(1), CsvColumns::default()).unwrap();
-        w.append(&result(), None).unwrap();
+        w.append(&result()).unwrap();
         // Read while the writer is still open: the row is already on disk.
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 2);

@@ -1,15 +1,17 @@
 //! perf_analyzer's `--profile-export-file` JSON: one experiment per sweep point, each with its
-//! requests' send and response timestamps (ns since the epoch) and the window boundaries.
-//! Tensor values (`request_inputs`, `response_outputs`) are not recorded: the load loop never
-//! decodes outputs, so the timing it measures is not skewed by keeping them.
+//! requests' send and response timestamps (ns since the epoch), the input values each request
+//! sent and the output values it got back, and the window boundaries. Outputs read through
+//! shared memory are left out: the load loop does not copy them out of their regions.
 
 use std::io::{self, Write};
 use std::path::Path;
 
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::measure::PointResult;
 use crate::report::LoadPoint;
+use crate::tensor::{element_count, json_values, Tensor};
 
 #[derive(Serialize)]
 struct Export<'a> {
@@ -29,17 +31,42 @@ struct Experiment {
 #[derive(Serialize)]
 struct ExperimentId {
     mode: &'static str,
-    value: serde_json::Value,
+    value: Value,
 }
 
+/// Field order as perf_analyzer 2.50 writes it.
 #[derive(Serialize)]
 struct Request {
     timestamp: u64,
+    request_inputs: Value,
     response_timestamps: [u64; 1],
+    response_outputs: [Value; 1],
 }
 
-/// Writes the export for `results`; `service_kind` is "triton" or "inprocess".
-pub fn write(path: &Path, results: &[PointResult], service_kind: &str) -> io::Result<()> {
+/// `{name: [values...]}` for the tensors whose values are known.
+fn tensor_map<'a>(tensors: impl IntoIterator<Item = (&'a String, &'a Tensor)>) -> Value {
+    let mut map = Map::new();
+    for (name, tensor) in tensors {
+        let expected_empty = element_count(&tensor.shape) == Some(0);
+        if tensor.data.is_empty() && !expected_empty {
+            continue; // travelled through shared memory
+        }
+        if let Ok(values) = json_values(tensor.dtype, &tensor.data) {
+            map.insert(name.clone(), Value::Array(values));
+        }
+    }
+    Value::Object(map)
+}
+
+/// Writes the export for `results`. `step_inputs` are the input tensors of each data step, in the
+/// order the engine cycles them; `service_kind` is "triton" or "inprocess".
+pub fn write(
+    path: &Path,
+    results: &[PointResult],
+    service_kind: &str,
+    step_inputs: &[Vec<(String, Tensor)>],
+) -> io::Result<()> {
+    let inputs: Vec<Value> = step_inputs.iter().map(|step| tensor_map(step.iter().map(|(n, t)| (n, t)))).collect();
     let experiments = results
         .iter()
         .map(|r| Experiment {
@@ -51,7 +78,12 @@ pub fn write(path: &Path, results: &[PointResult], service_kind: &str) -> io::Re
                 .detail
                 .requests
                 .iter()
-                .map(|q| Request { timestamp: q.send_ns, response_timestamps: [q.response_ns] })
+                .map(|q| Request {
+                    timestamp: q.send_ns,
+                    request_inputs: inputs.get(q.step).cloned().unwrap_or_else(|| Value::Object(Map::new())),
+                    response_timestamps: [q.response_ns],
+                    response_outputs: [tensor_map(q.outputs.iter().map(|(n, t)| (n, t)))],
+                })
                 .collect(),
             window_boundaries: r.detail.window_boundaries_ns.clone(),
         })
@@ -69,19 +101,40 @@ mod tests {
     use super::*;
     use crate::measure::recorder::RequestRecord;
     use crate::measure::window::derive_point;
+    use crate::tensor::DataType;
 
     #[test]
     fn export_has_perf_analyzer_shape() {
         let mut result = derive_point(&[], 1, LoadPoint::Concurrency(4), true, None);
-        result.detail.requests = vec![RequestRecord { send_ns: 10, response_ns: 25 }];
+        let output = Tensor::from_f32(vec![1, 2], &[1.5, -2.0]);
+        // A shared-memory output carries no data and is left out.
+        let in_shm = Tensor { dtype: DataType::Fp32, shape: vec![1, 2], data: Default::default() };
+        result.detail.requests = vec![RequestRecord {
+            send_ns: 10,
+            response_ns: 25,
+            step: 1,
+            outputs: vec![("OUTPUT0".into(), output), ("OUTPUT1".into(), in_shm)],
+        }];
         result.detail.window_boundaries_ns = vec![5, 30];
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("export.json");
-        write(&path, &[result], "triton").unwrap();
+        let steps = vec![
+            vec![("INPUT0".to_string(), Tensor::from_i32(vec![1], &[7]))],
+            vec![("INPUT0".to_string(), Tensor::from_i32(vec![1], &[8]))],
+        ];
+        write(&path, &[result], "triton", &steps).unwrap();
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let e = &v["experiments"][0];
         assert_eq!(e["experiment"], serde_json::json!({"mode": "concurrency", "value": 4}));
-        assert_eq!(e["requests"][0], serde_json::json!({"timestamp": 10, "response_timestamps": [25]}));
+        assert_eq!(
+            e["requests"][0],
+            serde_json::json!({
+                "timestamp": 10,
+                "request_inputs": {"INPUT0": [8]},
+                "response_timestamps": [25],
+                "response_outputs": [{"OUTPUT0": [1.5, -2.0]}]
+            })
+        );
         assert_eq!(e["window_boundaries"], serde_json::json!([5, 30]));
         assert_eq!(v["service_kind"], "triton");
     }
