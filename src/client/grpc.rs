@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes};
+use bytes::{Buf, BufMut, Bytes};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
@@ -170,9 +170,12 @@ struct CallTimes {
     decoding: OnceLock<Instant>,
 }
 
-/// Writes pre-encoded request bytes; decodes `ModelInferResponse` with prost.
+/// Writes pre-encoded request bytes; decodes `ModelInferResponse` with prost when the caller
+/// keeps outputs, and otherwise only consumes the message (a failed call arrives as a status in
+/// the trailers, not in the body, so nothing is lost by not parsing it).
 struct InferCodec {
     times: Arc<CallTimes>,
+    keep_outputs: bool,
 }
 
 struct PreEncoded {
@@ -181,11 +184,12 @@ struct PreEncoded {
 
 struct ResponseDecoder {
     times: Arc<CallTimes>,
+    keep_outputs: bool,
 }
 
 impl Codec for InferCodec {
     type Encode = Bytes;
-    type Decode = ModelInferResponse;
+    type Decode = Option<ModelInferResponse>;
     type Encoder = PreEncoded;
     type Decoder = ResponseDecoder;
 
@@ -194,7 +198,7 @@ impl Codec for InferCodec {
     }
 
     fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder { times: self.times.clone() }
+        ResponseDecoder { times: self.times.clone(), keep_outputs: self.keep_outputs }
     }
 }
 
@@ -210,12 +214,18 @@ impl Encoder for PreEncoded {
 }
 
 impl Decoder for ResponseDecoder {
-    type Item = ModelInferResponse;
+    type Item = Option<ModelInferResponse>;
     type Error = Status;
 
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<ModelInferResponse>, Status> {
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
         let _ = self.times.decoding.set(Instant::now());
-        ModelInferResponse::decode(src).map(Some).map_err(|e| Status::internal(format!("bad ModelInferResponse: {e}")))
+        if !self.keep_outputs {
+            src.advance(src.remaining());
+            return Ok(Some(None));
+        }
+        let response =
+            ModelInferResponse::decode(src).map_err(|e| Status::internal(format!("bad ModelInferResponse: {e}")))?;
+        Ok(Some(Some(response)))
     }
 }
 
@@ -302,19 +312,16 @@ impl InferClient for GrpcClient {
         let response = match grpc.ready().await {
             Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
             Ok(()) => {
-                let codec = InferCodec { times: times.clone() };
+                let codec = InferCodec { times: times.clone(), keep_outputs };
                 let path = tonic::codegen::http::uri::PathAndQuery::from_static(MODEL_INFER_PATH);
                 grpc.unary(self.request(request.encoded.clone()), path, codec).await.map_err(|s| self.status_error(s))
             }
         };
         let answered = Instant::now();
-        let result = match response {
+        let result = match response.map(tonic::Response::into_inner) {
             Err(e) => Err(e),
-            Ok(r) if keep_outputs => from_proto(r.into_inner()),
-            Ok(r) => {
-                drop(r);
-                Ok(InferResult::default())
-            }
+            Ok(Some(r)) => from_proto(r),
+            Ok(None) => Ok(InferResult::default()),
         };
         let end = Instant::now();
         let sent = times.encoded.get().copied().unwrap_or(answered).min(answered);
