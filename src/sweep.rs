@@ -338,7 +338,16 @@ pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcom
             plan.model,
             plan.kind.title().to_lowercase()
         );
-        let results = crate::profile::run_config(resolved).await?;
+        let results = match crate::profile::run_config(resolved).await {
+            Ok(results) => results,
+            // The points measured so far still get their report and plots.
+            Err(e) if !rows.is_empty() => {
+                crate::report::write_results(&plan.out, &rows, &config, plan.kind)?;
+                let dir = plan.out.display();
+                return Err(e.context(format!("the sweep stopped after {} point(s), reported in {dir}", rows.len())));
+            }
+            Err(e) => return Err(e),
+        };
         for result in &results {
             csv.append(result)?;
             rows.push(result.row.clone());

@@ -362,3 +362,50 @@ fn grpc_streaming_measures_like_unary_and_counts_server_errors() {
 }
 
 const FAIL_EVERY_4: &str = r#"parameters { key: "fail_every" value { string_value: "4" } }"#;
+
+#[test]
+fn an_online_sweep_whose_server_dies_keeps_its_report() {
+    let repo = repository(&[("slow", &delay_model(2000, 0, ""))]);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = runtime
+        .block_on(perfbench::server::serve::start(perfbench::server::serve::ServeConfig {
+            options: perfbench::server::ServerOptions {
+                model_repository: Some(repo.path().to_path_buf()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("online");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(["online", "-m", "slow", "--shape", "INPUT0:4", "--concurrency", "1..40"])
+        .args(["-u", &server.http_addr.to_string(), "--measurement-request-count", "10", "-s", "100", "-r", "3"])
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let csv = out.join("perf_analyzer.csv");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&csv).map(|t| t.lines().count()).unwrap_or(0) < 3 {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("no rows written in time; stderr: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    runtime.block_on(server.shutdown());
+    let output = child.wait_with_output().unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.contains("the sweep stopped after") && last.contains("unreachable"), "{err}");
+    // The measured points still get report.csv, report.md and their plot.
+    let (rows, _) = perfbench::report::read_table(&out.join("report.csv")).unwrap();
+    assert!(rows.len() >= 2 && rows.len() < 40, "{rows:?}");
+    assert!(out.join("report.md").is_file());
+    assert!(out.join("plots").join("latency_vs_concurrency.png").is_file());
+}
