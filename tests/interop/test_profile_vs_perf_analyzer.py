@@ -101,3 +101,34 @@ def test_agrees_with_perf_analyzer(triton, tmp_path, model, protocol, concurrenc
         f"attempt {i + 1}: " + "; ".join(p) for i, (_, _, p) in enumerate(attempts)
     )
     pytest.fail(f"perfbench and perf_analyzer disagree by more than {TOLERANCE:.0%}:\n{report}")
+
+
+def export_shape(path):
+    """The structure of a --profile-export-file: keys at each level and per-tensor lengths."""
+    import json
+
+    export = json.loads(path.read_text())
+    experiment = export["experiments"][0]
+    request = experiment["requests"][0]
+    return {
+        "top": sorted(export),
+        "experiment": sorted(experiment),
+        "experiment_id": experiment["experiment"],
+        "request": list(request),
+        "inputs": {k: len(v) for k, v in request["request_inputs"].items()},
+        "outputs": [{k: len(v) for k, v in r.items()} for r in request["response_outputs"]],
+    }
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_profile_export_has_perf_analyzer_shape(perfbench_zoo, tmp_path, protocol):
+    args = ["--shape", "INPUT0:16", "--concurrency-range", "2", "--measurement-mode",
+            "count_windows", "--measurement-request-count", "50", "-s", "100"]
+    shapes = {}
+    for tool, runner in [("pa", run_pa), ("pb", run_profile)]:
+        export = tmp_path / f"{tool}.json"
+        runner(perfbench_zoo, "identity", protocol, tmp_path / f"{tool}.csv",
+               [*args, "--profile-export-file", str(export)])
+        shapes[tool] = export_shape(export)
+    assert shapes["pb"] == shapes["pa"]
+    assert shapes["pb"]["inputs"] == {"INPUT0": 16}
