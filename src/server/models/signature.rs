@@ -1,7 +1,9 @@
 //! Binding a compute model to its config: where each named input and output sits in the config's
 //! order, that its dtype is the one the model computes with, how many elements one batch item
-//! holds, and reading a batch's tensors by that binding. Also list-valued model parameters.
+//! holds, and reading a batch's tensors by that binding. Also list-valued model parameters, and
+//! the binding the click-through-rate models share.
 
+use super::param;
 use crate::proto::inference::ModelConfig;
 use crate::server::config;
 use crate::server::error::{ServerError, ServerResult};
@@ -195,4 +197,71 @@ pub fn sizes_param(config: &ModelConfig, key: &str, default: &[usize]) -> Server
             config.name
         ))
     })
+}
+
+/// The binding the click-through-rate models (`wide_deep`, `dlrm`) share: per item, FP32
+/// `numerical_features` and INT64 `categorical_features` in, one FP32 `click_probability` out;
+/// each categorical feature has its own hashed table of `table_rows` × `embedding_dim`.
+pub struct CtrBinding {
+    pub signature: Signature,
+    /// Numerical features per item.
+    pub numerical: usize,
+    /// Categorical features per item.
+    pub categorical: usize,
+    pub table_rows: usize,
+    pub embedding_dim: usize,
+}
+
+impl CtrBinding {
+    pub fn bind(config: &ModelConfig, default_embedding_dim: usize) -> ServerResult<Self> {
+        let signature = Signature::bind(
+            config,
+            &[
+                TensorSpec { name: "numerical_features", dtype: DataType::Fp32 },
+                TensorSpec { name: "categorical_features", dtype: DataType::Int64 },
+            ],
+            &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
+        )?;
+        if signature.outputs[0].item_len != 1 {
+            return Err(ServerError::invalid(format!(
+                "model '{}': 'click_probability' must have dims [ 1 ]",
+                config.name
+            )));
+        }
+        let numerical = signature.inputs[0].item_len;
+        let categorical = signature.inputs[1].item_len;
+        let table_rows: usize = param(config, "table_rows", 1000)?;
+        let embedding_dim: usize = param(config, "embedding_dim", default_embedding_dim)?;
+        if table_rows == 0 || embedding_dim == 0 {
+            return Err(ServerError::invalid(format!(
+                "model '{}': table_rows and embedding_dim must be positive",
+                config.name
+            )));
+        }
+        Ok(CtrBinding { signature, numerical, categorical, table_rows, embedding_dim })
+    }
+
+    /// Decodes a batch and computes it at most `chunk_items` items at a time, which bounds the
+    /// activation buffers however large the batch is. `chunk` gets the chunk's item count and
+    /// features and appends one probability per item.
+    pub fn run_in_chunks(
+        &self,
+        inputs: &[Tensor],
+        chunk_items: usize,
+        mut chunk: impl FnMut(usize, &[f32], &[i64], &mut Vec<f32>),
+    ) -> Result<Vec<Tensor>, String> {
+        let sig = &self.signature;
+        let batch = sig.batch_size(inputs).map_err(|e| e.to_string())?;
+        let numerical = sig.input_f32(inputs, 0).map_err(|e| e.to_string())?;
+        let categorical = sig.input_i64(inputs, 1).map_err(|e| e.to_string())?;
+        let (n_num, n_cat) = (self.numerical, self.categorical);
+        let mut probabilities = Vec::with_capacity(batch);
+        for start in (0..batch).step_by(chunk_items) {
+            let items = chunk_items.min(batch - start);
+            let num = &numerical[start * n_num..(start + items) * n_num];
+            let cat = &categorical[start * n_cat..(start + items) * n_cat];
+            chunk(items, num, cat, &mut probabilities);
+        }
+        Ok(sig.outputs_f32(batch, vec![probabilities]))
+    }
 }
