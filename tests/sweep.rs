@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use perfbench::report::table::REPORT_COLUMNS;
 use perfbench::report::{LoadPoint, ReportRow};
 
 fn perfbench(args: &[&str]) -> Output {
@@ -18,24 +19,6 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-const REPORT_COLUMNS: &[&str] = &[
-    "Batch",
-    "Concurrency",
-    "Inferences/Second",
-    "Client Send",
-    "Network+Server Send/Recv",
-    "Server Queue",
-    "Server Compute Input",
-    "Server Compute Infer",
-    "Server Compute Output",
-    "Client Recv",
-    "p50 latency",
-    "p90 latency",
-    "p95 latency",
-    "p99 latency",
-    "avg latency",
-];
-
 /// Checks the folder's files and returns its rows.
 fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
     for file in ["perf_analyzer.csv", "report.csv", "report.md", "report.toml"] {
@@ -48,7 +31,7 @@ fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
     let csv = std::fs::read_to_string(dir.join("report.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     for column in REPORT_COLUMNS {
-        assert!(header.contains(column), "report.csv lacks '{column}'");
+        assert!(header.contains(&column), "report.csv lacks '{column}'");
     }
     let pa = std::fs::read_to_string(dir.join("perf_analyzer.csv")).unwrap();
     assert!(pa.starts_with("Concurrency,Inferences/Second,"), "{pa}");

@@ -9,6 +9,7 @@ use std::path::Path;
 use polars::prelude::{Column, CsvReadOptions, DataFrame, DataType, SerReader};
 
 use super::GateError;
+use crate::report::table::STAGE_NAMES;
 use crate::report::{LoadPoint, ReportRow};
 
 const BATCH: &str = "Batch";
@@ -25,18 +26,6 @@ const STABLE: &str = "Stable";
 const THROUGHPUT_SPREAD: &str = "Throughput Spread (%)";
 const P99_SPREAD: &str = "p99 Spread (%)";
 const AVG_SPREAD: &str = "avg Spread (%)";
-
-/// The latency breakdown, in perf_analyzer's order. Their sum is the average latency (the network
-/// column is defined as what is left of it), which stands in when a file has no avg column.
-const COMPONENTS: [&str; 7] = [
-    "Client Send",
-    "Network+Server Send/Recv",
-    "Server Queue",
-    "Server Compute Input",
-    "Server Compute Infer",
-    "Server Compute Output",
-    "Client Recv",
-];
 
 /// Reads the results CSV at `path`. `default_batch` is the batch size of files without a
 /// `Batch` column (perf_analyzer's CSV does not record it).
@@ -102,7 +91,9 @@ impl Table<'_> {
         }
         missing.extend([THROUGHPUT, P99].into_iter().filter(|name| self.find(name).is_none()));
         if self.find(AVG).is_none() {
-            let absent: Vec<&str> = COMPONENTS.into_iter().filter(|name| self.find(name).is_none()).collect();
+            // The stages sum to the average latency (the network stage is defined as what is left
+            // of it), so they stand in for a missing avg column.
+            let absent: Vec<&str> = STAGE_NAMES.into_iter().filter(|name| self.find(name).is_none()).collect();
             if !absent.is_empty() {
                 missing.push(AVG);
             }
@@ -179,8 +170,8 @@ impl Table<'_> {
             Some(concurrency) => LoadPoint::Concurrency(concurrency),
             None => LoadPoint::RequestRate(self.required(REQUEST_RATE, row)?),
         };
-        let mut components = [0.0; COMPONENTS.len()];
-        for (slot, name) in components.iter_mut().zip(COMPONENTS) {
+        let mut components = [0.0; STAGE_NAMES.len()];
+        for (slot, name) in components.iter_mut().zip(STAGE_NAMES) {
             *slot = self.number(name, row)?.unwrap_or(0.0);
         }
         let avg_us = match self.number(AVG, row)? {
