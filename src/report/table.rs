@@ -184,6 +184,15 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
     Some((field, unit))
 }
 
+/// Whether the CSV header `header` holds the quantity of the `report.csv` column `name`, as
+/// [`parse_csv`] recognises columns (aliases, case, a stated unit); if so, the factor that turns
+/// its values into µs.
+pub(crate) fn column_scale_to_us(header: &str, name: &str) -> Option<f64> {
+    let (wanted, _) = classify(name)?;
+    let (field, unit) = classify(header)?;
+    (field == wanted).then(|| unit.map_or(1.0, |unit| unit.to_us(1.0)))
+}
+
 /// Reads a CSV file into rows. `default_unit` applies to latency headers that name no unit
 /// (µs for perf_analyzer and `report.csv`; a seed's sidecar says which for its CSV).
 pub fn read_csv(path: &Path, default_unit: Unit) -> Result<Vec<ReportRow>, TableError> {
