@@ -2,7 +2,22 @@
 //! only part of it, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+use std::process::{Command, Output};
+
 use shared_memory::{Shmem, ShmemConf};
+
+/// Runs the perfbench binary from the crate root, where `scenarios/` lives.
+pub fn perfbench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("runs perfbench")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim().to_string()
+}
 
 pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
