@@ -103,18 +103,10 @@ impl Model for DlrmModel {
 mod tests {
     use super::*;
     use crate::server::config::parse_pbtxt;
+    use crate::server::models::signature::ctr_fixtures;
 
     fn config(numerical: usize, categorical: usize, params: &[(&str, &str)]) -> ModelConfig {
-        let mut text = format!(
-            r#"backend: "dlrm" max_batch_size: 64
-               input [ {{ name: "numerical_features" data_type: TYPE_FP32 dims: [ {numerical} ] }},
-                       {{ name: "categorical_features" data_type: TYPE_INT64 dims: [ {categorical} ] }} ]
-               output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
-        );
-        for (k, v) in params {
-            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
-        }
-        parse_pbtxt(&text, "dlrm").unwrap()
+        ctr_fixtures::config("dlrm", numerical, categorical, params)
     }
 
     const SMALL: &[(&str, &str)] =
@@ -125,28 +117,17 @@ mod tests {
     }
 
     fn inputs(batch: usize, id_offset: i64) -> Vec<Tensor> {
-        let num: Vec<f32> = (0..batch * 13).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
-        let cat: Vec<i64> = (0..batch * 26).map(|i| (i as i64 * 7919) % 1_000_003 + id_offset).collect();
-        vec![Tensor::from_f32(vec![batch as i64, 13], &num), Tensor::from_i64(vec![batch as i64, 26], &cat)]
+        ctr_fixtures::inputs(batch, 13, 26, id_offset)
     }
 
     #[test]
     fn outputs_one_probability_per_item() {
-        let out = small().execute(&inputs(5, 0)).unwrap();
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].shape, vec![5, 1]);
-        let p = out[0].to_f32();
-        assert!(p.iter().all(|&v| v > 0.0 && v < 1.0), "{p:?}");
-        assert!(p.windows(2).any(|w| w[0] != w[1]), "items differ: {p:?}");
+        ctr_fixtures::assert_one_probability_per_item(&small(), &inputs(5, 0));
     }
 
     #[test]
     fn deterministic_across_runs_and_instances() {
-        let x = inputs(3, 0);
-        let first = small().execute(&x).unwrap();
-        let m = small();
-        assert_eq!(m.execute(&x).unwrap(), first);
-        assert_eq!(m.execute(&x).unwrap(), first);
+        ctr_fixtures::assert_deterministic(small, &inputs(3, 0));
     }
 
     #[test]

@@ -265,3 +265,54 @@ impl CtrBinding {
         Ok(sig.outputs_f32(batch, vec![probabilities]))
     }
 }
+
+/// What the tests of the click-through-rate models share: their config, input batches and the
+/// checks every such model must pass.
+#[cfg(test)]
+pub(crate) mod ctr_fixtures {
+    use super::*;
+    use crate::server::config::parse_pbtxt;
+    use crate::server::models::Model;
+
+    /// A `backend` config with `numerical` and `categorical` features per item and `params`.
+    pub fn config(backend: &str, numerical: usize, categorical: usize, params: &[(&str, &str)]) -> ModelConfig {
+        let mut text = format!(
+            r#"backend: "{backend}" max_batch_size: 64
+               input [ {{ name: "numerical_features" data_type: TYPE_FP32 dims: [ {numerical} ] }},
+                       {{ name: "categorical_features" data_type: TYPE_INT64 dims: [ {categorical} ] }} ]
+               output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
+        );
+        for (k, v) in params {
+            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
+        }
+        parse_pbtxt(&text, backend).unwrap()
+    }
+
+    /// A batch of varied features; `id_offset` shifts every categorical id.
+    pub fn inputs(batch: usize, numerical: usize, categorical: usize, id_offset: i64) -> Vec<Tensor> {
+        let num: Vec<f32> = (0..batch * numerical).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
+        let cat: Vec<i64> = (0..batch * categorical).map(|i| (i as i64 * 7919) % 1_000_003 + id_offset).collect();
+        vec![
+            Tensor::from_f32(vec![batch as i64, numerical as i64], &num),
+            Tensor::from_i64(vec![batch as i64, categorical as i64], &cat),
+        ]
+    }
+
+    /// A batch of five items gives five probabilities in (0, 1), not all equal.
+    pub fn assert_one_probability_per_item(model: &dyn Model, five_items: &[Tensor]) {
+        let out = model.execute(five_items).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].shape, vec![5, 1]);
+        let p = out[0].to_f32();
+        assert!(p.iter().all(|&v| v > 0.0 && v < 1.0), "{p:?}");
+        assert!(p.windows(2).any(|w| w[0] != w[1]), "items differ: {p:?}");
+    }
+
+    /// Two instances built alike answer alike, run after run.
+    pub fn assert_deterministic<M: Model>(build: impl Fn() -> M, inputs: &[Tensor]) {
+        let first = build().execute(inputs).unwrap();
+        let m = build();
+        assert_eq!(m.execute(inputs).unwrap(), first);
+        assert_eq!(m.execute(inputs).unwrap(), first);
+    }
+}
