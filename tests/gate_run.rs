@@ -2,16 +2,12 @@
 //! scenario against a server whose model got twice as slow (the `delay` model's `delay_us`
 //! doubled through the scenario's `[model] config`) fails with exit code 1.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn perfbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("runs perfbench")
-}
+use std::path::Path;
+use std::process::Output;
+
+use common::perfbench;
 
 /// A short offline + online scenario over a delay model taking `delay_us` per execution.
 /// Thresholds are generous (noise on a busy 2-core box), far below the injected 100%.

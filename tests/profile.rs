@@ -2,11 +2,14 @@
 //! the bundled server's `delay` models (known compute time), with count windows and small request
 //! counts so each test takes seconds. Timing bounds are generous: CI is a noisy 2-core box.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use common::{perfbench, stderr};
 use perfbench::measure::PointResult;
 use perfbench::profile::{run_config, ProfileArgs};
 use perfbench::report::LoadPoint;
@@ -17,12 +20,14 @@ struct Cli {
     args: ProfileArgs,
 }
 
-fn perfbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_perfbench")).args(args).output().expect("runs the binary")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).trim().to_string()
+/// Runs `perfbench profile` with `args` and short count windows of `requests` requests (stable
+/// at once: threshold 100%), writing perf_analyzer's CSV to `csv`.
+fn profile_to_csv(args: &[&str], requests: &str, csv: &Path) -> Output {
+    let mut argv = vec!["profile"];
+    argv.extend(args);
+    argv.extend(["--measurement-mode", "count_windows", "--measurement-request-count", requests, "-s", "100"]);
+    argv.extend(["-f", csv.to_str().unwrap()]);
+    perfbench(&argv)
 }
 
 /// Asserts a failed run: exit 2, one line on stderr containing `needle`.
@@ -113,26 +118,21 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("pa.csv");
     let export = dir.path().join("export.json");
-    let out = perfbench(&[
-        "profile",
-        "-m",
-        "identity",
-        "--shape",
-        "INPUT0:16",
-        "--concurrency-range",
-        "1:2",
-        "--measurement-mode",
-        "count_windows",
-        "--measurement-request-count",
+    let out = profile_to_csv(
+        &[
+            "-m",
+            "identity",
+            "--shape",
+            "INPUT0:16",
+            "--concurrency-range",
+            "1:2",
+            "--verbose-csv",
+            "--profile-export-file",
+            export.to_str().unwrap(),
+        ],
         "30",
-        "-s",
-        "100",
-        "-f",
-        csv.to_str().unwrap(),
-        "--verbose-csv",
-        "--profile-export-file",
-        export.to_str().unwrap(),
-    ]);
+        &csv,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("*** Measurement Settings ***\n  Batch size: 1\n"), "{stdout}");
@@ -171,27 +171,22 @@ fn variable_size_outputs_in_shared_memory_are_sized_from_the_answer() {
     // five times perf_analyzer's --output-shared-memory-size default.
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("pa.csv");
-    let out = perfbench(&[
-        "profile",
-        "-m",
-        "identity",
-        "-b",
-        "2",
-        "--shape",
-        "INPUT0:65536",
-        "--shared-memory",
-        "system",
-        "--concurrency-range",
-        "2",
-        "--measurement-mode",
-        "count_windows",
-        "--measurement-request-count",
+    let out = profile_to_csv(
+        &[
+            "-m",
+            "identity",
+            "-b",
+            "2",
+            "--shape",
+            "INPUT0:65536",
+            "--shared-memory",
+            "system",
+            "--concurrency-range",
+            "2",
+        ],
         "10",
-        "-s",
-        "100",
-        "-f",
-        csv.to_str().unwrap(),
-    ]);
+        &csv,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("perfbench: 0 failed"), "{stdout}");
@@ -264,25 +259,12 @@ fn a_model_failing_one_request_in_four_completes_with_failures_counted() {
     )]);
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("flaky.csv");
-    let out = perfbench(&[
-        "profile",
-        "-m",
-        "flaky",
-        "--shape",
-        "INPUT0:4",
-        "--model-repository",
-        repo.path().to_str().unwrap(),
-        "--concurrency-range",
-        "1:2",
-        "--measurement-mode",
-        "count_windows",
-        "--measurement-request-count",
+    let repo_arg = repo.path().to_str().unwrap();
+    let out = profile_to_csv(
+        &["-m", "flaky", "--shape", "INPUT0:4", "--model-repository", repo_arg, "--concurrency-range", "1:2"],
         "40",
-        "-s",
-        "100",
-        "-f",
-        csv.to_str().unwrap(),
-    ]);
+        &csv,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let failed: Vec<u64> = stdout

@@ -2,6 +2,8 @@
 //! the generated tonic client: raw and typed inputs, streaming, every bad input of issue 2 (each
 //! followed by a good request), system shared memory, statistics, repository and health.
 
+mod common;
+
 use std::collections::HashMap;
 
 use perfbench::proto::health::health_check_response::ServingStatus;
@@ -14,9 +16,10 @@ use perfbench::proto::inference::model_infer_request::{InferInputTensor, InferRe
 use perfbench::proto::inference::InferParameter;
 use perfbench::server::serve::{self, RunningServer, ServeConfig};
 use perfbench::server::ServerOptions;
-use shared_memory::{Shmem, ShmemConf};
 use tonic::transport::Channel;
 use tonic::Code;
+
+use common::{f32_bytes, Region};
 
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 
@@ -31,10 +34,6 @@ async fn start() -> (RunningServer, Client) {
         .max_decoding_message_size(i32::MAX as usize)
         .max_encoding_message_size(i32::MAX as usize);
     (server, client)
-}
-
-fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 fn input(name: &str, datatype: &str, shape: &[i64]) -> InferInputTensor {
@@ -189,28 +188,6 @@ async fn stream_reports_errors_inline_and_keeps_going() {
     assert_eq!(by_id["b"].infer_response.as_ref().unwrap().model_name, "nope");
     assert_eq!(by_id["c"].infer_response.as_ref().unwrap().raw_output_contents[0], f32_bytes(&[2.0, 3.0]));
     server.shutdown().await;
-}
-
-/// A client-created POSIX shared-memory object, removed on drop.
-struct Region {
-    key: String,
-    shmem: Shmem,
-}
-
-impl Region {
-    fn new(tag: &str, size: usize) -> Region {
-        let key = format!("/pb_grpc_{tag}_{}", std::process::id());
-        let shmem = ShmemConf::new().os_id(&key).size(size).create().expect("create shm");
-        Region { key, shmem }
-    }
-    fn write(&self, offset: usize, data: &[u8]) {
-        // SAFETY: the test owns the mapping and stays within its size.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.shmem.as_ptr().add(offset), data.len()) };
-    }
-    fn read(&self, offset: usize, len: usize) -> Vec<u8> {
-        // SAFETY: as in `write`.
-        unsafe { std::slice::from_raw_parts(self.shmem.as_ptr().add(offset), len).to_vec() }
-    }
 }
 
 fn register(name: &str, key: &str, offset: u64, byte_size: u64) -> pb::SystemSharedMemoryRegisterRequest {

@@ -2,23 +2,22 @@
 //! reqwest: happy paths, every bad input of issue 2 (each followed by a good request), system
 //! shared memory, statistics, the repository extension and Prometheus metrics.
 
+mod common;
+
 use std::io::{Read, Write};
 
 use perfbench::server::serve::{self, RunningServer, ServeConfig};
 use perfbench::server::ServerOptions;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
-use shared_memory::{Shmem, ShmemConf};
+
+use common::{f32_bytes, Region};
 
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 
 async fn start() -> RunningServer {
     let options = ServerOptions { max_request_bytes: MAX_REQUEST_BYTES, ..Default::default() };
     serve::start(ServeConfig { options, ..Default::default() }).await.expect("server starts")
-}
-
-fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 struct Reply {
@@ -389,28 +388,6 @@ async fn every_bad_input_names_the_problem_and_the_server_keeps_serving() {
     http.assert_still_serves().await;
     assert_eq!(http.post("/v2/systemsharedmemory/unregister", "").await.status, StatusCode::OK);
     server.shutdown().await;
-}
-
-/// A client-created POSIX shared-memory object, removed on drop.
-struct Region {
-    key: String,
-    shmem: Shmem,
-}
-
-impl Region {
-    fn new(tag: &str, size: usize) -> Region {
-        let key = format!("/pb_http_{tag}_{}", std::process::id());
-        let shmem = ShmemConf::new().os_id(&key).size(size).create().expect("create shm");
-        Region { key, shmem }
-    }
-    fn write(&self, offset: usize, data: &[u8]) {
-        // SAFETY: the test owns the mapping and stays within its size.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.shmem.as_ptr().add(offset), data.len()) };
-    }
-    fn read(&self, offset: usize, len: usize) -> Vec<u8> {
-        // SAFETY: as in `write`.
-        unsafe { std::slice::from_raw_parts(self.shmem.as_ptr().add(offset), len).to_vec() }
-    }
 }
 
 #[tokio::test]

@@ -1,40 +1,21 @@
 //! `perfbench offline`, `online` and `run` end to end against the embedded server: each writes
 //! a complete results folder whose rows are consistent; bad syntax and bad scenarios exit 2.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+use std::process::Output;
+
+use common::{perfbench, stderr};
+use perfbench::report::table::REPORT_COLUMNS;
 use perfbench::report::{LoadPoint, ReportRow};
 
-fn perfbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("runs perfbench")
+/// Runs the sweep `args` with short windows, writing its results folder to `out`.
+fn sweep(args: &[&str], out: &Path) -> Output {
+    let mut argv = args.to_vec();
+    argv.extend(["--measurement-request-count", "20", "--warmup-request-count", "2", "--out", out.to_str().unwrap()]);
+    perfbench(&argv)
 }
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-const REPORT_COLUMNS: &[&str] = &[
-    "Batch",
-    "Concurrency",
-    "Inferences/Second",
-    "Client Send",
-    "Network+Server Send/Recv",
-    "Server Queue",
-    "Server Compute Input",
-    "Server Compute Infer",
-    "Server Compute Output",
-    "Client Recv",
-    "p50 latency",
-    "p90 latency",
-    "p95 latency",
-    "p99 latency",
-    "avg latency",
-];
 
 /// Checks the folder's files and returns its rows.
 fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
@@ -48,7 +29,7 @@ fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
     let csv = std::fs::read_to_string(dir.join("report.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     for column in REPORT_COLUMNS {
-        assert!(header.contains(column), "report.csv lacks '{column}'");
+        assert!(header.contains(&column), "report.csv lacks '{column}'");
     }
     let pa = std::fs::read_to_string(dir.join("perf_analyzer.csv")).unwrap();
     assert!(pa.starts_with("Concurrency,Inferences/Second,"), "{pa}");
@@ -84,21 +65,7 @@ fn check_folder(dir: &Path, plots: &[&str]) -> Vec<ReportRow> {
 fn offline_sweep_writes_a_complete_folder() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("offline");
-    let run = perfbench(&[
-        "offline",
-        "-m",
-        "identity",
-        "--batch-sizes",
-        "1,8,16",
-        "--shape",
-        "INPUT0:16",
-        "--measurement-request-count",
-        "20",
-        "--warmup-request-count",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let run = sweep(&["offline", "-m", "identity", "--batch-sizes", "1,8,16", "--shape", "INPUT0:16"], &out);
     assert!(run.status.success(), "{}", stderr(&run));
     let rows = check_folder(&out, &["throughput_vs_batch", "latency_vs_batch", "throughput_vs_latency"]);
     let points: Vec<(u64, LoadPoint)> = rows.iter().map(|r| (r.batch, r.load)).collect();
@@ -111,23 +78,7 @@ fn offline_sweep_writes_a_complete_folder() {
 fn online_sweep_writes_a_complete_folder() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("online");
-    let run = perfbench(&[
-        "online",
-        "-m",
-        "identity",
-        "-b",
-        "2",
-        "--concurrency",
-        "8..64",
-        "--shape",
-        "INPUT0:16",
-        "--measurement-request-count",
-        "20",
-        "--warmup-request-count",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let run = sweep(&["online", "-m", "identity", "-b", "2", "--concurrency", "8..64", "--shape", "INPUT0:16"], &out);
     assert!(run.status.success(), "{}", stderr(&run));
     let rows = check_folder(&out, &["latency_vs_concurrency"]);
     let levels: Vec<LoadPoint> = rows.iter().map(|r| r.load).collect();
@@ -141,22 +92,8 @@ fn online_sweep_takes_headers_streaming_and_metrics_flags() {
     let out = dir.path().join("online");
     let base = ["online", "-m", "identity", "--concurrency", "1,2", "--shape", "INPUT0:16"];
     let mut args = base.to_vec();
-    let out_arg = out.to_str().unwrap();
-    args.extend([
-        "-i",
-        "grpc",
-        "--streaming",
-        "-H",
-        "x-perfbench-test: 1",
-        "--collect-metrics",
-        "--measurement-request-count",
-        "20",
-        "--warmup-request-count",
-        "2",
-        "--out",
-        out_arg,
-    ]);
-    let run = perfbench(&args);
+    args.extend(["-i", "grpc", "--streaming", "-H", "x-perfbench-test: 1", "--collect-metrics"]);
+    let run = sweep(&args, &out);
     assert!(run.status.success(), "{}", stderr(&run));
     check_folder(&out, &["latency_vs_concurrency"]);
     // --collect-metrics adds perf_analyzer's GPU columns (empty on a machine without GPUs).
@@ -173,7 +110,7 @@ fn online_sweep_takes_headers_streaming_and_metrics_flags() {
         [(&["-i", "grpc", "-H", "no-colon"], "bad -H"), (&["-i", "http"], "--streaming needs -i grpc")];
     for (extra, needle) in bad {
         let mut args = base.to_vec();
-        args.extend(["--streaming", "--out", out_arg]);
+        args.extend(["--streaming", "--out", out.to_str().unwrap()]);
         args.extend(extra);
         let run = perfbench(&args);
         assert_eq!(run.status.code(), Some(2), "{extra:?}");

@@ -1,7 +1,9 @@
 //! Reads a results CSV into [`ReportRow`]s: perf_analyzer's `-f` format or perfbench's
-//! `report.csv`. Columns are found by name (case and surrounding spaces ignored), so their order
-//! and any extra columns do not matter. Values are microseconds and inferences/second; a column
-//! named with a unit, like the seeds' `p99 latency (ms)`, is converted to microseconds.
+//! `report.csv`. Columns are recognised as `report::table` recognises them (by name, case and
+//! surrounding spaces ignored), so their order and any extra columns do not matter. Values are
+//! microseconds and inferences/second; a column named with a unit, like the seeds'
+//! `p99 latency (ms)`, is converted to microseconds. Unlike the report's reader, the gate is
+//! strict: the columns it compares must be there and every value a non-negative number.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -9,6 +11,7 @@ use std::path::Path;
 use polars::prelude::{Column, CsvReadOptions, DataFrame, DataType, SerReader};
 
 use super::GateError;
+use crate::report::table::{column_scale_to_us, STAGE_NAMES};
 use crate::report::{LoadPoint, ReportRow};
 
 const BATCH: &str = "Batch";
@@ -25,18 +28,6 @@ const STABLE: &str = "Stable";
 const THROUGHPUT_SPREAD: &str = "Throughput Spread (%)";
 const P99_SPREAD: &str = "p99 Spread (%)";
 const AVG_SPREAD: &str = "avg Spread (%)";
-
-/// The latency breakdown, in perf_analyzer's order. Their sum is the average latency (the network
-/// column is defined as what is left of it), which stands in when a file has no avg column.
-const COMPONENTS: [&str; 7] = [
-    "Client Send",
-    "Network+Server Send/Recv",
-    "Server Queue",
-    "Server Compute Input",
-    "Server Compute Infer",
-    "Server Compute Output",
-    "Client Recv",
-];
 
 /// Reads the results CSV at `path`. `default_batch` is the batch size of files without a
 /// `Batch` column (perf_analyzer's CSV does not record it).
@@ -71,25 +62,13 @@ impl Table<'_> {
         self.find_scaled(name).map(|(column, _)| column)
     }
 
-    /// The column called `name`, or `name (ms)` / `name (us)` / `name (µs)`, with the factor that
-    /// turns its values into microseconds.
+    /// The column holding the `report.csv` column `name`, with the factor that turns its values
+    /// into microseconds.
     fn find_scaled(&self, name: &str) -> Option<(&Column, f64)> {
-        self.frame.columns().iter().find_map(|column| {
-            let header = column.name().trim();
-            let (base, unit) = match header.rsplit_once(" (") {
-                Some((base, unit)) => (base.trim_end(), unit.strip_suffix(')')),
-                None => (header, None),
-            };
-            if header.eq_ignore_ascii_case(name) {
-                return Some((column, 1.0));
-            }
-            let scale = match unit? {
-                "ms" => 1000.0,
-                "us" | "µs" => 1.0,
-                _ => return None,
-            };
-            base.eq_ignore_ascii_case(name).then_some((column, scale))
-        })
+        self.frame
+            .columns()
+            .iter()
+            .find_map(|column| column_scale_to_us(column.name(), name).map(|scale| (column, scale)))
     }
 
     /// Every column the gate needs is present, or an error listing the missing ones.
@@ -102,7 +81,9 @@ impl Table<'_> {
         }
         missing.extend([THROUGHPUT, P99].into_iter().filter(|name| self.find(name).is_none()));
         if self.find(AVG).is_none() {
-            let absent: Vec<&str> = COMPONENTS.into_iter().filter(|name| self.find(name).is_none()).collect();
+            // The stages sum to the average latency (the network stage is defined as what is left
+            // of it), so they stand in for a missing avg column.
+            let absent: Vec<&str> = STAGE_NAMES.into_iter().filter(|name| self.find(name).is_none()).collect();
             if !absent.is_empty() {
                 missing.push(AVG);
             }
@@ -179,8 +160,8 @@ impl Table<'_> {
             Some(concurrency) => LoadPoint::Concurrency(concurrency),
             None => LoadPoint::RequestRate(self.required(REQUEST_RATE, row)?),
         };
-        let mut components = [0.0; COMPONENTS.len()];
-        for (slot, name) in components.iter_mut().zip(COMPONENTS) {
+        let mut components = [0.0; STAGE_NAMES.len()];
+        for (slot, name) in components.iter_mut().zip(STAGE_NAMES) {
             *slot = self.number(name, row)?.unwrap_or(0.0);
         }
         let avg_us = match self.number(AVG, row)? {

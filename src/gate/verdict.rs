@@ -288,32 +288,7 @@ pub(crate) mod tests {
 
     /// A row with the gated metrics set and everything else neutral.
     pub(crate) fn row(concurrency: u64, throughput: f64, p99_us: f64, avg_us: f64) -> ReportRow {
-        ReportRow {
-            batch: 1,
-            load: LoadPoint::Concurrency(concurrency),
-            throughput,
-            client_send_us: 0.0,
-            network_us: 0.0,
-            server_queue_us: 0.0,
-            server_compute_input_us: 0.0,
-            server_compute_infer_us: 0.0,
-            server_compute_output_us: 0.0,
-            client_recv_us: 0.0,
-            p50_us: 0.0,
-            p90_us: 0.0,
-            p95_us: 0.0,
-            p99_us,
-            avg_us,
-            requests: 0,
-            failed: 0,
-            late: 0,
-            missed: 0,
-            stable: true,
-            throughput_spread_pct: 0.0,
-            p99_spread_pct: 0.0,
-            avg_spread_pct: 0.0,
-            server_avg_batch: 0.0,
-        }
+        ReportRow { throughput, p99_us, avg_us, ..ReportRow::zeroed(LoadPoint::Concurrency(concurrency)) }
     }
 
     fn verdicts(outcome: &GateOutcome) -> Vec<Verdict> {

@@ -208,16 +208,8 @@ mod tests {
     #[test]
     fn point_block_has_client_server_and_perfbench_lines() {
         let row = ReportRow {
-            batch: 1,
-            load: LoadPoint::Concurrency(1),
             throughput: 248.518,
             client_send_us: 83.0,
-            network_us: 0.0,
-            server_queue_us: 0.0,
-            server_compute_input_us: 0.0,
-            server_compute_infer_us: 0.0,
-            server_compute_output_us: 0.0,
-            client_recv_us: 0.0,
             p50_us: 3742.0,
             p90_us: 5477.0,
             p95_us: 5989.0,
@@ -225,13 +217,11 @@ mod tests {
             avg_us: 4013.0,
             requests: 896,
             failed: 3,
-            late: 0,
-            missed: 0,
             stable: false,
             throughput_spread_pct: 12.0,
-            p99_spread_pct: 0.0,
             avg_spread_pct: 1.0,
             server_avg_batch: 1.0,
+            ..ReportRow::zeroed(LoadPoint::Concurrency(1))
         };
         let detail = PointDetail {
             exchange_us: 3994.0,

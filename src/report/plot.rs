@@ -315,22 +315,10 @@ fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: 
         .axis_desc_style((FONT, 16))
         .draw()
         .map_err(e)?;
-    let points: Vec<(SegmentValue<i32>, f64)> =
-        rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
-    chart
-        .draw_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(2)))
-        .map_err(e)?
-        .label("Inferences/second")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(2)));
-    chart.draw_series(points.iter().map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled()))).map_err(e)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)
+    let (line, dots) = throughput_line(rows, 2);
+    chart.draw_series(line).map_err(e)?.label("Inferences/second").legend(line_legend(LINE_COLOR, 2));
+    chart.draw_series(dots).map_err(e)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 14)
 }
 
 fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
@@ -367,7 +355,7 @@ fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
             .map_err(e)?
             .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(line_legend(color, 2));
         chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(e)?;
     }
     // Each avg point names its batch size.
@@ -378,14 +366,7 @@ fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows
                 .map(|r| Text::new(format!("batch {}", r.batch), (ms(r.avg_us), r.throughput), (FONT, 12).into_font())),
         )
         .map_err(e)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight, 14)
 }
 
 /// Stacked per-stage bars per category; `with_throughput` adds Inferences/second on a second
@@ -398,7 +379,7 @@ fn stacked_latency<DB: DrawingBackend>(
 ) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, axis);
-    let has_stages = rows.iter().any(|r| stages_us(r).iter().any(|s| s.is_finite()));
+    let has_stages = has_stage_breakdown(rows);
     let bar_top = |r: &ReportRow| {
         if has_stages {
             stages_us(r).iter().map(|s| ms(*s)).sum()
@@ -493,23 +474,48 @@ fn stacked_latency<DB: DrawingBackend>(
             .axis_desc_style((FONT, 16))
             .draw()
             .map_err(e)?;
-        let points: Vec<(SegmentValue<i32>, f64)> =
-            rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
+        let (line, dots) = throughput_line(rows, 3);
         chart
-            .draw_secondary_series(LineSeries::new(points.clone(), LINE_COLOR.stroke_width(3)))
+            .draw_secondary_series(line)
             .map_err(e)?
             .label("Inferences/second (right axis)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], LINE_COLOR.stroke_width(3)));
-        chart
-            .draw_secondary_series(points.iter().map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())))
-            .map_err(e)?;
+            .legend(line_legend(LINE_COLOR, 3));
+        chart.draw_secondary_series(dots).map_err(e)?;
     }
+    draw_legend(&mut *chart, SeriesLabelPosition::UpperLeft, 13)
+}
+
+/// A point on the category axis.
+type CategoryPoint = (SegmentValue<i32>, f64);
+
+/// Inferences/second per category: a line `stroke_width` wide, and a dot on each point.
+fn throughput_line<DB: DrawingBackend>(
+    rows: &[ReportRow],
+    stroke_width: u32,
+) -> (LineSeries<DB, CategoryPoint>, Vec<Circle<CategoryPoint, i32>>) {
+    let points: Vec<CategoryPoint> =
+        rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
+    let dots = points.iter().map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())).collect();
+    (LineSeries::new(points, LINE_COLOR.stroke_width(stroke_width)), dots)
+}
+
+/// The legend mark of a line series.
+fn line_legend(color: RGBColor, stroke_width: u32) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(stroke_width))
+}
+
+/// The box naming the chart's labelled series.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+    font_size: u32,
+) -> DrawResult {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 13))
+        .position(position)
+        .label_font((FONT, font_size))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(e)
+        .map_err(|e| e.to_string())
 }

@@ -47,3 +47,36 @@ pub struct ReportRow {
     /// Server-side average executed batch (Δinference_count / Δexecution_count), 0 if unknown.
     pub server_avg_batch: f64,
 }
+
+#[cfg(test)]
+impl ReportRow {
+    /// A stable batch-1 row at `load` with every measurement zero: tests set what they check.
+    pub(crate) fn zeroed(load: LoadPoint) -> ReportRow {
+        ReportRow {
+            batch: 1,
+            load,
+            throughput: 0.0,
+            client_send_us: 0.0,
+            network_us: 0.0,
+            server_queue_us: 0.0,
+            server_compute_input_us: 0.0,
+            server_compute_infer_us: 0.0,
+            server_compute_output_us: 0.0,
+            client_recv_us: 0.0,
+            p50_us: 0.0,
+            p90_us: 0.0,
+            p95_us: 0.0,
+            p99_us: 0.0,
+            avg_us: 0.0,
+            requests: 0,
+            failed: 0,
+            late: 0,
+            missed: 0,
+            stable: true,
+            throughput_spread_pct: 0.0,
+            p99_spread_pct: 0.0,
+            avg_spread_pct: 0.0,
+            server_avg_batch: 0.0,
+        }
+    }
+}

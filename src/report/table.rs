@@ -33,6 +33,23 @@ pub const REPORT_COLUMNS: [&str; 15] = [
     "avg latency",
 ];
 
+/// `N` names of [`REPORT_COLUMNS`] from position `start`: the lists below stay in step with it.
+const fn report_columns<const N: usize>(start: usize) -> [&'static str; N] {
+    let mut names = [""; N];
+    let mut i = 0;
+    while i < N {
+        names[i] = REPORT_COLUMNS[start + i];
+        i += 1;
+    }
+    names
+}
+
+/// The seven latency stages, in the table's order.
+pub const STAGE_NAMES: [&str; 7] = report_columns(3);
+
+/// Every latency column: the stages, then p50, p90, p95, p99 and avg.
+const LATENCY_COLUMNS: [&str; 12] = report_columns(3);
+
 /// perfbench's own columns after [`REPORT_COLUMNS`]; the gate reads them by these names.
 pub const EXTRA_COLUMNS: [&str; 5] = ["Failed", "Stable", "Throughput Spread (%)", "p99 Spread (%)", "avg Spread (%)"];
 
@@ -165,6 +182,15 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         _ => return None,
     };
     Some((field, unit))
+}
+
+/// Whether the CSV header `header` holds the quantity of the `report.csv` column `name`, as
+/// [`parse_csv`] recognises columns (aliases, case, a stated unit); if so, the factor that turns
+/// its values into µs.
+pub(crate) fn column_scale_to_us(header: &str, name: &str) -> Option<f64> {
+    let (wanted, _) = classify(name)?;
+    let (field, unit) = classify(header)?;
+    (field == wanted).then(|| unit.map_or(1.0, |unit| unit.to_us(1.0)))
 }
 
 /// Reads a CSV file into rows. `default_unit` applies to latency headers that name no unit
@@ -360,16 +386,11 @@ pub fn stages_us(row: &ReportRow) -> [f64; 7] {
     ]
 }
 
-/// The stage names as the 15-column tables print them.
-pub const STAGE_NAMES: [&str; 7] = [
-    "Client Send",
-    "Network+Server Send/Recv",
-    "Server Queue",
-    "Server Compute Input",
-    "Server Compute Infer",
-    "Server Compute Output",
-    "Client Recv",
-];
+/// A row's values under [`LATENCY_COLUMNS`] (µs).
+fn latencies_us(row: &ReportRow) -> [f64; 12] {
+    let [s0, s1, s2, s3, s4, s5, s6] = stages_us(row);
+    [s0, s1, s2, s3, s4, s5, s6, row.p50_us, row.p90_us, row.p95_us, row.p99_us, row.avg_us]
+}
 
 /// Rounds to nanoseconds in µs (three decimals) so the CSV stays readable and loses nothing
 /// the clocks could tell apart.
@@ -404,14 +425,9 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
         )
     });
     columns.push(f64_column("Inferences/Second", &|r| r.throughput));
-    for (i, name) in STAGE_NAMES.iter().enumerate() {
-        columns.push(f64_column(name, &|r| stages_us(r)[i]));
+    for (i, name) in LATENCY_COLUMNS.iter().enumerate() {
+        columns.push(f64_column(name, &|r| latencies_us(r)[i]));
     }
-    columns.push(f64_column("p50 latency", &|r| r.p50_us));
-    columns.push(f64_column("p90 latency", &|r| r.p90_us));
-    columns.push(f64_column("p95 latency", &|r| r.p95_us));
-    columns.push(f64_column("p99 latency", &|r| r.p99_us));
-    columns.push(f64_column("avg latency", &|r| r.avg_us));
     columns.push(Column::new("Failed".into(), rows.iter().map(|r| r.failed).collect::<Vec<u64>>()));
     columns.push(Column::new("Stable".into(), rows.iter().map(|r| r.stable).collect::<Vec<bool>>()));
     columns.push(f64_column("Throughput Spread (%)", &|r| r.throughput_spread_pct));
@@ -610,25 +626,6 @@ fn load_cells(rows: &[ReportRow], rate_fmt: &dyn Fn(f64) -> String) -> (bool, Ve
 /// The results table of `rows` in `layout`, as Markdown (ends with a newline).
 pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
     let ms = |us: f64| us / 1000.0;
-    let latencies_us = |r: &ReportRow| -> Vec<f64> {
-        let mut v = stages_us(r).to_vec();
-        v.extend([r.p50_us, r.p90_us, r.p95_us, r.p99_us, r.avg_us]);
-        v
-    };
-    const LATENCY_NAMES: [&str; 12] = [
-        "Client Send",
-        "Network+Server Send/Recv",
-        "Server Queue",
-        "Server Compute Input",
-        "Server Compute Infer",
-        "Server Compute Output",
-        "Client Recv",
-        "p50 latency",
-        "p90 latency",
-        "p95 latency",
-        "p99 latency",
-        "avg latency",
-    ];
     let mut columns = Vec::new();
     match layout {
         Layout::Milliseconds { .. } | Layout::Microseconds => {
@@ -648,7 +645,7 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
             columns.push(PipeColumn::new(if open_loop { REQUEST_RATE_COLUMN } else { "Concurrency" }, load));
             let throughput = |t: f64| if micro { format_e(t, 2) } else { fixed(t, d) };
             columns.push(PipeColumn::new("Inferences/Second", rows.iter().map(|r| throughput(r.throughput)).collect()));
-            for (i, name) in LATENCY_NAMES.iter().enumerate() {
+            for (i, name) in LATENCY_COLUMNS.iter().enumerate() {
                 let (header, cells) = if micro {
                     (name.to_string(), rows.iter().map(|r| fixed(latencies_us(r)[i], 0)).collect())
                 } else {

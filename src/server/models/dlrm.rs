@@ -15,11 +15,11 @@
 //! (1000 rows). Weights come from `seed`.
 
 use super::nn::{gemm, sigmoid, sized, Embedding, Mat, MatMut, Mlp, ScratchPool, WeightInit};
-use super::signature::{sizes_param, Signature, TensorSpec};
+use super::signature::{sizes_param, CtrBinding};
 use super::{param, Model};
 use crate::proto::inference::ModelConfig;
-use crate::server::error::{ServerError, ServerResult};
-use crate::tensor::{DataType, Tensor};
+use crate::server::error::ServerResult;
+use crate::tensor::Tensor;
 
 const DEFAULT_SEED: u64 = 0xD1_2A;
 /// Items per pass: bounds the activation buffers however large the batch is.
@@ -38,7 +38,7 @@ struct Scratch {
 }
 
 pub struct DlrmModel {
-    signature: Signature,
+    binding: CtrBinding,
     bottom: Mlp,
     tables: Vec<Embedding>,
     top: Mlp,
@@ -47,30 +47,8 @@ pub struct DlrmModel {
 
 impl DlrmModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
-        let signature = Signature::bind(
-            config,
-            &[
-                TensorSpec { name: "numerical_features", dtype: DataType::Fp32 },
-                TensorSpec { name: "categorical_features", dtype: DataType::Int64 },
-            ],
-            &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
-        )?;
-        if signature.outputs[0].item_len != 1 {
-            return Err(ServerError::invalid(format!(
-                "model '{}': 'click_probability' must have dims [ 1 ]",
-                config.name
-            )));
-        }
-        let numerical = signature.inputs[0].item_len;
-        let categorical = signature.inputs[1].item_len;
-        let table_rows: usize = param(config, "table_rows", 1000)?;
-        let dim: usize = param(config, "embedding_dim", 128)?;
-        if table_rows == 0 || dim == 0 {
-            return Err(ServerError::invalid(format!(
-                "model '{}': table_rows and embedding_dim must be positive",
-                config.name
-            )));
-        }
+        let binding = CtrBinding::bind(config, 128)?;
+        let (numerical, categorical, dim) = (binding.numerical, binding.categorical, binding.embedding_dim);
         let bottom_sizes = [vec![numerical], sizes_param(config, "bottom_mlp", &[512, 256])?, vec![dim]].concat();
         let interactions = (categorical + 1) * categorical / 2;
         let top_sizes =
@@ -79,27 +57,10 @@ impl DlrmModel {
         let mut init = WeightInit::new(param(config, "seed", DEFAULT_SEED)?);
         let bottom = Mlp::random(&mut init, &bottom_sizes, true);
         let table_std = 1.0 / (dim as f32).sqrt();
-        let tables = (0..categorical).map(|_| Embedding::random(&mut init, table_rows, dim, table_std)).collect();
+        let tables =
+            (0..categorical).map(|_| Embedding::random(&mut init, binding.table_rows, dim, table_std)).collect();
         let top = Mlp::random(&mut init, &top_sizes, false);
-        Ok(DlrmModel { signature, bottom, tables, top, scratch: ScratchPool::new() })
-    }
-
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        let sig = &self.signature;
-        let batch = sig.batch_size(inputs).map_err(|e| e.to_string())?;
-        let numerical = sig.input_f32(inputs, 0).map_err(|e| e.to_string())?;
-        let categorical = sig.input_i64(inputs, 1).map_err(|e| e.to_string())?;
-        let mut probabilities = Vec::with_capacity(batch);
-        self.scratch.with(|s| {
-            let (n_num, n_cat) = (self.bottom.in_dim(), self.tables.len());
-            for start in (0..batch).step_by(CHUNK_ITEMS) {
-                let items = CHUNK_ITEMS.min(batch - start);
-                let num = &numerical[start * n_num..(start + items) * n_num];
-                let cat = &categorical[start * n_cat..(start + items) * n_cat];
-                self.forward_chunk(items, num, cat, s, &mut probabilities);
-            }
-        });
-        Ok(sig.outputs_f32(batch, vec![probabilities]))
+        Ok(DlrmModel { binding, bottom, tables, top, scratch: ScratchPool::new() })
     }
 
     fn forward_chunk(&self, items: usize, numerical: &[f32], categorical: &[i64], s: &mut Scratch, out: &mut Vec<f32>) {
@@ -132,7 +93,9 @@ impl DlrmModel {
 
 impl Model for DlrmModel {
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        self.run(inputs)
+        self.binding.run_in_chunks(inputs, CHUNK_ITEMS, |items, numerical, categorical, out| {
+            self.scratch.with(|s| self.forward_chunk(items, numerical, categorical, s, out))
+        })
     }
 }
 
@@ -140,18 +103,10 @@ impl Model for DlrmModel {
 mod tests {
     use super::*;
     use crate::server::config::parse_pbtxt;
+    use crate::server::models::signature::ctr_fixtures;
 
     fn config(numerical: usize, categorical: usize, params: &[(&str, &str)]) -> ModelConfig {
-        let mut text = format!(
-            r#"backend: "dlrm" max_batch_size: 64
-               input [ {{ name: "numerical_features" data_type: TYPE_FP32 dims: [ {numerical} ] }},
-                       {{ name: "categorical_features" data_type: TYPE_INT64 dims: [ {categorical} ] }} ]
-               output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
-        );
-        for (k, v) in params {
-            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
-        }
-        parse_pbtxt(&text, "dlrm").unwrap()
+        ctr_fixtures::config("dlrm", numerical, categorical, params)
     }
 
     const SMALL: &[(&str, &str)] =
@@ -162,28 +117,17 @@ mod tests {
     }
 
     fn inputs(batch: usize, id_offset: i64) -> Vec<Tensor> {
-        let num: Vec<f32> = (0..batch * 13).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
-        let cat: Vec<i64> = (0..batch * 26).map(|i| (i as i64 * 7919) % 1_000_003 + id_offset).collect();
-        vec![Tensor::from_f32(vec![batch as i64, 13], &num), Tensor::from_i64(vec![batch as i64, 26], &cat)]
+        ctr_fixtures::inputs(batch, 13, 26, id_offset)
     }
 
     #[test]
     fn outputs_one_probability_per_item() {
-        let out = small().execute(&inputs(5, 0)).unwrap();
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].shape, vec![5, 1]);
-        let p = out[0].to_f32();
-        assert!(p.iter().all(|&v| v > 0.0 && v < 1.0), "{p:?}");
-        assert!(p.windows(2).any(|w| w[0] != w[1]), "items differ: {p:?}");
+        ctr_fixtures::assert_one_probability_per_item(&small(), &inputs(5, 0));
     }
 
     #[test]
     fn deterministic_across_runs_and_instances() {
-        let x = inputs(3, 0);
-        let first = small().execute(&x).unwrap();
-        let m = small();
-        assert_eq!(m.execute(&x).unwrap(), first);
-        assert_eq!(m.execute(&x).unwrap(), first);
+        ctr_fixtures::assert_deterministic(small, &inputs(3, 0));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Binding a compute model to its config: where each named input and output sits in the config's
 //! order, that its dtype is the one the model computes with, how many elements one batch item
-//! holds, and reading a batch's tensors by that binding. Also list-valued model parameters.
+//! holds, and reading a batch's tensors by that binding. Also list-valued model parameters, and
+//! the binding the click-through-rate models share.
 
+use super::param;
 use crate::proto::inference::ModelConfig;
 use crate::server::config;
 use crate::server::error::{ServerError, ServerResult};
@@ -195,4 +197,122 @@ pub fn sizes_param(config: &ModelConfig, key: &str, default: &[usize]) -> Server
             config.name
         ))
     })
+}
+
+/// The binding the click-through-rate models (`wide_deep`, `dlrm`) share: per item, FP32
+/// `numerical_features` and INT64 `categorical_features` in, one FP32 `click_probability` out;
+/// each categorical feature has its own hashed table of `table_rows` × `embedding_dim`.
+pub struct CtrBinding {
+    pub signature: Signature,
+    /// Numerical features per item.
+    pub numerical: usize,
+    /// Categorical features per item.
+    pub categorical: usize,
+    pub table_rows: usize,
+    pub embedding_dim: usize,
+}
+
+impl CtrBinding {
+    pub fn bind(config: &ModelConfig, default_embedding_dim: usize) -> ServerResult<Self> {
+        let signature = Signature::bind(
+            config,
+            &[
+                TensorSpec { name: "numerical_features", dtype: DataType::Fp32 },
+                TensorSpec { name: "categorical_features", dtype: DataType::Int64 },
+            ],
+            &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
+        )?;
+        if signature.outputs[0].item_len != 1 {
+            return Err(ServerError::invalid(format!(
+                "model '{}': 'click_probability' must have dims [ 1 ]",
+                config.name
+            )));
+        }
+        let numerical = signature.inputs[0].item_len;
+        let categorical = signature.inputs[1].item_len;
+        let table_rows: usize = param(config, "table_rows", 1000)?;
+        let embedding_dim: usize = param(config, "embedding_dim", default_embedding_dim)?;
+        if table_rows == 0 || embedding_dim == 0 {
+            return Err(ServerError::invalid(format!(
+                "model '{}': table_rows and embedding_dim must be positive",
+                config.name
+            )));
+        }
+        Ok(CtrBinding { signature, numerical, categorical, table_rows, embedding_dim })
+    }
+
+    /// Decodes a batch and computes it at most `chunk_items` items at a time, which bounds the
+    /// activation buffers however large the batch is. `chunk` gets the chunk's item count and
+    /// features and appends one probability per item.
+    pub fn run_in_chunks(
+        &self,
+        inputs: &[Tensor],
+        chunk_items: usize,
+        mut chunk: impl FnMut(usize, &[f32], &[i64], &mut Vec<f32>),
+    ) -> Result<Vec<Tensor>, String> {
+        let sig = &self.signature;
+        let batch = sig.batch_size(inputs).map_err(|e| e.to_string())?;
+        let numerical = sig.input_f32(inputs, 0).map_err(|e| e.to_string())?;
+        let categorical = sig.input_i64(inputs, 1).map_err(|e| e.to_string())?;
+        let (n_num, n_cat) = (self.numerical, self.categorical);
+        let mut probabilities = Vec::with_capacity(batch);
+        for start in (0..batch).step_by(chunk_items) {
+            let items = chunk_items.min(batch - start);
+            let num = &numerical[start * n_num..(start + items) * n_num];
+            let cat = &categorical[start * n_cat..(start + items) * n_cat];
+            chunk(items, num, cat, &mut probabilities);
+        }
+        Ok(sig.outputs_f32(batch, vec![probabilities]))
+    }
+}
+
+/// What the tests of the click-through-rate models share: their config, input batches and the
+/// checks every such model must pass.
+#[cfg(test)]
+pub(crate) mod ctr_fixtures {
+    use super::*;
+    use crate::server::config::parse_pbtxt;
+    use crate::server::models::Model;
+
+    /// A `backend` config with `numerical` and `categorical` features per item and `params`.
+    pub fn config(backend: &str, numerical: usize, categorical: usize, params: &[(&str, &str)]) -> ModelConfig {
+        let mut text = format!(
+            r#"backend: "{backend}" max_batch_size: 64
+               input [ {{ name: "numerical_features" data_type: TYPE_FP32 dims: [ {numerical} ] }},
+                       {{ name: "categorical_features" data_type: TYPE_INT64 dims: [ {categorical} ] }} ]
+               output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
+        );
+        for (k, v) in params {
+            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
+        }
+        parse_pbtxt(&text, backend).unwrap()
+    }
+
+    /// A batch of varied features; `id_offset` shifts every categorical id.
+    pub fn inputs(batch: usize, numerical: usize, categorical: usize, id_offset: i64) -> Vec<Tensor> {
+        let num: Vec<f32> = (0..batch * numerical).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
+        let cat: Vec<i64> = (0..batch * categorical).map(|i| (i as i64 * 7919) % 1_000_003 + id_offset).collect();
+        vec![
+            Tensor::from_f32(vec![batch as i64, numerical as i64], &num),
+            Tensor::from_i64(vec![batch as i64, categorical as i64], &cat),
+        ]
+    }
+
+    /// A batch of five items gives five probabilities in (0, 1), not all equal.
+    pub fn assert_one_probability_per_item(model: &dyn Model, five_items: &[Tensor]) {
+        let out = model.execute(five_items).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].shape, vec![5, 1]);
+        let p = out[0].to_f32();
+        assert!(p.iter().all(|&v| v > 0.0 && v < 1.0), "{p:?}");
+        assert!(p.windows(2).any(|w| w[0] != w[1]), "items differ: {p:?}");
+    }
+
+    /// Two instances built alike answer alike, run after run.
+    pub fn assert_deterministic<M: Model>(build: impl Fn() -> M, inputs: &[Tensor]) {
+        let first = build().execute(inputs).unwrap();
+        let m = build();
+        assert_eq!(m.execute(inputs).unwrap(), first);
+        assert_eq!(m.execute(inputs).unwrap(), first);
+    }
 }

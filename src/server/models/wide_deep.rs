@@ -14,11 +14,11 @@
 //! from `seed`.
 
 use super::nn::{sigmoid, sized, Embedding, Linear, Mlp, ScratchPool, WeightInit};
-use super::signature::{sizes_param, Signature, TensorSpec};
+use super::signature::{sizes_param, CtrBinding};
 use super::{param, Model};
 use crate::proto::inference::ModelConfig;
-use crate::server::error::{ServerError, ServerResult};
-use crate::tensor::{DataType, Tensor};
+use crate::server::error::ServerResult;
+use crate::tensor::Tensor;
 
 const DEFAULT_SEED: u64 = 0x3D_EE9;
 /// Items per pass: bounds the activation buffers however large the batch is.
@@ -33,9 +33,8 @@ struct Scratch {
 }
 
 pub struct WideDeepModel {
-    signature: Signature,
+    binding: CtrBinding,
     deep_tables: Vec<Embedding>,
-    embedding_dim: usize,
     deep: Mlp,
     /// One weight per (feature, hashed id): the wide part's sparse linear term.
     wide_tables: Vec<Embedding>,
@@ -45,30 +44,9 @@ pub struct WideDeepModel {
 
 impl WideDeepModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
-        let signature = Signature::bind(
-            config,
-            &[
-                TensorSpec { name: "numerical_features", dtype: DataType::Fp32 },
-                TensorSpec { name: "categorical_features", dtype: DataType::Int64 },
-            ],
-            &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
-        )?;
-        if signature.outputs[0].item_len != 1 {
-            return Err(ServerError::invalid(format!(
-                "model '{}': 'click_probability' must have dims [ 1 ]",
-                config.name
-            )));
-        }
-        let numerical = signature.inputs[0].item_len;
-        let categorical = signature.inputs[1].item_len;
-        let table_rows: usize = param(config, "table_rows", 1000)?;
-        let dim: usize = param(config, "embedding_dim", 32)?;
-        if table_rows == 0 || dim == 0 {
-            return Err(ServerError::invalid(format!(
-                "model '{}': table_rows and embedding_dim must be positive",
-                config.name
-            )));
-        }
+        let binding = CtrBinding::bind(config, 32)?;
+        let (numerical, categorical, dim) = (binding.numerical, binding.categorical, binding.embedding_dim);
+        let table_rows = binding.table_rows;
         let deep_sizes =
             [vec![categorical * dim + numerical], sizes_param(config, "deep_mlp", &[1024, 512, 256])?, vec![1]]
                 .concat();
@@ -79,39 +57,14 @@ impl WideDeepModel {
         let deep = Mlp::random(&mut init, &deep_sizes, false);
         let wide_tables = (0..categorical).map(|_| Embedding::random(&mut init, table_rows, 1, 0.1)).collect();
         let wide_numerical = Linear::random(&mut init, numerical, 1, 0.1);
-        Ok(WideDeepModel {
-            signature,
-            deep_tables,
-            embedding_dim: dim,
-            deep,
-            wide_tables,
-            wide_numerical,
-            scratch: ScratchPool::new(),
-        })
-    }
-
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        let sig = &self.signature;
-        let batch = sig.batch_size(inputs).map_err(|e| e.to_string())?;
-        let numerical = sig.input_f32(inputs, 0).map_err(|e| e.to_string())?;
-        let categorical = sig.input_i64(inputs, 1).map_err(|e| e.to_string())?;
-        let mut probabilities = Vec::with_capacity(batch);
-        self.scratch.with(|s| {
-            let (n_num, n_cat) = (self.wide_numerical.in_dim, self.deep_tables.len());
-            for start in (0..batch).step_by(CHUNK_ITEMS) {
-                let items = CHUNK_ITEMS.min(batch - start);
-                let num = &numerical[start * n_num..(start + items) * n_num];
-                let cat = &categorical[start * n_cat..(start + items) * n_cat];
-                self.forward_chunk(items, num, cat, s, &mut probabilities);
-            }
-        });
-        Ok(sig.outputs_f32(batch, vec![probabilities]))
+        Ok(WideDeepModel { binding, deep_tables, deep, wide_tables, wide_numerical, scratch: ScratchPool::new() })
     }
 
     fn forward_chunk(&self, items: usize, numerical: &[f32], categorical: &[i64], s: &mut Scratch, out: &mut Vec<f32>) {
         let n_num = self.wide_numerical.in_dim;
         let n_cat = self.deep_tables.len();
         let width = self.deep.in_dim();
+        let dim = self.binding.embedding_dim;
 
         // Wide logits: the numerical linear term, plus one weight per categorical id.
         let wide = sized(&mut s.wide, items);
@@ -121,7 +74,7 @@ impl WideDeepModel {
             let ids = &categorical[i * n_cat..(i + 1) * n_cat];
             let (embedded, numeric) = row.split_at_mut(width - n_num);
             let features = ids.iter().zip(&self.deep_tables).zip(&self.wide_tables);
-            for (slot, ((&id, deep_table), wide_table)) in embedded.chunks_exact_mut(self.embedding_dim).zip(features) {
+            for (slot, ((&id, deep_table), wide_table)) in embedded.chunks_exact_mut(dim).zip(features) {
                 slot.copy_from_slice(deep_table.hashed(id));
                 *wide_logit += wide_table.hashed(id)[0];
             }
@@ -134,7 +87,9 @@ impl WideDeepModel {
 
 impl Model for WideDeepModel {
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        self.run(inputs)
+        self.binding.run_in_chunks(inputs, CHUNK_ITEMS, |items, numerical, categorical, out| {
+            self.scratch.with(|s| self.forward_chunk(items, numerical, categorical, s, out))
+        })
     }
 }
 
@@ -142,18 +97,10 @@ impl Model for WideDeepModel {
 mod tests {
     use super::*;
     use crate::server::config::parse_pbtxt;
+    use crate::server::models::signature::ctr_fixtures;
 
     fn config(numerical: usize, categorical: usize, params: &[(&str, &str)]) -> ModelConfig {
-        let mut text = format!(
-            r#"backend: "wide_deep" max_batch_size: 64
-               input [ {{ name: "numerical_features" data_type: TYPE_FP32 dims: [ {numerical} ] }},
-                       {{ name: "categorical_features" data_type: TYPE_INT64 dims: [ {categorical} ] }} ]
-               output [ {{ name: "click_probability" data_type: TYPE_FP32 dims: [ 1 ] }} ]"#
-        );
-        for (k, v) in params {
-            text.push_str(&format!(r#" parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}"#));
-        }
-        parse_pbtxt(&text, "wide_deep").unwrap()
+        ctr_fixtures::config("wide_deep", numerical, categorical, params)
     }
 
     const SMALL: &[(&str, &str)] = &[("table_rows", "10"), ("embedding_dim", "4"), ("deep_mlp", "32,16")];
@@ -163,9 +110,7 @@ mod tests {
     }
 
     fn inputs(batch: usize, id_offset: i64) -> Vec<Tensor> {
-        let num: Vec<f32> = (0..batch * 13).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
-        let cat: Vec<i64> = (0..batch * 16).map(|i| (i as i64 * 7919) % 1_000_003 + id_offset).collect();
-        vec![Tensor::from_f32(vec![batch as i64, 13], &num), Tensor::from_i64(vec![batch as i64, 16], &cat)]
+        ctr_fixtures::inputs(batch, 13, 16, id_offset)
     }
 
     fn item(x: &[Tensor], i: usize) -> Vec<Tensor> {
@@ -177,21 +122,12 @@ mod tests {
 
     #[test]
     fn outputs_one_probability_per_item() {
-        let out = small().execute(&inputs(5, 0)).unwrap();
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].shape, vec![5, 1]);
-        let p = out[0].to_f32();
-        assert!(p.iter().all(|&v| v > 0.0 && v < 1.0), "{p:?}");
-        assert!(p.windows(2).any(|w| w[0] != w[1]), "items differ: {p:?}");
+        ctr_fixtures::assert_one_probability_per_item(&small(), &inputs(5, 0));
     }
 
     #[test]
     fn deterministic_across_runs_and_instances() {
-        let x = inputs(3, 0);
-        let first = small().execute(&x).unwrap();
-        let m = small();
-        assert_eq!(m.execute(&x).unwrap(), first);
-        assert_eq!(m.execute(&x).unwrap(), first);
+        ctr_fixtures::assert_deterministic(small, &inputs(3, 0));
     }
 
     #[test]
