@@ -278,8 +278,9 @@ fn a_model_failing_one_request_in_four_completes_with_failures_counted() {
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 3);
 }
 
-#[test]
-fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
+/// Serves a 2 ms `slow` model, runs `perfbench ARGS -u <server>` as a child, and shuts the server
+/// down once `csv` holds two rows. Returns the child's exit.
+fn kill_server_after_two_rows(args: &[&str], csv: &Path) -> Output {
     let repo = repository(&[("slow", &delay_model(2000, 0, ""))]);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let server = runtime
@@ -291,20 +292,15 @@ fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
             ..Default::default()
         }))
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let csv: PathBuf = dir.path().join("partial.csv");
     let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(["profile", "-m", "slow", "--shape", "INPUT0:4", "--concurrency-range", "1:40"])
-        .args(["-u", &server.http_addr.to_string(), "-p", "300", "-s", "100", "-r", "3"])
-        .arg("-f")
-        .arg(&csv)
+        .args(args)
+        .args(["-u", &server.http_addr.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until two rows are on disk, then take the server away.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&csv).map(|t| t.lines().count()).unwrap_or(0) < 3 {
+    while std::fs::read_to_string(csv).map(|t| t.lines().count()).unwrap_or(0) < 3 {
         if Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
@@ -313,7 +309,21 @@ fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
         std::thread::sleep(Duration::from_millis(20));
     }
     runtime.block_on(server.shutdown());
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv: PathBuf = dir.path().join("partial.csv");
+    let csv_arg = csv.to_str().unwrap();
+    let out = kill_server_after_two_rows(
+        &["profile", "-m", "slow", "--shape", "INPUT0:4", "--concurrency-range", "1:40", "-p", "300", "-s", "100"]
+            .into_iter()
+            .chain(["-r", "3", "-f", csv_arg])
+            .collect::<Vec<_>>(),
+        &csv,
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -347,40 +357,16 @@ const FAIL_EVERY_4: &str = r#"parameters { key: "fail_every" value { string_valu
 
 #[test]
 fn an_online_sweep_whose_server_dies_keeps_its_report() {
-    let repo = repository(&[("slow", &delay_model(2000, 0, ""))]);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let server = runtime
-        .block_on(perfbench::server::serve::start(perfbench::server::serve::ServeConfig {
-            options: perfbench::server::ServerOptions {
-                model_repository: Some(repo.path().to_path_buf()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }))
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("online");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(["online", "-m", "slow", "--shape", "INPUT0:4", "--concurrency", "1..40"])
-        .args(["-u", &server.http_addr.to_string(), "--measurement-request-count", "10", "-s", "100", "-r", "3"])
-        .arg("--out")
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let csv = out.join("perf_analyzer.csv");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&csv).map(|t| t.lines().count()).unwrap_or(0) < 3 {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("no rows written in time; stderr: {}", stderr(&out));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    runtime.block_on(server.shutdown());
-    let output = child.wait_with_output().unwrap();
+    let out_arg = out.to_str().unwrap();
+    let output = kill_server_after_two_rows(
+        &["online", "-m", "slow", "--shape", "INPUT0:4", "--concurrency", "1..40", "--measurement-request-count", "10"]
+            .into_iter()
+            .chain(["-s", "100", "-r", "3", "--out", out_arg])
+            .collect::<Vec<_>>(),
+        &out.join("perf_analyzer.csv"),
+    );
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{err}");
     let last = err.lines().last().unwrap_or_default();
