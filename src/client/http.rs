@@ -54,6 +54,9 @@ impl HttpClient {
             .no_gzip()
             .no_deflate()
             .no_proxy()
+            // Inference calls are never redirected (perf_analyzer does not follow redirects
+            // either), and reqwest's redirect policy re-parses the URL of every request.
+            .redirect(reqwest::redirect::Policy::none())
             .http1_only()
             .tcp_nodelay(true)
             .pool_max_idle_per_host(options.concurrency.max(1))
@@ -266,10 +269,15 @@ fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool
             body.len()
         )));
     }
+    // A 200 answer the caller does not keep is not parsed: the load loop only times the
+    // exchange, and the run's first request is checked in full before the load starts.
+    if !keep_outputs {
+        return Ok(InferResult::default());
+    }
     let header: ResponseHeader = serde_json::from_slice(&body[..json_end])
         .map_err(|e| ClientError::Protocol(format!("infer response JSON: {e}")))?;
     let mut pos = json_end;
-    let mut outputs = Vec::with_capacity(if keep_outputs { header.outputs.len() } else { 0 });
+    let mut outputs = Vec::with_capacity(header.outputs.len());
     for o in header.outputs {
         let dtype =
             DataType::parse(&o.datatype).or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes)).ok_or_else(
@@ -285,16 +293,14 @@ fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool
                 slice
             }
             None => match o.data {
-                Some(values) if keep_outputs => crate::input::encode_json_values(dtype, &values)
+                Some(values) => crate::input::encode_json_values(dtype, &values)
                     .map_err(|e| ClientError::Protocol(format!("output '{}' data: {e}", o.name)))?
                     .0
                     .into(),
-                _ => Bytes::new(),
+                None => Bytes::new(),
             },
         };
-        if keep_outputs {
-            outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
-        }
+        outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
     }
     Ok(InferResult { outputs })
 }
@@ -507,11 +513,13 @@ mod tests {
         assert!(r.outputs[2].1.data.is_empty());
         assert!(decode_response(Bytes::from(body), Some(json.len() + 9), true).is_err());
         // Binary data announced but missing from the body.
-        assert!(decode_response(Bytes::from_static(json), None, false).is_err());
+        assert!(decode_response(Bytes::from_static(json), None, true).is_err());
         // No header length: the whole body is JSON.
         let plain = br#"{"outputs":[{"name":"Y","datatype":"FP32","shape":[1],"data":[2.5]}]}"#;
         assert_eq!(decode_response(Bytes::from_static(plain), None, true).unwrap().outputs[0].1.to_f32(), vec![2.5]);
-        assert!(decode_response(Bytes::from_static(plain), None, false).unwrap().outputs.is_empty());
+        // Not kept: not parsed at all, only the header length is checked.
+        assert!(decode_response(Bytes::from_static(b"not json"), None, false).unwrap().outputs.is_empty());
+        assert!(decode_response(Bytes::from_static(plain), Some(plain.len() + 1), false).is_err());
         let e = error_from_body(StatusCode::NOT_FOUND, br#"{"error":"Request for unknown model: 'x' is not found"}"#);
         assert!(matches!(e, ClientError::Server(ref m) if m.starts_with("Request for unknown model")));
         assert!(error_from_body(StatusCode::BAD_GATEWAY, b"").to_string().contains("502"));
