@@ -33,8 +33,6 @@ use crate::tensor::Tensor;
 /// user gets "not supported: --flag" instead of a parse error or silence.
 #[derive(Args, Debug, Default, Clone)]
 pub struct UnsupportedFlags {
-    #[arg(long = "max-threads", hide = true, num_args = 0..=1)]
-    max_threads: Option<Option<String>>,
     #[arg(long = "sequence-length", hide = true, num_args = 0..=1)]
     sequence_length: Option<Option<String>>,
     #[arg(long = "sequence-length-variation", hide = true, num_args = 0..=1)]
@@ -111,7 +109,6 @@ impl UnsupportedFlags {
     /// The first unsupported flag given, spelled as the user would have typed it.
     fn first_given(&self) -> Option<&'static str> {
         let given: &[(&'static str, bool)] = &[
-            ("--max-threads", self.max_threads.is_some()),
             ("--sequence-length", self.sequence_length.is_some()),
             ("--sequence-length-variation", self.sequence_length_variation.is_some()),
             ("--sequence-id-range", self.sequence_id_range.is_some()),
@@ -235,6 +232,10 @@ pub struct ProfileArgs {
     /// Synchronous calls (perf_analyzer's default; same engine).
     #[arg(long = "sync")]
     pub sync: bool,
+    /// Client worker threads, at most one per core (default: one per 16 concurrent requests
+    /// against a remote server; every core with the bundled server).
+    #[arg(long = "max-threads")]
+    pub max_threads: Option<usize>,
     /// Extra HTTP header / gRPC metadata, "Name: value" (repeatable).
     #[arg(short = 'H')]
     pub headers: Vec<String>,
@@ -308,6 +309,8 @@ pub struct ProfileConfig {
     pub csv_columns: CsvColumns,
     pub export: Option<PathBuf>,
     pub asynchronous: bool,
+    /// `--max-threads`: how many client worker threads (capped at the cores).
+    pub max_threads: Option<usize>,
     /// `--collect-metrics`: the explicit `--metrics-url` if any, and the scrape interval.
     pub gpu_metrics: Option<(Option<String>, Duration)>,
 }
@@ -485,6 +488,9 @@ impl ProfileArgs {
             .map(|s| s.parse::<ShapeOverride>().map_err(|e| invalid(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
         let headers = parse_headers(&self.headers)?;
+        if self.max_threads == Some(0) {
+            return Err(invalid("--max-threads must be at least 1"));
+        }
         Ok(ProfileConfig {
             model: self.model.clone(),
             version: self.model_version.clone(),
@@ -514,6 +520,7 @@ impl ProfileArgs {
             csv_columns: CsvColumns { verbose: self.verbose_csv, gpu_metrics: self.collect_metrics },
             export: self.profile_export_file.clone(),
             asynchronous: self.asynchronous,
+            max_threads: self.max_threads,
             gpu_metrics: self
                 .collect_metrics
                 .then(|| (self.metrics_url.clone(), Duration::from_millis(self.metrics_interval_ms.max(1)))),
@@ -522,6 +529,20 @@ impl ProfileArgs {
 }
 
 impl ProfileConfig {
+    /// Worker threads of the runtime that drives the load: `--max-threads` when given, else
+    /// one per 16 concurrent requests for a remote server (one thread keeps many requests in
+    /// flight and costs the least CPU per request: no cross-thread wake-ups), and every core
+    /// when the bundled server shares the runtime. Never more than the cores.
+    pub fn worker_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let wanted = match (self.max_threads, &self.service) {
+            (Some(n), _) => n,
+            (None, Service::Remote { .. }) => self.peak_concurrency().div_ceil(16),
+            (None, Service::Bundled { .. } | Service::InProcess { .. }) => cores,
+        };
+        wanted.clamp(1, cores)
+    }
+
     fn first_point(&self) -> LoadPoint {
         match &self.plan.points {
             SweepPoints::Concurrency { start, .. } => LoadPoint::Concurrency(*start),
@@ -620,7 +641,11 @@ impl SweepObserver for Reporter {
 /// Entry point of `perfbench profile`.
 pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     let config = args.resolve()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("perfbench-load").build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
+        .enable_all()
+        .thread_name("perfbench-load")
+        .build()?;
     runtime.block_on(run_config(config))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -839,6 +864,19 @@ mod tests {
     }
 
     #[test]
+    fn client_threads_follow_concurrency_cores_and_max_threads() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = |line: &str| resolve(line).unwrap().worker_threads();
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 1:16"), 1);
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 64"), cores.min(4));
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 64 --max-threads 1"), 1);
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 1 --max-threads 64"), cores);
+        // The bundled server runs on the same runtime: it keeps every core.
+        assert_eq!(threads("-m m --concurrency-range 1"), cores);
+        assert_eq!(threads("-m m --concurrency-range 1 --max-threads 1"), 1);
+    }
+
+    #[test]
     fn ranges_modes_and_services_resolve() {
         let c = resolve("-m m -u localhost:8001 -i grpc --concurrency-range 2:8:2 --measurement-mode count_windows --measurement-request-count 30 -l 5 --percentile 95").unwrap();
         assert_eq!(c.service, Service::Remote { url: "localhost:8001".into(), protocol: Protocol::Grpc });
@@ -862,7 +900,7 @@ mod tests {
 
     #[test]
     fn unsupported_flags_are_named() {
-        assert_eq!(resolve("-m m --max-threads 4").unwrap_err(), ConfigError::NotSupported("--max-threads".into()));
+        assert_eq!(resolve("-m m --max-threads 0").unwrap_err(), invalid("--max-threads must be at least 1"));
         assert_eq!(resolve("-m m --ssl-grpc-use-ssl").unwrap_err().to_string(), "not supported: --ssl-grpc-use-ssl");
         assert_eq!(
             resolve("-m m --service-kind openai").unwrap_err().to_string(),

@@ -90,7 +90,7 @@ fn a_bad_flag_is_one_line_and_exit_2() {
 
 #[test]
 fn unsupported_perf_analyzer_flags_are_named() {
-    assert_bad_input(&["profile", "-m", "identity", "--max-threads", "4"], "not supported: --max-threads");
+    assert_bad_input(&["profile", "-m", "identity", "--trace-level", "TIMESTAMPS"], "not supported: --trace-level");
     assert_bad_input(&["profile", "-m", "identity", "--sequence-length", "8"], "not supported: --sequence-length");
 }
 
