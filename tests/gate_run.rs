@@ -38,9 +38,12 @@ concurrency = "2"
 measurement_request_count = 30
 warmup_request_count = 3
 
+# p99 of 90 requests is a single sample: one scheduling hiccup on a busy 2-core box doubled it
+# in about 1 of 13 unchanged runs. The teeth here are throughput and the average (a doubled
+# delay moves both by ~50-100%); p99 only fails beyond 400%.
 [gate]
 max_throughput_drop = 30.0
-max_p99_rise = 60.0
+max_p99_rise = 400.0
 max_avg_rise = 40.0
 "#
     )
@@ -79,4 +82,5 @@ fn unchanged_run_passes_and_injected_slowdown_fails() {
     assert_eq!(slow.status.code(), Some(1), "slowed run should fail: {}", String::from_utf8_lossy(&slow.stderr));
     let err = String::from_utf8_lossy(&slow.stderr);
     assert!(err.to_lowercase().contains("regress"), "{err}");
+    assert!(err.contains("throughput") || err.contains("avg latency"), "the doubled delay is caught: {err}");
 }
