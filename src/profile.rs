@@ -29,6 +29,24 @@ use crate::server::serve::{self, ServeConfig};
 use crate::server::{InferenceServer, ServerOptions};
 use crate::tensor::Tensor;
 
+/// How requests are sent and what is scraped beside them: the flags `profile` shares with the
+/// `offline` and `online` sweeps, which hand them to every point unchanged.
+#[derive(Args, Debug, Default, Clone)]
+pub struct CallArgs {
+    /// Extra HTTP header / gRPC metadata, "Name: value" (repeatable).
+    #[arg(short = 'H')]
+    pub headers: Vec<String>,
+    /// Send requests over gRPC `ModelStreamInfer` streams (needs `-i grpc`).
+    #[arg(long)]
+    pub streaming: bool,
+    /// Scrape the server's GPU metrics during each point and add them to the CSV.
+    #[arg(long = "collect-metrics")]
+    pub collect_metrics: bool,
+    /// Metrics endpoint (default: localhost:8002/metrics, or the bundled server's).
+    #[arg(long = "metrics-url")]
+    pub metrics_url: Option<String>,
+}
+
 /// perf_analyzer's flags that perfbench does not implement. Each is accepted by name, so the
 /// user gets "not supported: --flag" instead of a parse error or silence.
 #[derive(Args, Debug, Default, Clone)]
@@ -236,24 +254,14 @@ pub struct ProfileArgs {
     /// against a remote server; every core with the bundled server).
     #[arg(long = "max-threads")]
     pub max_threads: Option<usize>,
-    /// Extra HTTP header / gRPC metadata, "Name: value" (repeatable).
-    #[arg(short = 'H')]
-    pub headers: Vec<String>,
-    /// Send requests over gRPC `ModelStreamInfer` streams (needs `-i grpc`).
-    #[arg(long)]
-    pub streaming: bool,
+    #[command(flatten)]
+    pub call: CallArgs,
     /// CSV report (perf_analyzer's format).
     #[arg(short = 'f', long = "latency-report-file")]
     pub latency_report_file: Option<PathBuf>,
     /// Add Avg latency, request/response and response wait to the CSV.
     #[arg(long = "verbose-csv")]
     pub verbose_csv: bool,
-    /// Scrape the server's GPU metrics during each point and add them to the CSV.
-    #[arg(long = "collect-metrics")]
-    pub collect_metrics: bool,
-    /// Metrics endpoint (default: localhost:8002/metrics, or the bundled server's).
-    #[arg(long = "metrics-url")]
-    pub metrics_url: Option<String>,
     /// Scrape interval in ms.
     #[arg(long = "metrics-interval", default_value_t = 1000)]
     pub metrics_interval_ms: u64,
@@ -371,7 +379,7 @@ impl ProfileArgs {
             "grpc" => Protocol::Grpc,
             other => return Err(invalid(format!("bad -i '{other}': expected http or grpc"))),
         };
-        if self.streaming && protocol != Protocol::Grpc {
+        if self.call.streaming && protocol != Protocol::Grpc {
             return Err(invalid("--streaming needs -i grpc: HTTP has no streaming inference"));
         }
         let service = match (self.service_kind.as_str(), &self.url) {
@@ -440,7 +448,7 @@ impl ProfileArgs {
                 SweepPoints::Concurrency { start, end, step }
             }
         };
-        if self.metrics_url.is_some() && !self.collect_metrics {
+        if self.call.metrics_url.is_some() && !self.call.collect_metrics {
             return Err(invalid("--metrics-url needs --collect-metrics"));
         }
         if self.binary_search && latency_threshold_us.is_none() {
@@ -487,7 +495,7 @@ impl ProfileArgs {
             .iter()
             .map(|s| s.parse::<ShapeOverride>().map_err(|e| invalid(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
-        let headers = parse_headers(&self.headers)?;
+        let headers = parse_headers(&self.call.headers)?;
         if self.max_threads == Some(0) {
             return Err(invalid("--max-threads must be at least 1"));
         }
@@ -499,7 +507,7 @@ impl ProfileArgs {
             shared_memory,
             output_shm_bytes: self.output_shared_memory_size,
             headers,
-            streaming: self.streaming,
+            streaming: self.call.streaming,
             measure: MeasureSettings {
                 window,
                 stability_pct: self.stability_percentage,
@@ -517,13 +525,14 @@ impl ProfileArgs {
                 log_requests: self.profile_export_file.is_some(),
             },
             csv: self.latency_report_file.clone(),
-            csv_columns: CsvColumns { verbose: self.verbose_csv, gpu_metrics: self.collect_metrics },
+            csv_columns: CsvColumns { verbose: self.verbose_csv, gpu_metrics: self.call.collect_metrics },
             export: self.profile_export_file.clone(),
             asynchronous: self.asynchronous,
             max_threads: self.max_threads,
             gpu_metrics: self
+                .call
                 .collect_metrics
-                .then(|| (self.metrics_url.clone(), Duration::from_millis(self.metrics_interval_ms.max(1)))),
+                .then(|| (self.call.metrics_url.clone(), Duration::from_millis(self.metrics_interval_ms.max(1)))),
         })
     }
 }

@@ -12,6 +12,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::gate::thresholds::GateThresholds;
+use crate::profile::CallArgs;
 use crate::report::SweepKind;
 use crate::sweep::{parse_concurrency, MeasureArgs, SweepPlan};
 
@@ -203,10 +204,12 @@ impl Scenario {
                 stability_percentage: s.stability_percentage.unwrap_or(10.0),
                 max_trials: s.max_trials.unwrap_or(10),
                 percentile: None,
-                headers: s.headers.clone().unwrap_or_default(),
-                streaming: s.streaming.unwrap_or(false),
-                collect_metrics: s.collect_metrics.unwrap_or(false),
-                metrics_url: None,
+                call: CallArgs {
+                    headers: s.headers.clone().unwrap_or_default(),
+                    streaming: s.streaming.unwrap_or(false),
+                    collect_metrics: s.collect_metrics.unwrap_or(false),
+                    metrics_url: None,
+                },
                 model_repository: None,
                 out: Some(out.join(&sub)),
             },

@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser};
 
 use crate::client::{grpc::GrpcClient, http::HttpClient, ConnectOptions, InferClient};
-use crate::profile::ProfileArgs;
+use crate::profile::{CallArgs, ProfileArgs};
 use crate::report::pa_csv::{CsvColumns, PaCsvWriter};
 use crate::report::{ConfigBasics, Device, LoadPoint, ReportRow, RunConfig, SweepKind};
 use crate::server::serve::{self, RunningServer, ServeConfig};
@@ -108,18 +108,8 @@ pub struct MeasureArgs {
     /// Report this latency percentile instead of the average for stability.
     #[arg(long = "percentile")]
     pub percentile: Option<f64>,
-    /// Extra HTTP header or gRPC metadata, NAME:VALUE (repeatable), sent with every request.
-    #[arg(short = 'H')]
-    pub headers: Vec<String>,
-    /// gRPC only: send requests over the ModelStreamInfer stream.
-    #[arg(long = "streaming")]
-    pub streaming: bool,
-    /// Scrape the server's GPU metrics per point into perf_analyzer.csv.
-    #[arg(long = "collect-metrics")]
-    pub collect_metrics: bool,
-    /// Metrics endpoint for --collect-metrics (default: the bundled server's, else localhost:8002).
-    #[arg(long = "metrics-url")]
-    pub metrics_url: Option<String>,
+    #[command(flatten)]
+    pub call: CallArgs,
     /// Serve models from this repository instead of the bundled zoo (no -u).
     #[arg(long = "model-repository")]
     pub model_repository: Option<PathBuf>,
@@ -263,21 +253,11 @@ impl SweepPlan {
         for shape in &m.shapes {
             flag("--shape", shape.clone());
         }
-        for header in &m.headers {
-            flag("-H", header.clone());
-        }
-        if let Some(url) = &m.metrics_url {
-            flag("--metrics-url", url.clone());
-        }
-        if m.streaming {
-            argv.push("--streaming".into());
-        }
-        if m.collect_metrics {
-            argv.push("--collect-metrics".into());
-        }
-        Ok(ProfileArgv::try_parse_from(&argv)
+        let mut args = ProfileArgv::try_parse_from(&argv)
             .map_err(|e| anyhow!("{}", e.to_string().lines().next().unwrap_or("bad flags").trim()))?
-            .args)
+            .args;
+        args.call = m.call.clone();
+        Ok(args)
     }
 }
 
@@ -326,7 +306,7 @@ pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcom
     let config = run_config_table(plan, url).await?;
     let csv_path = plan.out.join("perf_analyzer.csv");
     let first = LoadPoint::Concurrency(plan.points.first().map_or(1, |p| p.1));
-    let columns = CsvColumns { verbose: false, gpu_metrics: plan.measure.collect_metrics };
+    let columns = CsvColumns { verbose: false, gpu_metrics: plan.measure.call.collect_metrics };
     let mut csv = PaCsvWriter::create(&csv_path, first, columns)
         .with_context(|| format!("cannot write {}", csv_path.display()))?;
     let mut rows = Vec::new();
@@ -359,7 +339,7 @@ pub async fn run_plan(plan: &SweepPlan, url: &str) -> anyhow::Result<SweepOutcom
 
 /// The configuration table of report.md, from the model config the server reports.
 async fn run_config_table(plan: &SweepPlan, url: &str) -> anyhow::Result<RunConfig> {
-    let headers = crate::profile::parse_headers(&plan.measure.headers)?;
+    let headers = crate::profile::parse_headers(&plan.measure.call.headers)?;
     let connect = ConnectOptions { headers, ..ConnectOptions::default() };
     let config = match plan.protocol.as_str() {
         "grpc" => GrpcClient::new(url, &connect)?
@@ -409,8 +389,8 @@ pub async fn run_sweep(plan: &SweepPlan, extra_pbtxt: Option<&str>) -> anyhow::R
                 _ => server.http_url(),
             };
             let mut plan = plan.clone();
-            if plan.measure.collect_metrics && plan.measure.metrics_url.is_none() {
-                plan.measure.metrics_url = Some(format!("{}/metrics", server.metrics_addr));
+            if plan.measure.call.collect_metrics && plan.measure.call.metrics_url.is_none() {
+                plan.measure.call.metrics_url = Some(format!("{}/metrics", server.metrics_addr));
             }
             let outcome = run_plan(&plan, &url).await;
             server.shutdown().await;
