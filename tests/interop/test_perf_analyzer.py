@@ -80,10 +80,13 @@ def test_bert(perfbench_zoo, tmp_path, protocol):
     )
     assert_measured(rows, [1, 2])
     for row in rows:
-        # Real compute: every stage the server times is visible at µs resolution.
+        # Real compute: milliseconds of encoder per request.
         assert row["Server Compute Infer"] > 100, row
-        assert row["Server Compute Input"] > 0, row
-        assert row["Server Compute Output"] > 0, row
+    # Gathering and scattering a request's few KB can average under 1 µs, which perf_analyzer's
+    # whole-µs CSV prints as 0; the statistics extension (ns) shows every stage was timed.
+    stats = perfbench_zoo.get_json("/v2/models/bert/stats")["model_stats"][0]["inference_stats"]
+    for stage in ["compute_input", "compute_infer", "compute_output"]:
+        assert int(stats[stage]["ns"]) > 0, stats
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
