@@ -15,16 +15,16 @@ use crate::tensor::{element_count, json_values, Tensor};
 
 #[derive(Serialize)]
 struct Export<'a> {
-    experiments: Vec<Experiment>,
+    experiments: Vec<Experiment<'a>>,
     version: &'a str,
     service_kind: &'a str,
     endpoint: &'a str,
 }
 
 #[derive(Serialize)]
-struct Experiment {
+struct Experiment<'a> {
     experiment: ExperimentId,
-    requests: Vec<Request>,
+    requests: Vec<Request<'a>>,
     window_boundaries: Vec<u64>,
 }
 
@@ -36,9 +36,10 @@ struct ExperimentId {
 
 /// Field order as perf_analyzer 2.50 writes it.
 #[derive(Serialize)]
-struct Request {
+struct Request<'a> {
     timestamp: u64,
-    request_inputs: Value,
+    /// Shared by every request of the same data step: rendered once, referenced here.
+    request_inputs: &'a Value,
     response_timestamps: [u64; 1],
     response_outputs: [Value; 1],
 }
@@ -67,6 +68,7 @@ pub fn write(
     step_inputs: &[Vec<(String, Tensor)>],
 ) -> io::Result<()> {
     let inputs: Vec<Value> = step_inputs.iter().map(|step| tensor_map(step.iter().map(|(n, t)| (n, t)))).collect();
+    let no_inputs = Value::Object(Map::new());
     let experiments = results
         .iter()
         .map(|r| Experiment {
@@ -80,7 +82,7 @@ pub fn write(
                 .iter()
                 .map(|q| Request {
                     timestamp: q.send_ns,
-                    request_inputs: inputs.get(q.step).cloned().unwrap_or_else(|| Value::Object(Map::new())),
+                    request_inputs: inputs.get(q.step).unwrap_or(&no_inputs),
                     response_timestamps: [q.response_ns],
                     response_outputs: [tensor_map(q.outputs.iter().map(|(n, t)| (n, t)))],
                 })
