@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use serde_json::Value;
+
 /// A KServe v2 datatype. `BYTES` is spelled `TYPE_STRING` in model configs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DataType {
@@ -145,7 +147,7 @@ pub enum JsonValuesError {
 /// Raw little-endian tensor bytes as flat JSON values (KSERVE_V2.md §2.3): numbers (FP32, FP16 and
 /// BF16 widened to doubles), booleans, or strings for BYTES.
 pub fn json_values(dtype: DataType, data: &[u8]) -> Result<Vec<serde_json::Value>, JsonValuesError> {
-    use serde_json::{Number, Value};
+    use serde_json::Number;
     macro_rules! each {
         ($t:ty, $to:expr) => {
             data.chunks_exact(std::mem::size_of::<$t>())
@@ -186,6 +188,65 @@ pub fn json_values(dtype: DataType, data: &[u8]) -> Result<Vec<serde_json::Value
 /// Does `shape` fit the config `dims` (where -1 matches any size)?
 pub fn shape_matches(dims: &[i64], shape: &[i64]) -> bool {
     dims.len() == shape.len() && dims.iter().zip(shape).all(|(&d, &s)| d == -1 || d == s)
+}
+
+/// Encodes JSON tensor values (flat or nested arrays, row-major) in `dtype`'s binary layout.
+/// Returns the bytes and the element count. Used for data files and for JSON `data` outputs.
+pub fn encode_json_values(dtype: DataType, value: &Value) -> Result<(Vec<u8>, usize), String> {
+    let mut flat = Vec::new();
+    flatten(value, &mut flat);
+    let mut out = Vec::with_capacity(flat.len() * dtype.element_size().unwrap_or(8));
+    for v in &flat {
+        encode_one(dtype, v, &mut out).map_err(|e| format!("{e} (value {v})"))?;
+    }
+    Ok((out, flat.len()))
+}
+
+fn flatten<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| flatten(v, out)),
+        v => out.push(v),
+    }
+}
+
+fn encode_one(dtype: DataType, v: &Value, out: &mut Vec<u8>) -> Result<(), String> {
+    fn int<T: TryFrom<i64> + TryFrom<u64>>(v: &Value) -> Result<T, String> {
+        let fits = "out of range for the datatype".to_string();
+        match (v.as_i64(), v.as_u64()) {
+            (_, Some(u)) => T::try_from(u).map_err(|_| fits),
+            (Some(i), _) => T::try_from(i).map_err(|_| fits),
+            _ => Err("not an integer".into()),
+        }
+    }
+    let float = |v: &Value| v.as_f64().ok_or_else(|| "not a number".to_string());
+    match dtype {
+        DataType::Bool => out.push(match v {
+            Value::Bool(b) => *b as u8,
+            other => (int::<u8>(other)? != 0) as u8,
+        }),
+        DataType::Uint8 => out.push(int::<u8>(v)?),
+        DataType::Int8 => out.extend(int::<i8>(v)?.to_le_bytes()),
+        DataType::Uint16 => out.extend(int::<u16>(v)?.to_le_bytes()),
+        DataType::Int16 => out.extend(int::<i16>(v)?.to_le_bytes()),
+        DataType::Uint32 => out.extend(int::<u32>(v)?.to_le_bytes()),
+        DataType::Int32 => out.extend(int::<i32>(v)?.to_le_bytes()),
+        DataType::Uint64 => out.extend(int::<u64>(v)?.to_le_bytes()),
+        DataType::Int64 => out.extend(int::<i64>(v)?.to_le_bytes()),
+        DataType::Fp16 => out.extend(half::f16::from_f64(float(v)?).to_le_bytes()),
+        DataType::Bf16 => out.extend(half::bf16::from_f64(float(v)?).to_le_bytes()),
+        DataType::Fp32 => out.extend((float(v)? as f32).to_le_bytes()),
+        DataType::Fp64 => out.extend(float(v)?.to_le_bytes()),
+        DataType::Bytes => {
+            let s = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(_) | Value::Bool(_) => v.to_string(),
+                _ => return Err("not a string".into()),
+            };
+            out.extend((s.len() as u32).to_le_bytes());
+            out.extend(s.as_bytes());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

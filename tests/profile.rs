@@ -8,17 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use common::{perfbench, stderr};
-use perfbench::measure::PointResult;
-use perfbench::profile::{run_config, ProfileArgs};
-use perfbench::report::LoadPoint;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ProfileArgs,
-}
+use perfbench::results::{LoadPoint, ReportRow};
 
 /// Runs `perfbench profile` with `args` and short count windows of `requests` requests (stable
 /// at once: threshold 100%), writing perf_analyzer's CSV to `csv`.
@@ -32,9 +23,14 @@ fn profile_to_csv(args: &[&str], requests: &str, csv: &Path) -> Output {
 
 /// Asserts a failed run: exit 2, one line on stderr containing `needle`.
 fn assert_bad_input(args: &[&str], needle: &str) {
+    assert_fails(args, 2, needle);
+}
+
+/// Asserts a failed run: exit `code`, one line on stderr containing `needle`.
+fn assert_fails(args: &[&str], code: i32, needle: &str) {
     let out = perfbench(args);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "perfbench {args:?}\nstderr: {err}");
+    assert_eq!(out.status.code(), Some(code), "perfbench {args:?}\nstderr: {err}");
     assert_eq!(err.lines().count(), 1, "perfbench {args:?}: one line expected, got:\n{err}");
     assert!(err.contains(needle), "perfbench {args:?}: expected '{needle}' in: {err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -68,15 +64,18 @@ parameters {{ key: "delay_per_item_us" value {{ string_value: "0" }} }}
 }
 
 /// Parses a perfbench command line and runs it in this process.
-fn profile(line: &str, repo: &Path) -> anyhow::Result<Vec<PointResult>> {
-    let argv: Vec<String> = std::iter::once("profile".to_string())
+fn profile(line: &str, repo: &Path) -> Result<Vec<ReportRow>, String> {
+    let argv: Vec<String> = ["perfbench", "profile"]
+        .map(String::from)
+        .into_iter()
         .chain(line.split_whitespace().map(String::from))
         .chain(["--shape", "INPUT0:4", "--model-repository"].map(String::from))
         .chain([repo.display().to_string()])
         .collect();
-    let config = Cli::try_parse_from(argv).expect("flags parse").args.resolve()?;
+    let plan = perfbench::cli::parse_plan(argv)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    runtime.block_on(run_config(config))
+    let outcomes = runtime.block_on(perfbench::run::execute_async(&plan)).map_err(|e| e.to_string())?;
+    Ok(outcomes.into_iter().flat_map(|o| o.rows).collect())
 }
 
 fn within(value: f64, expected: f64, fraction: f64) -> bool {
@@ -109,8 +108,9 @@ fn a_wrong_shape_is_reported() {
 
 #[test]
 fn an_unreachable_server_is_reported() {
-    assert_bad_input(&["profile", "-m", "identity", "-u", "127.0.0.1:1"], "unreachable");
-    assert_bad_input(&["profile", "-m", "identity", "-u", "127.0.0.1:1", "-i", "grpc"], "unreachable");
+    // The target failed: exit 3.
+    assert_fails(&["profile", "-m", "identity", "-u", "127.0.0.1:1"], 3, "unreachable");
+    assert_fails(&["profile", "-m", "identity", "-u", "127.0.0.1:1", "-i", "grpc"], 3, "unreachable");
 }
 
 #[test]
@@ -200,7 +200,7 @@ fn delay_model_throughput_and_compute_match_the_configured_time() {
         let line =
             format!("-m slow -i {protocol} --measurement-mode count_windows --measurement-request-count 40 -s 50 -r 6");
         let rows = profile(&line, repo.path()).unwrap();
-        let r = &rows[0].row;
+        let r = &rows[0];
         // 5 ms per request, one at a time: 200/s at most.
         assert!(r.throughput <= 205.0 && within(r.throughput, 200.0, 0.25), "{protocol}: {} infer/s", r.throughput);
         assert!(
@@ -227,7 +227,7 @@ fn dynamic_batching_at_concurrency_8_batches_and_queues() {
         repo.path(),
     )
     .unwrap();
-    let r = &rows[0].row;
+    let r = &rows[0];
     assert!(r.server_avg_batch > 3.0, "average batch {}", r.server_avg_batch);
     // Each request waits for the running batch: about one execution time in the queue.
     assert!(r.server_queue_us > 2000.0 && r.server_queue_us < 12000.0, "queue {} µs", r.server_queue_us);
@@ -241,7 +241,7 @@ fn open_loop_latency_grows_with_the_backlog() {
     let repo = repository(&[("slow", &delay_model(10_000, 0, ""))]);
     let under = profile("-m slow --request-rate-range 40 --request-count 40", repo.path()).unwrap();
     let over = profile("-m slow --request-rate-range 400 --request-count 120", repo.path()).unwrap();
-    let (under, over) = (&under[0].row, &over[0].row);
+    let (under, over) = (&under[0], &over[0]);
     assert_eq!((under.requests, over.requests), (40, 120));
     assert!(under.p99_us < 60_000.0, "under capacity p99 {} µs", under.p99_us);
     // 120 requests sent in 0.3 s take 1.2 s to serve: the last waited ~0.9 s. Latency from the
@@ -325,7 +325,8 @@ fn a_server_killed_mid_sweep_leaves_the_measured_rows() {
         &csv,
     );
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    // The target died: exit 3.
+    assert_eq!(out.status.code(), Some(3), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("unreachable"), "{err}");
     let rows = std::fs::read_to_string(&csv).unwrap();
@@ -340,7 +341,7 @@ fn grpc_streaming_measures_like_unary_and_counts_server_errors() {
                 --measurement-request-count 30 -s 50 -r 6";
     let rows = profile(line, repo.path()).unwrap();
     assert_eq!(rows.len(), 2);
-    for r in rows.iter().map(|p| &p.row) {
+    for r in rows.iter() {
         assert_eq!(r.failed, 0);
         assert!(r.requests >= 30, "{} requests", r.requests);
         assert!(within(r.server_compute_infer_us, 2000.0, 0.5), "compute infer {} µs", r.server_compute_infer_us);
@@ -349,7 +350,7 @@ fn grpc_streaming_measures_like_unary_and_counts_server_errors() {
     let line =
         "-m flaky -i grpc --streaming --measurement-mode count_windows --measurement-request-count 40 -s 100 -r 3";
     let rows = profile(line, repo.path()).unwrap();
-    let r = &rows[0].row;
+    let r = &rows[0];
     assert!(r.failed > 0 && r.requests > 0, "{} requests, {} failed", r.requests, r.failed);
 }
 
@@ -368,7 +369,7 @@ fn an_online_sweep_whose_server_dies_keeps_its_report() {
         &out.join("perf_analyzer.csv"),
     );
     let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert_eq!(output.status.code(), Some(3), "{err}");
     let last = err.lines().last().unwrap_or_default();
     assert!(last.contains("the sweep stopped after") && last.contains("unreachable"), "{err}");
     // The measured points still get report.csv, report.md and their plot.

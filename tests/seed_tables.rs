@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use perfbench::report::{read_table, seeds, table, SweepKind};
+use perfbench::report::{read_table, seeds, table, TableKind};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -45,8 +45,8 @@ fn there_are_52_offline_and_24_online_tables() {
         let (rows, meta) = read_table(&csv).unwrap_or_else(|e| panic!("{}: {e}", csv.display()));
         assert!(!rows.is_empty(), "{}", csv.display());
         match meta.kind {
-            SweepKind::Offline => offline += 1,
-            SweepKind::Online => online += 1,
+            TableKind::Offline => offline += 1,
+            TableKind::Online => online += 1,
         }
     }
     assert_eq!((offline, online), (52, 24));

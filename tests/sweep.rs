@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Output;
 
 use common::{perfbench, stderr};
-use perfbench::report::table::REPORT_COLUMNS;
-use perfbench::report::{LoadPoint, ReportRow};
+use perfbench::results::csv::REPORT_COLUMNS;
+use perfbench::results::{LoadPoint, ReportRow};
 
 /// Runs the sweep `args` with short windows, writing its results folder to `out`.
 fn sweep(args: &[&str], out: &Path) -> Output {

@@ -293,7 +293,7 @@ fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool
                 slice
             }
             None => match o.data {
-                Some(values) => crate::input::encode_json_values(dtype, &values)
+                Some(values) => crate::tensor::encode_json_values(dtype, &values)
                     .map_err(|e| ClientError::Protocol(format!("output '{}' data: {e}", o.name)))?
                     .0
                     .into(),

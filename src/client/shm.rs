@@ -20,7 +20,8 @@ use crate::tensor::{byte_size, element_count, DataType, Tensor};
 pub const DEFAULT_OUTPUT_SHM_BYTES: u64 = 100 * 1024;
 
 /// `--shared-memory`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SharedMemoryKind {
     None,
     System,
@@ -203,7 +204,7 @@ impl ShmSet {
         client.unregister_system_shm("").await?;
         client.unregister_cuda_shm("").await?;
         let mut set = ShmSet { regions: vec![], registered: vec![] };
-        match set.fill(client, specs, output_sizes, prefix).await {
+        match set.update(client, specs, output_sizes, prefix).await {
             Ok(specs) => Ok((set, specs)),
             Err(e) => {
                 let _ = set.release(client).await;
@@ -212,7 +213,10 @@ impl ShmSet {
         }
     }
 
-    async fn fill<C: InferClient>(
+    /// Rewrites `specs` to use this set's regions, as [`ShmSet::setup`] does, reusing every
+    /// region that is already big enough (its data rewritten in place) and re-registering only
+    /// those that must grow. A sweep calls it once per batch size.
+    pub async fn update<C: InferClient>(
         &mut self,
         client: &C,
         specs: &[RequestSpec],
@@ -220,7 +224,7 @@ impl ShmSet {
         prefix: &str,
     ) -> ClientResult<Vec<RequestSpec>> {
         for (output, size) in output_sizes {
-            self.add(client, ShmRegion::create(&format!("{prefix}{output}"), *size)?, None).await?;
+            self.ensure(client, &format!("{prefix}{output}"), *size, None).await?;
         }
         let mut out = Vec::with_capacity(specs.len());
         for (step, spec) in specs.iter().enumerate() {
@@ -229,16 +233,15 @@ impl ShmSet {
                 let InputSource::Inline(tensor) = source else {
                     continue;
                 };
-                let region = ShmRegion::create(&format!("{prefix}{name}_0_{step}"), tensor.data.len() as u64)?;
-                let new_source = InputSource::SystemShm {
-                    region: region.name.clone(),
+                let region = format!("{prefix}{name}_0_{step}");
+                self.ensure(client, &region, tensor.data.len() as u64, Some(&tensor.data)).await?;
+                *source = InputSource::SystemShm {
+                    region,
                     offset: 0,
                     byte_size: tensor.data.len() as u64,
                     dtype: tensor.dtype,
                     shape: tensor.shape.clone(),
                 };
-                self.add(client, region, Some(&tensor.data)).await?;
-                *source = new_source;
             }
             for (name, target) in &mut spec.outputs {
                 let Some((_, size)) = output_sizes.iter().find(|(o, _)| *o == *name) else {
@@ -249,6 +252,29 @@ impl ShmSet {
             out.push(spec);
         }
         Ok(out)
+    }
+
+    /// A registered region `name` of at least `size` bytes holding `data` at offset 0.
+    async fn ensure<C: InferClient>(
+        &mut self,
+        client: &C,
+        name: &str,
+        size: u64,
+        data: Option<&[u8]>,
+    ) -> ClientResult<()> {
+        if let Some(i) = self.regions.iter().position(|r| r.name == name) {
+            if self.regions[i].byte_size >= size {
+                if let Some(data) = data {
+                    self.regions[i].write(0, data)?;
+                }
+                return Ok(());
+            }
+            // Too small for this point: replace it (dropping the old one unlinks it).
+            client.unregister_system_shm(name).await?;
+            self.registered.retain(|n| n != name);
+            self.regions.remove(i);
+        }
+        self.add(client, ShmRegion::create(name, size)?, data).await
     }
 
     async fn add<C: InferClient>(&mut self, client: &C, region: ShmRegion, data: Option<&[u8]>) -> ClientResult<()> {

@@ -104,7 +104,7 @@ mod tests {
     use super::*;
     use crate::gate::verdict::{compare, tests::row};
     use crate::gate::GateThresholds;
-    use crate::report::ReportRow;
+    use crate::results::ReportRow;
 
     #[test]
     fn summary_has_a_table_per_row_and_lists_unmatched_rows() {

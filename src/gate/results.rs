@@ -1,33 +1,19 @@
-//! Reads a results CSV into [`ReportRow`]s: perf_analyzer's `-f` format or perfbench's
-//! `report.csv`. Columns are recognised as `report::table` recognises them (by name, case and
-//! surrounding spaces ignored), so their order and any extra columns do not matter. Values are
-//! microseconds and inferences/second; a column named with a unit, like the seeds'
-//! `p99 latency (ms)`, is converted to microseconds. Unlike the report's reader, the gate is
-//! strict: the columns it compares must be there and every value a non-negative number.
+//! The gate's view of a results CSV (perf_analyzer's `-f` format or perfbench's `report.csv`),
+//! read by the one reader in [`crate::results::csv`]. The gate is stricter than the report: the
+//! columns it compares must be there and every value it compares a non-negative number.
 
-use std::io::Cursor;
 use std::path::Path;
 
-use polars::prelude::{Column, CsvReadOptions, DataFrame, DataType, SerReader};
-
 use super::GateError;
-use crate::report::table::{column_scale_to_us, STAGE_NAMES};
-use crate::report::{LoadPoint, ReportRow};
+use crate::results::csv::{parse_table, Table, Unit, STAGE_NAMES};
+use crate::results::{LoadPoint, ReportRow};
 
 const BATCH: &str = "Batch";
 const CONCURRENCY: &str = "Concurrency";
 const REQUEST_RATE: &str = "Request Rate";
 const THROUGHPUT: &str = "Inferences/Second";
-const P50: &str = "p50 latency";
-const P90: &str = "p90 latency";
-const P95: &str = "p95 latency";
 const P99: &str = "p99 latency";
 const AVG: &str = "avg latency";
-const FAILED: &str = "Failed";
-const STABLE: &str = "Stable";
-const THROUGHPUT_SPREAD: &str = "Throughput Spread (%)";
-const P99_SPREAD: &str = "p99 Spread (%)";
-const AVG_SPREAD: &str = "avg Spread (%)";
 
 /// Reads the results CSV at `path`. `default_batch` is the batch size of files without a
 /// `Batch` column (perf_analyzer's CSV does not record it).
@@ -38,167 +24,91 @@ pub fn read_results(path: &Path, default_batch: u64) -> Result<Vec<ReportRow>, G
 
 /// Parses results CSV text; the error says what is wrong without naming the file.
 pub fn parse_results(bytes: &[u8], default_batch: u64) -> Result<Vec<ReportRow>, String> {
-    let frame = CsvReadOptions::default()
-        .with_has_header(true)
-        .with_infer_schema_length(None)
-        .into_reader_with_file_handle(Cursor::new(bytes))
-        .finish()
-        .map_err(|e| format!("not a readable CSV ({e})"))?;
-    let table = Table { frame: &frame };
-    table.check_columns()?;
-    if frame.height() == 0 {
-        return Err("has a header but no data rows".into());
-    }
-    (0..frame.height()).map(|row| table.row(row, default_batch)).collect()
-}
-
-/// A parsed CSV with lookups by column name.
-struct Table<'a> {
-    frame: &'a DataFrame,
-}
-
-impl Table<'_> {
-    fn find(&self, name: &str) -> Option<&Column> {
-        self.find_scaled(name).map(|(column, _)| column)
-    }
-
-    /// The column holding the `report.csv` column `name`, with the factor that turns its values
-    /// into microseconds.
-    fn find_scaled(&self, name: &str) -> Option<(&Column, f64)> {
-        self.frame
-            .columns()
-            .iter()
-            .find_map(|column| column_scale_to_us(column.name(), name).map(|scale| (column, scale)))
-    }
-
-    /// Every column the gate needs is present, or an error listing the missing ones.
-    fn check_columns(&self) -> Result<(), String> {
-        let mut missing: Vec<&str> = Vec::new();
-        match (self.find(CONCURRENCY).is_some(), self.find(REQUEST_RATE).is_some()) {
-            (true, true) => return Err(format!("has both `{CONCURRENCY}` and `{REQUEST_RATE}` columns")),
-            (false, false) => missing.push("Concurrency` or `Request Rate"),
-            _ => {}
-        }
-        missing.extend([THROUGHPUT, P99].into_iter().filter(|name| self.find(name).is_none()));
-        if self.find(AVG).is_none() {
-            // The stages sum to the average latency (the network stage is defined as what is left
-            // of it), so they stand in for a missing avg column.
-            let absent: Vec<&str> = STAGE_NAMES.into_iter().filter(|name| self.find(name).is_none()).collect();
-            if !absent.is_empty() {
-                missing.push(AVG);
+    let text = String::from_utf8_lossy(bytes);
+    // The origin is left empty: the caller names the file.
+    let table = parse_table(&text, Unit::Us, "").map_err(|e| e.to_string().trim_start_matches(": ").to_string())?;
+    check_columns(&table)?;
+    let has_batch = table.has(BATCH);
+    table
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let mut row = row.clone();
+            if !has_batch {
+                row.batch = default_batch;
             }
-        }
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let found: Vec<&str> = self.frame.columns().iter().map(|c| c.name().as_str()).collect();
-        Err(format!(
-            "lacks column(s) `{}` (found: {})",
-            missing.join("`, `"),
-            if found.is_empty() { "none".to_string() } else { found.join(", ") }
-        ))
-    }
-
-    /// The number in `name` at `row`; an error names the line and the column.
-    fn number(&self, name: &str, row: usize) -> Result<Option<f64>, String> {
-        let Some((column, scale)) = self.find_scaled(name) else {
-            return Ok(None);
-        };
-        let bad = |why: &str| format!("line {}: `{}` {why}", row + 2, column.name());
-        let value = column
-            .cast(&DataType::Float64)
-            .ok()
-            .and_then(|c| c.f64().ok().and_then(|values| values.get(row)))
-            .ok_or_else(|| bad("is empty or not a number"))?;
-        if !value.is_finite() || value < 0.0 {
-            return Err(bad(&format!("is {value}, expected a non-negative number")));
-        }
-        Ok(Some(value * scale))
-    }
-
-    fn required(&self, name: &str, row: usize) -> Result<f64, String> {
-        self.number(name, row)?.ok_or_else(|| format!("lacks column `{name}`"))
-    }
-
-    /// Counts (batch, concurrency, failures) are whole numbers.
-    fn count(&self, name: &str, row: usize) -> Result<Option<u64>, String> {
-        match self.number(name, row)? {
-            Some(v) if v.fract() != 0.0 => Err(format!("line {}: `{name}` is {v}, expected a whole number", row + 2)),
-            other => Ok(other.map(|v| v as u64)),
-        }
-    }
-
-    /// A spread cell may be empty (a row measured in one window): no recorded noise.
-    fn spread(&self, name: &str, row: usize) -> Result<f64, String> {
-        let Some(column) = self.find(name) else {
-            return Ok(0.0);
-        };
-        if column.get(row).map(|v| v.is_null()).unwrap_or(true) {
-            return Ok(0.0);
-        }
-        Ok(self.number(name, row)?.unwrap_or(0.0))
-    }
-
-    fn stable(&self, row: usize) -> Result<bool, String> {
-        let Some(column) = self.find(STABLE) else {
-            return Ok(true);
-        };
-        let text = column
-            .cast(&DataType::String)
-            .ok()
-            .and_then(|c| c.str().ok().and_then(|values| values.get(row).map(str::to_ascii_lowercase)));
-        match text.as_deref().map(str::trim) {
-            Some("true" | "yes" | "1") => Ok(true),
-            Some("false" | "no" | "0") => Ok(false),
-            _ => Err(format!("line {}: `{STABLE}` is not true/false", row + 2)),
-        }
-    }
-
-    fn row(&self, row: usize, default_batch: u64) -> Result<ReportRow, String> {
-        let batch = self.count(BATCH, row)?.unwrap_or(default_batch);
-        let load = match self.count(CONCURRENCY, row)? {
-            Some(concurrency) => LoadPoint::Concurrency(concurrency),
-            None => LoadPoint::RequestRate(self.required(REQUEST_RATE, row)?),
-        };
-        let mut components = [0.0; STAGE_NAMES.len()];
-        for (slot, name) in components.iter_mut().zip(STAGE_NAMES) {
-            *slot = self.number(name, row)?.unwrap_or(0.0);
-        }
-        let avg_us = match self.number(AVG, row)? {
-            Some(avg) => avg,
-            None => components.iter().sum(),
-        };
-        let [client_send_us, network_us, server_queue_us, server_compute_input_us, server_compute_infer_us, server_compute_output_us, client_recv_us] =
-            components;
-        Ok(ReportRow {
-            batch,
-            load,
-            throughput: self.required(THROUGHPUT, row)?,
-            client_send_us,
-            network_us,
-            server_queue_us,
-            server_compute_input_us,
-            server_compute_infer_us,
-            server_compute_output_us,
-            client_recv_us,
-            p50_us: self.number(P50, row)?.unwrap_or(0.0),
-            p90_us: self.number(P90, row)?.unwrap_or(0.0),
-            p95_us: self.number(P95, row)?.unwrap_or(0.0),
-            p99_us: self.required(P99, row)?,
-            avg_us,
-            requests: 0,
-            failed: self.count(FAILED, row)?.unwrap_or(0),
-            late: 0,
-            missed: 0,
-            stable: self.stable(row)?,
-            throughput_spread_pct: self.spread(THROUGHPUT_SPREAD, row)?,
-            p99_spread_pct: self.spread(P99_SPREAD, row)?,
-            avg_spread_pct: self.spread(AVG_SPREAD, row)?,
-            server_avg_batch: 0.0,
+            checked(row, i + 2)
         })
-    }
+        .collect()
 }
 
+/// Every column the gate needs is present, or an error listing the missing ones.
+fn check_columns(table: &Table) -> Result<(), String> {
+    let mut missing: Vec<&str> = Vec::new();
+    match (table.has(CONCURRENCY), table.has(REQUEST_RATE)) {
+        (true, true) => return Err(format!("has both `{CONCURRENCY}` and `{REQUEST_RATE}` columns")),
+        (false, false) => missing.push("Concurrency` or `Request Rate"),
+        _ => {}
+    }
+    missing.extend([THROUGHPUT, P99].into_iter().filter(|name| !table.has(name)));
+    // The stages sum to the average latency (the network stage is what is left of it), so they
+    // stand in for a missing avg column.
+    if !table.has(AVG) && !STAGE_NAMES.iter().all(|name| table.has(name)) {
+        missing.push(AVG);
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let found = if table.headers.is_empty() { "none".to_string() } else { table.headers.join(", ") };
+    Err(format!("lacks column(s) `{}` (found: {found})", missing.join("`, `")))
+}
+
+/// The compared values are non-negative numbers; the others read as 0 when not measured.
+fn checked(mut row: ReportRow, line: usize) -> Result<ReportRow, String> {
+    let require = |name: &str, value: f64| {
+        if value.is_nan() {
+            Err(format!("line {line}: `{name}` is empty or not a number"))
+        } else if !value.is_finite() || value < 0.0 {
+            Err(format!("line {line}: `{name}` is {value}, expected a non-negative number"))
+        } else {
+            Ok(value)
+        }
+    };
+    if let LoadPoint::RequestRate(rate) = row.load {
+        require(REQUEST_RATE, rate)?;
+    }
+    require(THROUGHPUT, row.throughput)?;
+    require(P99, row.p99_us)?;
+    require(AVG, row.avg_us)?;
+    let zero_if_unmeasured = |v: &mut f64| {
+        if v.is_nan() {
+            *v = 0.0
+        }
+    };
+    for v in [
+        &mut row.client_send_us,
+        &mut row.network_us,
+        &mut row.server_queue_us,
+        &mut row.server_compute_input_us,
+        &mut row.server_compute_infer_us,
+        &mut row.server_compute_output_us,
+        &mut row.client_recv_us,
+        &mut row.p50_us,
+        &mut row.p90_us,
+        &mut row.p95_us,
+        // A spread cell may be empty (a row measured in one window): no recorded noise.
+        &mut row.throughput_spread_pct,
+        &mut row.p99_spread_pct,
+        &mut row.avg_spread_pct,
+    ] {
+        zero_if_unmeasured(v);
+        if *v < 0.0 {
+            return Err(format!("line {line}: a value is {v}, expected a non-negative number"));
+        }
+    }
+    Ok(row)
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +168,6 @@ mod tests {
     #[test]
     fn header_without_rows_is_an_error() {
         let text = "Concurrency,Inferences/Second,p99 latency,avg latency\n";
-        assert!(parse_results(text.as_bytes(), 1).unwrap_err().contains("no data rows"));
+        assert!(parse_results(text.as_bytes(), 1).unwrap_err().contains("no rows"));
     }
 }

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::{GateError, GateThresholds};
-use crate::report::{LoadPoint, ReportRow};
+use crate::results::{LoadPoint, ReportRow};
 
 /// The metrics the gate checks, each with its good direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

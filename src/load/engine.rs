@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use super::{LoadError, LoadMode, Pacer, DRAIN_TIMEOUT};
 use crate::client::{ClientError, InferClient};
-use crate::measure::recorder::{RequestRecord, WindowRecorder};
+use crate::measure::recorder::WindowRecorder;
+use crate::results::RequestRecord;
 
 /// How late a request may start before it counts as late. The dispatcher sleeps with the OS
 /// timer (tens of µs of overshoot) and the spawned task then waits for a runtime thread; on a

@@ -12,7 +12,7 @@ use std::time::Duration;
 pub use engine::{LoadSpec, RunningLoad, LATE_SLACK};
 pub use pacer::{read_intervals, Distribution, Pacer, Schedule};
 
-use crate::report::LoadPoint;
+use crate::results::LoadPoint;
 
 /// How the load is shaped at one sweep point.
 #[derive(Clone, Debug, PartialEq)]

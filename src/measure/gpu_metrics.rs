@@ -2,21 +2,13 @@
 //! (KSERVE_V2.md §11.1), scraped periodically while a sweep point is measured and summarised
 //! per GPU: average utilization and power, peak memory used, total memory.
 
+use crate::results::GpuFigures;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
-
-/// Per-GPU figures of one point (`--collect-metrics`), keyed by GPU UUID.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GpuFigures {
-    pub utilization: Vec<(String, f64)>,
-    pub power_w: Vec<(String, f64)>,
-    pub max_memory_bytes: Vec<(String, u64)>,
-    pub total_memory_bytes: Vec<(String, u64)>,
-}
 
 /// One scrape: per-GPU values of the four gauges.
 #[derive(Clone, Debug, Default, PartialEq)]

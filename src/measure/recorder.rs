@@ -8,22 +8,12 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::client::RequestTiming;
-use crate::tensor::Tensor;
+use crate::results::RequestRecord;
 
 /// Largest latency the histogram tracks (one hour, in µs); longer ones saturate.
 const MAX_LATENCY_US: u64 = 3_600_000_000;
 /// Three significant digits: percentiles are within 0.1% of the exact value.
 const SIGFIG: u8 = 3;
-
-/// One request of the profile export: its send and response wall-clock times, which input data
-/// step it sent, and the outputs it got back (those that came inline, not through shared memory).
-#[derive(Clone, Debug, PartialEq)]
-pub struct RequestRecord {
-    pub send_ns: u64,
-    pub response_ns: u64,
-    pub step: usize,
-    pub outputs: Vec<(String, Tensor)>,
-}
 
 #[derive(Clone, Debug)]
 pub struct WindowRecorder {

@@ -15,11 +15,9 @@
 
 use std::time::Duration;
 
-use super::gpu_metrics::GpuFigures;
-use super::recorder::{RequestRecord, WindowRecorder};
-use super::server_stats::ServerStats;
+use super::recorder::WindowRecorder;
 use super::stability::{spread_pct, WindowFigures};
-use crate::report::{LoadPoint, ReportRow};
+use crate::results::{LoadPoint, PointDetail, PointResult, ReportRow, ServerStats};
 
 /// One window, raw.
 #[derive(Clone, Debug)]
@@ -55,36 +53,6 @@ impl Window {
     pub fn figures(&self, batch: u64, percentile: Option<f64>) -> WindowFigures {
         WindowFigures { throughput: self.throughput(batch), latency_us: self.latency_us(percentile) }
     }
-}
-
-/// What perf_analyzer prints about a point beyond the [`ReportRow`].
-#[derive(Clone, Debug, Default)]
-pub struct PointDetail {
-    /// Total length of the merged windows.
-    pub duration: Duration,
-    pub stdev_us: f64,
-    /// Average client exchange time (start of send to end of recv), µs.
-    pub exchange_us: f64,
-    /// Server counters over the merged windows.
-    pub server: Option<ServerStats>,
-    pub first_error: Option<String>,
-    /// Windows measured for this point, including those not merged.
-    pub trials: usize,
-    /// The latency `-l` and `--percentile` refer to, µs.
-    pub threshold_latency_us: f64,
-    /// Wall-clock window boundaries (ns since the epoch) of every window of the point.
-    pub window_boundaries_ns: Vec<u64>,
-    /// Per-request send/response times of the merged windows (`--profile-export-file` only).
-    pub requests: Vec<RequestRecord>,
-    /// GPU gauges scraped while the point ran (`--collect-metrics`).
-    pub gpu: Option<GpuFigures>,
-}
-
-/// One measured sweep point: the row every report reads, and the extra detail.
-#[derive(Clone, Debug)]
-pub struct PointResult {
-    pub row: ReportRow,
-    pub detail: PointDetail,
 }
 
 /// Derives a row from the windows it merges (see the module docs for the formulas).
@@ -162,7 +130,7 @@ pub fn derive_point(
 mod tests {
     use super::*;
     use crate::client::RequestTiming;
-    use crate::measure::server_stats::StageTotal;
+    use crate::results::server_stats::StageTotal;
 
     fn window(latency_us: u64, ok: u64, failed: u64, secs: f64) -> Window {
         let mut client = WindowRecorder::default();

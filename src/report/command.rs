@@ -10,7 +10,8 @@ use clap::{Args, ValueEnum};
 
 use super::plot::{self, Format};
 use super::table::{ConstColumn, Layout};
-use super::{read_table, seeds, LoadPoint, ReportRow, SweepKind};
+use super::{read_table, seeds, TableKind};
+use crate::results::{LoadPoint, ReportRow};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -97,8 +98,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(kind) = args.kind {
         meta.kind = match kind {
-            KindArg::Offline => SweepKind::Offline,
-            KindArg::Online => SweepKind::Online,
+            KindArg::Offline => TableKind::Offline,
+            KindArg::Online => TableKind::Online,
         };
     }
     if let Some(layout) = args.layout {
@@ -130,15 +131,15 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
 
 /// Sweep order for the plots' x-axis (perf_analyzer may write its rows in another order):
 /// offline by batch, online by load point.
-fn sort_rows(rows: &mut [ReportRow], kind: SweepKind) {
+fn sort_rows(rows: &mut [ReportRow], kind: TableKind) {
     let load = |r: &ReportRow| match r.load {
         LoadPoint::Concurrency(c) => c as f64,
         LoadPoint::RequestRate(rate) => rate,
     };
     rows.sort_by(|a, b| {
         let (x, y) = match kind {
-            SweepKind::Offline => ((a.batch as f64, load(a)), (b.batch as f64, load(b))),
-            SweepKind::Online => ((load(a), a.batch as f64), (load(b), b.batch as f64)),
+            TableKind::Offline => ((a.batch as f64, load(a)), (b.batch as f64, load(b))),
+            TableKind::Online => ((load(a), a.batch as f64), (load(b), b.batch as f64)),
         };
         x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
     });
@@ -166,8 +167,8 @@ fn layout_for(arg: LayoutArg, meta: &super::TableMeta) -> Layout {
                 .into_iter()
                 .collect();
             match meta.kind {
-                SweepKind::Offline => Layout::OfflineSummary { leading },
-                SweepKind::Online => Layout::OnlineSummary { leading: vec![] },
+                TableKind::Offline => Layout::OfflineSummary { leading },
+                TableKind::Online => Layout::OnlineSummary { leading: vec![] },
             }
         }
     }

@@ -6,11 +6,9 @@
 //! pair, so `perfbench report` renders both the same way.
 
 pub mod command;
-pub mod pa_csv;
 pub mod pa_export;
 pub mod pa_summary;
 pub mod plot;
-pub mod row;
 pub mod seeds;
 pub mod table;
 
@@ -18,33 +16,36 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use row::{LoadPoint, ReportRow};
-pub use table::{Layout, Unit};
+pub use crate::results::csv::Unit;
+pub use table::Layout;
+
+use crate::results::csv::{self as results_csv, TableError};
+use crate::results::{LoadPoint, ReportRow};
 
 /// Which of the seeds' two sweeps a table comes from; it picks the plots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SweepKind {
+pub enum TableKind {
     /// Concurrency 1, a static batch per request, over batch sizes.
     Offline,
     /// A fixed client batch over concurrencies, the server batching.
     Online,
 }
 
-impl SweepKind {
+impl TableKind {
     pub fn title(self) -> &'static str {
         match self {
-            SweepKind::Offline => "Offline",
-            SweepKind::Online => "Online",
+            TableKind::Offline => "Offline",
+            TableKind::Online => "Online",
         }
     }
 
     /// For a CSV with no sidecar: offline when every row ran at concurrency 1.
-    pub fn infer(rows: &[ReportRow]) -> SweepKind {
+    pub fn infer(rows: &[ReportRow]) -> TableKind {
         if rows.iter().all(|r| r.load == LoadPoint::Concurrency(1)) {
-            SweepKind::Offline
+            TableKind::Offline
         } else {
-            SweepKind::Online
+            TableKind::Online
         }
     }
 }
@@ -123,7 +124,7 @@ pub struct SeedSource {
 /// The sidecar of a results CSV (`<stem>.toml` beside `<stem>.csv`): what the CSV alone cannot say.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TableMeta {
-    pub kind: SweepKind,
+    pub kind: TableKind,
     /// The unit of latency columns whose header names none (`(ms)` in a header wins).
     pub unit: Unit,
     /// The section title, e.g. `Offline: NVIDIA A30, ONNX Runtime with FP16`.
@@ -138,7 +139,7 @@ pub struct TableMeta {
 impl TableMeta {
     /// The sidecar perfbench writes for its own run: µs CSV, the default ms layout, and a title
     /// in the seeds' style (`Offline: <device>, <backend> with <precision>`).
-    pub fn for_run(kind: SweepKind, config: RunConfig) -> Self {
+    pub fn for_run(kind: TableKind, config: RunConfig) -> Self {
         let device = config.get("GPU").or_else(|| config.get("Device"));
         let title = match (device, config.get("Backend"), config.get("Precision")) {
             (Some(d), Some(b), Some(p)) => format!("{}: {d}, {b} with {p}", kind.title()),
@@ -153,7 +154,7 @@ impl TableMeta {
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     #[error(transparent)]
-    Table(#[from] table::TableError),
+    Table(#[from] TableError),
     #[error(transparent)]
     Plot(#[from] plot::PlotError),
     #[error("cannot write {path}: {source}")]
@@ -186,8 +187,8 @@ pub fn read_table(csv: &Path) -> Result<(Vec<ReportRow>, TableMeta), ReportError
         None
     };
     let unit = meta.as_ref().map_or(Unit::Us, |m| m.unit);
-    let rows = table::read_csv(csv, unit)?;
-    let meta = meta.unwrap_or_else(|| TableMeta::for_run(SweepKind::infer(&rows), RunConfig::default()));
+    let rows = results_csv::read_csv(csv, unit)?;
+    let meta = meta.unwrap_or_else(|| TableMeta::for_run(TableKind::infer(&rows), RunConfig::default()));
     Ok((rows, meta))
 }
 
@@ -234,7 +235,7 @@ pub fn write_results(
     dir: &Path,
     rows: &[ReportRow],
     config: &RunConfig,
-    kind: SweepKind,
+    kind: TableKind,
 ) -> Result<WrittenResults, ReportError> {
     let meta = TableMeta::for_run(kind, config.clone());
     write_results_with(dir, rows, &meta)
@@ -249,7 +250,7 @@ pub fn write_results_with(dir: &Path, rows: &[ReportRow], meta: &TableMeta) -> R
     let plots_dir = dir.join("plots");
     std::fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write { path: plots_dir.clone(), source })?;
     let mut written = WrittenResults { report_csv: dir.join("report.csv"), ..Default::default() };
-    table::write_report_csv(&written.report_csv, rows)?;
+    results_csv::write_report_csv(&written.report_csv, rows)?;
     // report.csv is µs whatever the source was; the source line stays with the seed's own sidecar.
     let run_meta = TableMeta { unit: Unit::Us, source: None, ..meta.clone() };
     write_sidecar(&dir.join("report.toml"), &run_meta)?;
@@ -314,7 +315,7 @@ mod tests {
     fn write_results_writes_a_complete_folder_that_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let rows = vec![row(1, 800.0), row(8, 1500.0), row(16, 2600.0)];
-        let written = write_results(dir.path(), &rows, &config(), SweepKind::Offline).unwrap();
+        let written = write_results(dir.path(), &rows, &config(), TableKind::Offline).unwrap();
         for name in ["report.csv", "report.toml", "report.md"] {
             assert!(dir.path().join(name).is_file(), "{name}");
         }
@@ -334,7 +335,7 @@ mod tests {
         assert!(md.contains("|      16 |             1 |             6153.85 |               0.01 |"), "{md}");
         let (back, meta) = read_table(&written.report_csv).unwrap();
         assert_eq!(back.len(), 3);
-        assert_eq!(meta.kind, SweepKind::Offline);
+        assert_eq!(meta.kind, TableKind::Offline);
         assert_eq!(meta.config, config());
         assert_eq!(back[2].avg_us, 2600.0);
     }
@@ -344,7 +345,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rows: Vec<ReportRow> =
             (1..=4).map(|c| ReportRow { load: LoadPoint::Concurrency(c * 8), ..row(2, 1000.0 * c as f64) }).collect();
-        let written = write_results(dir.path(), &rows, &config(), SweepKind::Online).unwrap();
+        let written = write_results(dir.path(), &rows, &config(), TableKind::Online).unwrap();
         assert_eq!(written.plots.len(), 2);
         assert!(dir.path().join("plots/latency_vs_concurrency.png").is_file());
     }
@@ -352,6 +353,6 @@ mod tests {
     #[test]
     fn no_rows_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(write_results(dir.path(), &[], &config(), SweepKind::Online), Err(ReportError::NoRows)));
+        assert!(matches!(write_results(dir.path(), &[], &config(), TableKind::Online), Err(ReportError::NoRows)));
     }
 }

@@ -9,8 +9,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::measure::PointResult;
-use crate::report::LoadPoint;
+use crate::results::LoadPoint;
+use crate::results::PointResult;
 use crate::tensor::{element_count, json_values, Tensor};
 
 #[derive(Serialize)]
@@ -101,8 +101,8 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::recorder::RequestRecord;
     use crate::measure::window::derive_point;
+    use crate::results::RequestRecord;
     use crate::tensor::DataType;
 
     #[test]

@@ -5,9 +5,10 @@
 
 use std::fmt::Write as _;
 
-use super::pa_csv::cpp_double;
-use crate::measure::{PointResult, WindowMode};
-use crate::report::LoadPoint;
+use crate::measure::WindowMode;
+use crate::results::format::format_g;
+use crate::results::LoadPoint;
+use crate::results::PointResult;
 
 /// How the client talked to the server, for the "Avg HTTP time" line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +64,7 @@ pub fn settings_block(d: &RunDescription) -> String {
             let _ = writeln!(s, "  Minimum number of samples in each window: {n}");
         }
     }
-    let _ = writeln!(s, "  Latency limit: {} msec", cpp_double(d.latency_limit_ms));
+    let _ = writeln!(s, "  Latency limit: {} msec", format_g(d.latency_limit_ms));
     if let Some(line) = &d.limit_line {
         let _ = writeln!(s, "  {line}");
     }
@@ -77,7 +78,7 @@ pub fn settings_block(d: &RunDescription) -> String {
 
 fn stabilizing(percentile: Option<f64>) -> String {
     match percentile {
-        Some(p) => format!("Stabilizing using p{} latency and throughput", cpp_double(p)),
+        Some(p) => format!("Stabilizing using p{} latency and throughput", format_g(p)),
         None => "Stabilizing using average latency and throughput".into(),
     }
 }
@@ -85,7 +86,7 @@ fn stabilizing(percentile: Option<f64>) -> String {
 fn point_title(load: LoadPoint) -> String {
     match load {
         LoadPoint::Concurrency(n) => format!("Request concurrency: {n}"),
-        LoadPoint::RequestRate(r) => format!("Request Rate: {} inference requests per seconds", cpp_double(r)),
+        LoadPoint::RequestRate(r) => format!("Request Rate: {} inference requests per seconds", format_g(r)),
     }
 }
 
@@ -97,7 +98,7 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
     let _ = writeln!(s, "{}", point_title(r.load));
     let _ = writeln!(s, "  Client: ");
     let _ = writeln!(s, "    Request count: {}", r.requests);
-    let _ = writeln!(s, "    Throughput: {} infer/sec", cpp_double(r.throughput));
+    let _ = writeln!(s, "    Throughput: {} infer/sec", format_g(r.throughput));
     let _ = writeln!(s, "    Avg latency: {} usec (standard deviation {} usec)", us(r.avg_us), us(detail.stdev_us));
     for (p, v) in [(50, r.p50_us), (90, r.p90_us), (95, r.p95_us), (99, r.p99_us)] {
         let _ = writeln!(s, "    p{p} latency: {} usec", us(v));
@@ -149,7 +150,7 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
             s,
             "  UNSTABLE: the last {} windows did not agree within {}% after {} windows (spread: throughput {:.1}%, avg latency {:.1}%)",
             detail.trials.min(3),
-            cpp_double(d.stability_pct),
+            format_g(d.stability_pct),
             detail.trials,
             r.throughput_spread_pct,
             r.avg_spread_pct
@@ -166,10 +167,9 @@ pub fn closing_list(results: &[PointResult]) -> String {
         let r = &result.row;
         let label = match r.load {
             LoadPoint::Concurrency(n) => format!("Concurrency: {n}"),
-            LoadPoint::RequestRate(rate) => format!("Request Rate: {}", cpp_double(rate)),
+            LoadPoint::RequestRate(rate) => format!("Request Rate: {}", format_g(rate)),
         };
-        let _ =
-            writeln!(s, "{label}, throughput: {} infer/sec, latency {} usec", cpp_double(r.throughput), us(r.avg_us));
+        let _ = writeln!(s, "{label}, throughput: {} infer/sec, latency {} usec", format_g(r.throughput), us(r.avg_us));
     }
     s
 }
@@ -177,8 +177,8 @@ pub fn closing_list(results: &[PointResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::{PointDetail, ServerStats};
-    use crate::report::ReportRow;
+    use crate::results::ReportRow;
+    use crate::results::{PointDetail, ServerStats};
     use std::time::Duration;
 
     fn description() -> RunDescription {

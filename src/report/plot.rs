@@ -12,9 +12,9 @@ use plotters::prelude::*;
 use plotters::style::full_palette;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::row::{LoadPoint, ReportRow};
-use super::table::{stages_us, STAGE_NAMES};
-use super::SweepKind;
+use super::TableKind;
+use crate::results::csv::{stages_us, STAGE_NAMES};
+use crate::results::{LoadPoint, ReportRow};
 
 const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
@@ -66,12 +66,12 @@ impl PlotKind {
     }
 
     /// The plots a sweep kind gets.
-    pub fn for_sweep(kind: SweepKind) -> &'static [PlotKind] {
+    pub fn for_sweep(kind: TableKind) -> &'static [PlotKind] {
         match kind {
-            SweepKind::Offline => {
+            TableKind::Offline => {
                 &[PlotKind::ThroughputVsBatch, PlotKind::LatencyVsBatch, PlotKind::ThroughputVsLatency]
             }
-            SweepKind::Online => &[PlotKind::LatencyVsConcurrency],
+            TableKind::Online => &[PlotKind::LatencyVsConcurrency],
         }
     }
 }
@@ -87,7 +87,7 @@ fn register_font() -> Result<(), PlotError> {
 }
 
 /// Draws the sweep's plots into `dir` as PNG and SVG; returns the files written.
-pub fn render_plots(dir: &Path, rows: &[ReportRow], kind: SweepKind, title: &str) -> Result<Vec<PathBuf>, PlotError> {
+pub fn render_plots(dir: &Path, rows: &[ReportRow], kind: TableKind, title: &str) -> Result<Vec<PathBuf>, PlotError> {
     render_plots_as(dir, rows, kind, title, &[Format::Png, Format::Svg])
 }
 
@@ -95,7 +95,7 @@ pub fn render_plots(dir: &Path, rows: &[ReportRow], kind: SweepKind, title: &str
 pub fn render_plots_as(
     dir: &Path,
     rows: &[ReportRow],
-    kind: SweepKind,
+    kind: TableKind,
     title: &str,
     formats: &[Format],
 ) -> Result<Vec<PathBuf>, PlotError> {

@@ -7,8 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::table::{ConstColumn, Layout, Unit};
-use super::{RunConfig, SeedSource, SweepKind, TableMeta};
+use super::table::{ConstColumn, Layout};
+use super::{RunConfig, SeedSource, TableKind, TableMeta};
+use crate::results::csv::Unit;
 
 /// Why a seed could not be converted.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +33,7 @@ pub struct SeedTable {
     pub seed_slug: String,
     /// The section heading, e.g. `Offline: NVIDIA A30, ONNX Runtime with FP16`.
     pub section: String,
-    pub kind: SweepKind,
+    pub kind: TableKind,
     /// 1-based line of the header row.
     pub line: usize,
     pub config: RunConfig,
@@ -101,7 +102,7 @@ pub fn parse_seed(file_name: &str, text: &str) -> Result<Vec<SeedTable>, SeedErr
 
     // Parameters printed once for a whole scenario (002, 004), then per-section ones.
     let mut scenario_params: Vec<[String; 2]> = Vec::new();
-    let mut section: Option<(String, SweepKind, Vec<[String; 2]>)> = None;
+    let mut section: Option<(String, TableKind, Vec<[String; 2]>)> = None;
     let mut tables = Vec::new();
     let mut i = 0;
     while i < lines.len() {
@@ -184,11 +185,11 @@ pub fn parse_seed(file_name: &str, text: &str) -> Result<Vec<SeedTable>, SeedErr
     Ok(tables)
 }
 
-fn heading_kind(heading: &str) -> Option<SweepKind> {
+fn heading_kind(heading: &str) -> Option<TableKind> {
     if heading.starts_with("Offline:") {
-        Some(SweepKind::Offline)
+        Some(TableKind::Offline)
     } else if heading.starts_with("Online:") {
-        Some(SweepKind::Online)
+        Some(TableKind::Online)
     } else {
         None
     }
@@ -303,8 +304,8 @@ pub fn extract_dir(seeds_dir: &Path, out_dir: &Path) -> Result<ExtractSummary, S
                 table.section.replace('"', "\"\"")
             ));
             match table.kind {
-                SweepKind::Offline => summary.offline += 1,
-                SweepKind::Online => summary.online += 1,
+                TableKind::Offline => summary.offline += 1,
+                TableKind::Online => summary.online += 1,
             }
             summary.files.push(csv);
         }
@@ -349,7 +350,7 @@ mod tests {
         let t = &tables[0];
         assert_eq!(t.seed_slug, "009-demo");
         assert_eq!(t.section, "Offline: NVIDIA A40 with FP16");
-        assert_eq!(t.kind, SweepKind::Offline);
+        assert_eq!(t.kind, TableKind::Offline);
         assert_eq!(t.line, 15);
         assert_eq!(t.config.get("GPU"), Some("NVIDIA A40"));
         assert_eq!(t.config.get("Max Batch Size"), Some("8"));
@@ -361,7 +362,7 @@ mod tests {
     #[test]
     fn renders_back_to_the_printed_table() {
         let t = &parse_seed("009_x.txt", SEED).unwrap()[0];
-        let rows = super::super::table::parse_csv(&t.csv(), t.unit, "seed").unwrap();
+        let rows = crate::results::csv::parse_csv(&t.csv(), t.unit, "seed").unwrap();
         assert_eq!(super::super::table::render_results(&rows, &t.layout), t.markdown);
     }
 }

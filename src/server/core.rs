@@ -44,12 +44,19 @@ pub struct InferenceServer {
     pub options: ServerOptions,
     pub repository: ModelRepository,
     pub shm: SharedMemoryManager,
+    /// Model metadata requests answered since start (a sweep should ask once).
+    metadata_requests: std::sync::atomic::AtomicU64,
 }
 
 impl InferenceServer {
     pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
         let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
-        Ok(Arc::new(InferenceServer { options, repository, shm: SharedMemoryManager::default() }))
+        Ok(Arc::new(InferenceServer {
+            options,
+            repository,
+            shm: SharedMemoryManager::default(),
+            metadata_requests: Default::default(),
+        }))
     }
 
     pub fn is_live(&self) -> bool {
@@ -70,6 +77,7 @@ impl InferenceServer {
 
     /// Model metadata. Shapes of batching models carry a leading -1 for the batch dimension.
     pub fn model_metadata(&self, name: &str, version: &str) -> ServerResult<ModelMetadataResponse> {
+        self.metadata_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let model = self.repository.get(name, version)?;
         let c = &model.config;
         let batch_dim: &[i64] = if c.max_batch_size > 0 { &[-1] } else { &[] };
@@ -85,6 +93,11 @@ impl InferenceServer {
             inputs: c.input.iter().map(|i| tensor(&i.name, i.data_type, &i.dims)).collect(),
             outputs: c.output.iter().map(|o| tensor(&o.name, o.data_type, &o.dims)).collect(),
         })
+    }
+
+    /// How many model metadata requests were answered since start.
+    pub fn metadata_requests(&self) -> u64 {
+        self.metadata_requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Config JSON as Triton prints it.

@@ -62,6 +62,8 @@ impl Region {
 #[derive(Default)]
 pub struct SharedMemoryManager {
     regions: Mutex<BTreeMap<String, Arc<Region>>>,
+    /// Successful registrations since start (clients that re-register per point show here).
+    registrations: std::sync::atomic::AtomicU64,
 }
 
 impl SharedMemoryManager {
@@ -87,7 +89,13 @@ impl SharedMemoryManager {
         }
         let region = Region { name: name.into(), key: key.into(), offset, byte_size, mapping };
         regions.insert(name.to_string(), Arc::new(region));
+        self.registrations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// How many regions were registered since the server started.
+    pub fn registrations(&self) -> u64 {
+        self.registrations.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Unregisters one region, or all with an empty name. Unknown names are not an error.

@@ -30,20 +30,52 @@ pub trait Model: Send + Sync {
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String>;
 }
 
-/// Builds the model named by the config's `backend`.
-pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
-    let model: Arc<dyn Model> = match config.backend.as_str() {
-        "identity" => Arc::new(IdentityModel::new(config)?),
-        "delay" => Arc::new(DelayModel::new(config)?),
-        "bert" => Arc::new(BertModel::new(config)?),
-        "wide_deep" => Arc::new(WideDeepModel::new(config)?),
-        "dlrm" => Arc::new(DlrmModel::new(config)?),
-        other => {
-            return Err(ServerError::invalid(format!(
-                "model '{}': unknown backend '{other}' (bundled kinds: identity, delay, bert, wide_deep, dlrm)",
-                config.name
-            )))
+/// The bundled model kinds; a config names one in its `backend` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    Identity,
+    Delay,
+    Bert,
+    WideDeep,
+    Dlrm,
+}
+
+impl ModelKind {
+    pub const ALL: [ModelKind; 5] =
+        [ModelKind::Identity, ModelKind::Delay, ModelKind::Bert, ModelKind::WideDeep, ModelKind::Dlrm];
+
+    /// The `backend` string of the config.
+    pub fn backend(self) -> &'static str {
+        match self {
+            ModelKind::Identity => "identity",
+            ModelKind::Delay => "delay",
+            ModelKind::Bert => "bert",
+            ModelKind::WideDeep => "wide_deep",
+            ModelKind::Dlrm => "dlrm",
         }
+    }
+
+    pub fn of(config: &ModelConfig) -> ServerResult<ModelKind> {
+        ModelKind::ALL.into_iter().find(|k| k.backend() == config.backend).ok_or_else(|| {
+            let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.backend()).collect();
+            ServerError::invalid(format!(
+                "model '{}': unknown backend '{}' (bundled kinds: {})",
+                config.name,
+                config.backend,
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+/// Builds the model of the kind the config's `backend` names.
+pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
+    let model: Arc<dyn Model> = match ModelKind::of(config)? {
+        ModelKind::Identity => Arc::new(IdentityModel::new(config)?),
+        ModelKind::Delay => Arc::new(DelayModel::new(config)?),
+        ModelKind::Bert => Arc::new(BertModel::new(config)?),
+        ModelKind::WideDeep => Arc::new(WideDeepModel::new(config)?),
+        ModelKind::Dlrm => Arc::new(DlrmModel::new(config)?),
     };
     Ok(model)
 }

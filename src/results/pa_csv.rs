@@ -7,8 +7,8 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use crate::measure::PointResult;
-use crate::report::LoadPoint;
+use super::format::format_g;
+use super::{LoadPoint, PointResult};
 
 /// The columns after the first one, as perf_analyzer 2.50 writes them.
 const BASE_COLUMNS: &str = "Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency";
@@ -20,41 +20,6 @@ const METRICS_COLUMNS: &str = ",Avg GPU Utilization,Avg GPU Power Usage,Max GPU 
 pub struct CsvColumns {
     pub verbose: bool,
     pub gpu_metrics: bool,
-}
-
-/// Formats a double as C++ `std::ostream << double` does by default (`%g`, precision 6):
-/// `248.518`, `1000`, `1.23457e+06`.
-pub fn cpp_double(value: f64) -> String {
-    if value == 0.0 || !value.is_finite() {
-        return if value.is_nan() {
-            "nan".into()
-        } else if value.is_infinite() {
-            "inf".into()
-        } else {
-            "0".into()
-        };
-    }
-    let exponent = value.abs().log10().floor() as i32;
-    // Rounding to 6 digits can carry into the next power of ten (999999.5 → 1e+06).
-    let sci = format!("{value:.5e}");
-    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
-    let exp: i32 = exp.parse().unwrap_or(exponent);
-    if !(-4..6).contains(&exp) {
-        let mantissa = trim_zeros(mantissa);
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exp.abs())
-    } else {
-        let decimals = (5 - exp).max(0) as usize;
-        trim_zeros(&format!("{value:.decimals$}")).to_string()
-    }
-}
-
-fn trim_zeros(s: &str) -> &str {
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        s
-    }
 }
 
 /// Whole microseconds, truncated toward zero like perf_analyzer's `ns / 1000`.
@@ -91,11 +56,11 @@ pub fn row_line(result: &PointResult, columns: CsvColumns) -> String {
     let r = &result.row;
     let first = match r.load {
         LoadPoint::Concurrency(n) => n.to_string(),
-        LoadPoint::RequestRate(rate) => cpp_double(rate),
+        LoadPoint::RequestRate(rate) => format_g(rate),
     };
     let mut line = format!(
         "{first},{},{},{},{},{},{},{},{},{},{},{},{}",
-        cpp_double(r.throughput),
+        format_g(r.throughput),
         us(r.client_send_us),
         us(r.network_us),
         us(r.server_queue_us),
@@ -151,9 +116,7 @@ impl PaCsvWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::gpu_metrics::GpuFigures;
-    use crate::measure::{PointDetail, PointResult};
-    use crate::report::ReportRow;
+    use crate::results::{GpuFigures, PointDetail, ReportRow};
 
     #[test]
     fn headers_match_perf_analyzer_2_50_byte_for_byte() {
@@ -174,17 +137,17 @@ mod tests {
 
     #[test]
     fn doubles_print_like_cpp_streams() {
-        assert_eq!(cpp_double(248.518), "248.518");
-        assert_eq!(cpp_double(353.46812), "353.468");
-        assert_eq!(cpp_double(99.8794), "99.8794");
-        assert_eq!(cpp_double(1000.0), "1000");
-        assert_eq!(cpp_double(123456.7), "123457");
-        assert_eq!(cpp_double(1234567.0), "1.23457e+06");
-        assert_eq!(cpp_double(999999.7), "1e+06");
-        assert_eq!(cpp_double(0.000123456), "0.000123456");
-        assert_eq!(cpp_double(0.0000123), "1.23e-05");
-        assert_eq!(cpp_double(0.0), "0");
-        assert_eq!(cpp_double(2.5), "2.5");
+        assert_eq!(format_g(248.518), "248.518");
+        assert_eq!(format_g(353.46812), "353.468");
+        assert_eq!(format_g(99.8794), "99.8794");
+        assert_eq!(format_g(1000.0), "1000");
+        assert_eq!(format_g(123456.7), "123457");
+        assert_eq!(format_g(1234567.0), "1.23457e+06");
+        assert_eq!(format_g(999999.7), "1e+06");
+        assert_eq!(format_g(0.000123456), "0.000123456");
+        assert_eq!(format_g(0.0000123), "1.23e-05");
+        assert_eq!(format_g(0.0), "0");
+        assert_eq!(format_g(2.5), "2.5");
     }
 
     fn result() -> PointResult {

@@ -1,32 +1,35 @@
-//! A sweep: warm up, then measure each load point in turn (a linear range, or a binary search
-//! for the largest value under `-l`), handing every row to an observer as soon as it is measured
-//! so it reaches disk before the next point starts.
+//! The measuring loop of one batch size: warm up, then measure each load point in turn (a
+//! linear range, or a binary search for the largest value under `-l`), handing every row to an
+//! observer as soon as it is measured so it reaches disk before the next point starts. Each
+//! point runs the load until its windows are stable ([`measure_point`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{measure_point, MeasureSettings, PointResult, StatsSource, WindowFigures};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
 use crate::client::{ClientError, InferClient};
 use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, RunningLoad, Schedule};
+use crate::measure::{derive_point, is_stable, MeasureSettings, Window, WindowFigures, WindowMode, STABLE_WINDOWS};
+use crate::plan::MAX_OPEN_CONCURRENCY;
+use crate::results::{LoadPoint, PointResult, ServerStats};
 
 /// The load points of a sweep.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SweepPoints {
     /// `--concurrency-range start:end:step`; `end: None` goes on until `-l` is exceeded.
     Concurrency { start: u64, end: Option<u64>, step: u64 },
+    /// Closed loop at each of these concurrencies, in order (`--concurrency 8,16,64`).
+    Concurrencies(Vec<u64>),
     /// `--request-rate-range start:end:step`, in requests per second.
     RequestRate { start: f64, end: f64, step: f64, distribution: Distribution },
     /// `--request-intervals`: one point, the trace as given.
     Trace(Arc<[Duration]>),
 }
 
-/// Upper bound of an open-ended concurrency sweep, so a server that never exceeds `-l` still
-/// ends the run.
-pub const MAX_OPEN_CONCURRENCY: u64 = 4096;
-
 /// Everything about a sweep beyond how each point is measured.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SweepPlan {
+pub struct LoadPlan {
     pub points: SweepPoints,
     /// `-l`, in µs: a linear sweep stops after the first point above it.
     pub latency_threshold_us: Option<f64>,
@@ -72,7 +75,7 @@ pub enum SweepError {
 
 struct Sweeper<'a, C: InferClient, O> {
     target: &'a Target<C>,
-    plan: &'a SweepPlan,
+    plan: &'a LoadPlan,
     settings: &'a MeasureSettings,
     observer: &'a mut O,
     results: Vec<PointResult>,
@@ -127,6 +130,14 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
                 let mode = LoadMode::Schedule(Schedule::Trace(gaps));
                 self.warm_up(mode.clone()).await?;
                 self.measure(mode).await?;
+            }
+            SweepPoints::Concurrencies(levels) => {
+                self.warm_up(LoadMode::Concurrency(levels.first().copied().unwrap_or(1))).await?;
+                for c in levels {
+                    if !self.measure(LoadMode::Concurrency(c)).await? {
+                        break;
+                    }
+                }
             }
             SweepPoints::Concurrency { start, end, step } => {
                 self.warm_up(LoadMode::Concurrency(start)).await?;
@@ -194,7 +205,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
 /// passed to `observer`.
 pub async fn sweep<C: InferClient, O: SweepObserver>(
     target: &Target<C>,
-    plan: &SweepPlan,
+    plan: &LoadPlan,
     settings: &MeasureSettings,
     observer: &mut O,
 ) -> Result<Vec<PointResult>, SweepError> {
@@ -203,11 +214,91 @@ pub async fn sweep<C: InferClient, O: SweepObserver>(
     Ok(sweeper.results)
 }
 
+/// Where server statistics come from (`None` model: the server lacks the extension).
+pub struct StatsSource<'a, C> {
+    pub client: &'a C,
+    pub model: Option<(&'a str, &'a str)>,
+}
+
+impl<C: InferClient> StatsSource<'_, C> {
+    /// Reads the model's counters. A broken connection is fatal; any other failure only loses
+    /// the server columns of this window.
+    async fn read(&self) -> Result<Option<ServerStats>, ClientError> {
+        let Some((model, version)) = self.model else {
+            return Ok(None);
+        };
+        match self.client.statistics(model, version).await {
+            Ok(all) => Ok(ServerStats::from_response(&all, model, version)),
+            Err(e) if e.is_fatal() => Err(e),
+            Err(e) => {
+                tracing::warn!("statistics unavailable for this window: {e}");
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn epoch_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
+}
+
+/// Measures windows of a running load until the last [`STABLE_WINDOWS`] agree or `max_trials`
+/// windows were taken, and derives the row from the last (up to) three. `on_window` sees each
+/// window's figures as it ends (progress display).
+pub async fn measure_point<C: InferClient>(
+    load: &RunningLoad,
+    stats: &StatsSource<'_, C>,
+    settings: &MeasureSettings,
+    point: LoadPoint,
+    mut on_window: impl FnMut(usize, WindowFigures, bool),
+) -> Result<PointResult, ClientError> {
+    let mut before = stats.read().await?;
+    if settings.request_count.is_none() {
+        // Whatever finished before the first boundary belongs to no window. With a request
+        // count every request belongs to the one window.
+        drop(load.take_window());
+    }
+    let mut started = (Instant::now(), epoch_ns());
+    let mut windows: Vec<Window> = Vec::new();
+    let mut figures: Vec<WindowFigures> = Vec::new();
+    let mut boundaries = vec![started.1];
+    let trials = if settings.request_count.is_some() { 1 } else { settings.max_trials.max(1) };
+    let mut stable = false;
+    for trial in 0..trials {
+        match (settings.request_count, settings.window) {
+            (Some(n), _) => load.wait_completed(n).await?,
+            (None, WindowMode::Time(span)) => load.wait_for(span).await?,
+            (None, WindowMode::Count(n)) => load.wait_completed(load.completed() + n).await?,
+        }
+        let after = stats.read().await?;
+        let client = load.take_window();
+        let ended = (Instant::now(), epoch_ns());
+        let server = match (&before, &after) {
+            (Some(b), Some(a)) => Some(a.since(b)),
+            _ => None,
+        };
+        windows.push(Window { client, duration: ended.0 - started.0, server, start_ns: started.1, end_ns: ended.1 });
+        boundaries.push(ended.1);
+        figures.push(windows[trial].figures(settings.batch, settings.percentile));
+        stable = settings.request_count.is_some() || is_stable(&figures, settings.stability_pct);
+        on_window(trial, figures[trial], stable);
+        if stable {
+            break;
+        }
+        before = after;
+        started = ended;
+    }
+    let merged = &windows[windows.len().saturating_sub(STABLE_WINDOWS)..];
+    let mut result = derive_point(merged, settings.batch, point, stable, settings.percentile);
+    result.detail.trials = windows.len();
+    result.detail.window_boundaries_ns = boundaries;
+    Ok(result)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::load::fake::FakeClient;
-    use crate::measure::WindowMode;
 
     #[derive(Default)]
     struct Collect {
@@ -235,8 +326,8 @@ mod tests {
         }
     }
 
-    fn plan(points: SweepPoints) -> SweepPlan {
-        SweepPlan {
+    fn plan(points: SweepPoints) -> LoadPlan {
+        LoadPlan {
             points,
             latency_threshold_us: None,
             binary_search: false,
@@ -260,7 +351,7 @@ mod tests {
         assert_eq!(seen.rows.len(), 2);
         assert!(seen.windows >= 6, "at least 3 windows per point");
         let c1 = &rows[0].row;
-        assert_eq!(c1.load, crate::report::LoadPoint::Concurrency(1));
+        assert_eq!(c1.load, crate::results::LoadPoint::Concurrency(1));
         // 2 ms per request at concurrency 1: at most 500/s, and well above 100/s even on a busy box.
         assert!(c1.throughput > 100.0 && c1.throughput < 520.0, "throughput {}", c1.throughput);
         assert!(c1.requests >= 3 * 20 && c1.failed == 0);
@@ -306,7 +397,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn request_count_sends_exactly_that_many() {
         let t = target(FakeClient::with_latency(Duration::from_micros(200)));
-        let p = SweepPlan { warmup_requests: 7, ..plan(SweepPoints::Concurrency { start: 3, end: Some(3), step: 1 }) };
+        let p = LoadPlan { warmup_requests: 7, ..plan(SweepPoints::Concurrency { start: 3, end: Some(3), step: 1 }) };
         let settings = MeasureSettings { request_count: Some(50), ..count_windows(10) };
         let rows = sweep(&t, &p, &settings, &mut Collect::default()).await.unwrap();
         assert_eq!(rows[0].row.requests, 50);
@@ -321,7 +412,7 @@ mod tests {
         let fake = || FakeClient { scale_with_in_flight: true, ..FakeClient::with_latency(Duration::from_millis(20)) };
         let settings =
             MeasureSettings { window: WindowMode::Count(6), stability_pct: 100.0, max_trials: 3, ..Default::default() };
-        let linear = SweepPlan {
+        let linear = LoadPlan {
             latency_threshold_us: Some(70_000.0),
             ..plan(SweepPoints::Concurrency { start: 1, end: Some(10), step: 1 })
         };
@@ -329,17 +420,17 @@ mod tests {
         let seen: Vec<_> = rows.iter().map(|r| r.row.load).collect();
         assert_eq!(
             seen.last(),
-            Some(&crate::report::LoadPoint::Concurrency(4)),
+            Some(&crate::results::LoadPoint::Concurrency(4)),
             "stops after the first point over: {seen:?}"
         );
 
-        let search = SweepPlan { binary_search: true, ..linear.clone() };
+        let search = LoadPlan { binary_search: true, ..linear.clone() };
         let rows = sweep(&target(fake()), &search, &settings, &mut Collect::default()).await.unwrap();
         let best = rows
             .iter()
             .filter(|r| r.detail.threshold_latency_us <= 70_000.0)
             .map(|r| match r.row.load {
-                crate::report::LoadPoint::Concurrency(c) => c,
+                crate::results::LoadPoint::Concurrency(c) => c,
                 _ => 0,
             })
             .max();
@@ -350,7 +441,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn open_loop_counts_missed_requests_at_the_in_flight_cap() {
         let t = target(FakeClient::with_latency(Duration::from_millis(50)));
-        let p = SweepPlan {
+        let p = LoadPlan {
             max_in_flight: 2,
             ..plan(SweepPoints::RequestRate {
                 start: 200.0,
@@ -367,7 +458,7 @@ mod tests {
         };
         let rows = sweep(&t, &p, &settings, &mut Collect::default()).await.unwrap();
         let r = &rows[0].row;
-        assert_eq!(r.load, crate::report::LoadPoint::RequestRate(200.0));
+        assert_eq!(r.load, crate::results::LoadPoint::RequestRate(200.0));
         // 2 in flight × 50 ms → 40/s sent; the other ~160/s are missed.
         assert!(r.missed > r.requests, "missed {} vs sent {}", r.missed, r.requests);
     }

@@ -1,0 +1,201 @@
+//! The command line: one clap subcommand per job. `profile`, `offline`, `online` and `run`
+//! resolve their flags into a [`Plan`] (exit 2 on any bad input, before anything starts), then
+//! either print it (`--print-plan`) or hand it to [`crate::run::execute`]. This is the only place
+//! argv is parsed.
+
+pub mod profile;
+pub mod sweep;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::plan::scenario::Scenario;
+use crate::plan::settings::default_out;
+use crate::plan::{Gate, Plan, PlanError, Target};
+use crate::run::{EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_TARGET};
+
+const EXIT_CODES: &str = "Exit codes: 0 ok; 1 gate regression; 2 usage or bad input; \
+3 the target failed (unreachable, died, refused); 130 interrupted (Ctrl-C or SIGTERM; the rows \
+measured so far are written).";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "perfbench",
+    version,
+    about = "Load generator and latency profiler for KServe v2 / Triton servers",
+    after_help = EXIT_CODES
+)]
+pub struct Cli {
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `perfbench=debug`.
+    #[arg(long, global = true, default_value = "warn")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the bundled KServe v2 inference server (HTTP, gRPC, metrics).
+    Serve(crate::server::serve::ServeArgs),
+    /// Compare a run with a baseline and fail on a regression beyond thresholds and noise.
+    Gate(crate::gate::GateArgs),
+    /// Profile a model the way perf_analyzer does (same flags, same CSV).
+    #[command(after_help = EXIT_CODES)]
+    Profile(Box<profile::ProfileArgs>),
+    /// Re-render report.md and the plots from a report.csv, perf_analyzer or seed CSV.
+    Report(crate::report::command::ReportArgs),
+    /// Offline sweep: concurrency 1, a static batch per request, over batch sizes.
+    #[command(after_help = EXIT_CODES)]
+    Offline(Box<sweep::OfflineArgs>),
+    /// Online sweep: a fixed client batch over concurrencies, the server batching.
+    #[command(after_help = EXIT_CODES)]
+    Online(Box<sweep::OnlineArgs>),
+    /// Run a scenario file or a plan file (as --print-plan writes it), optionally gated.
+    #[command(after_help = EXIT_CODES)]
+    Run(RunArgs),
+}
+
+/// `perfbench run FILE`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// A scenario (e.g. scenarios/wide_deep.toml) or a plan written by --print-plan.
+    pub file: PathBuf,
+    /// A named profile of the scenario (e.g. quick), merged over its sections.
+    #[arg(long = "profile")]
+    pub profile: Option<String>,
+    /// Results folder (default: results/<scenario>[-<profile>]-<timestamp>/).
+    #[arg(long = "out")]
+    pub out: Option<PathBuf>,
+    /// Gate the run against a baseline run folder (with offline/ and online/) or a report.csv,
+    /// with the scenario's [gate] thresholds; exits 1 on a regression.
+    #[arg(long = "gate", value_name = "BASELINE")]
+    pub gate: Option<PathBuf>,
+    /// Server address (host:port). Without it, the bundled server runs in-process.
+    #[arg(short = 'u', long = "url")]
+    pub url: Option<String>,
+    /// Print the resolved plan as TOML and exit without running it.
+    #[arg(long = "print-plan")]
+    pub print_plan: bool,
+}
+
+impl RunArgs {
+    /// The plan of the file: a plan file as written, or a scenario resolved with the flags.
+    pub fn plan(&self) -> Result<Plan, PlanError> {
+        let text = std::fs::read_to_string(&self.file)
+            .map_err(|e| PlanError::Invalid(format!("cannot read {}: {e}", self.file.display())))?;
+        let is_plan = toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.contains_key("sweeps"));
+        if is_plan {
+            if self.profile.is_some() || self.out.is_some() || self.url.is_some() {
+                return Err(PlanError::Invalid(format!(
+                    "{} is a plan: it runs as written (--profile, --out and -u are for scenarios)",
+                    self.file.display()
+                )));
+            }
+            let mut plan =
+                Plan::from_toml(&text).map_err(|e| PlanError::Invalid(format!("plan {}: {e}", self.file.display())))?;
+            if let Some(baseline) = &self.gate {
+                plan.gate = Some(Gate { baseline: baseline.clone(), thresholds: Default::default() });
+            }
+            return Ok(plan);
+        }
+        let scenario = Scenario::parse(&text, &self.file).map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let out = self.out.clone().unwrap_or_else(|| {
+            let profile = self.profile.as_deref().map(|p| format!("-{p}")).unwrap_or_default();
+            default_out(&format!("{}{profile}", scenario.name))
+        });
+        let target = match &self.url {
+            Some(url) => Target::Remote { url: url.clone() },
+            None => Target::Embedded { model_repository: None },
+        };
+        let mut plan =
+            scenario.plan(self.profile.as_deref(), target, &out).map_err(|e| PlanError::Invalid(e.to_string()))?;
+        plan.gate = self.gate.clone().map(|baseline| Gate { baseline, thresholds: scenario.gate });
+        Ok(plan)
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version to stdout with exit 0; a usage error is one line.
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.to_string();
+            eprintln!("{}", text.lines().next().unwrap_or("error: bad command line"));
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    run(cli.command)
+}
+
+/// Parses a whole command line (program name first) of `profile`, `offline`, `online` or `run`
+/// into its plan, exactly as `main` does; for tests and embedders.
+pub fn parse_plan<I, T>(argv: I) -> Result<Plan, String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())?;
+    let plan = match cli.command {
+        Command::Profile(args) => args.plan(),
+        Command::Offline(args) => args.plan(),
+        Command::Online(args) => args.plan(),
+        Command::Run(args) => args.plan(),
+        _ => return Err("not a measuring command".into()),
+    };
+    plan.map_err(|e| e.to_string())
+}
+
+/// The error and its causes on one line.
+pub fn one_line(e: &anyhow::Error) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
+}
+
+fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(code)
+}
+
+/// Resolves a plan, then prints it or runs it.
+fn plan_or_run(plan: Result<Plan, PlanError>, print_plan: bool) -> ExitCode {
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(e) => return fail(e, EXIT_BAD_INPUT),
+    };
+    if print_plan {
+        print!("{}", plan.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    match crate::run::execute(&plan) {
+        Ok(code) => code,
+        Err(e) => fail(&e, e.exit_code()),
+    }
+}
+
+fn run(command: Command) -> ExitCode {
+    let other = |outcome: anyhow::Result<ExitCode>| match outcome {
+        Ok(code) => code,
+        Err(e) => fail(one_line(&e), EXIT_BAD_INPUT),
+    };
+    match command {
+        Command::Serve(args) => other(crate::server::serve::run(args)),
+        Command::Gate(args) => other(crate::gate::run(&args).map_err(Into::into)),
+        Command::Report(args) => other(crate::report::command::run(args)),
+        Command::Profile(args) => plan_or_run(args.plan(), args.common.print_plan),
+        Command::Offline(args) => plan_or_run(args.plan(), args.common.flags.print_plan),
+        Command::Online(args) => plan_or_run(args.plan(), args.common.flags.print_plan),
+        Command::Run(args) => plan_or_run(args.plan(), args.print_plan),
+    }
+}
+
+// The codes the help text names are the ones the run uses.
+const _: () = assert!(EXIT_REGRESSION == 1 && EXIT_BAD_INPUT == 2 && EXIT_TARGET == 3 && EXIT_INTERRUPTED == 130);

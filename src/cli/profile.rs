@@ -1,0 +1,474 @@
+//! `perfbench profile`: perf_analyzer's command line. Its flags resolve into a one-sweep
+//! [`Plan`]; defaults not given on the command line come from the one defaults table
+//! ([`crate::plan::defaults`]), which follows perf_analyzer for `profile`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::plan::settings::{resolve, Settings};
+use crate::plan::{invalid, Levels, Model, Plan, PlanError, SweepKind, Target};
+
+/// How requests are sent and what is scraped beside them: the flags `profile` shares with the
+/// `offline` and `online` sweeps, which hand them to every point unchanged.
+#[derive(Args, Debug, Default, Clone)]
+pub struct CallArgs {
+    /// Extra HTTP header / gRPC metadata, "Name: value" (repeatable).
+    #[arg(short = 'H')]
+    pub headers: Vec<String>,
+    /// Send requests over gRPC `ModelStreamInfer` streams (needs `-i grpc`).
+    #[arg(long)]
+    pub streaming: bool,
+    /// Scrape the server's GPU metrics during each point and add them to the CSV.
+    #[arg(long = "collect-metrics")]
+    pub collect_metrics: bool,
+    /// Metrics endpoint (default: localhost:8002/metrics, or the bundled server's).
+    #[arg(long = "metrics-url")]
+    pub metrics_url: Option<String>,
+}
+
+/// The flags `profile`, `offline` and `online` share: where to connect, what to send, how to
+/// measure, and `--print-plan`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CommonArgs {
+    /// Server address (host:port). Without it, the bundled server runs in-process.
+    #[arg(short = 'u', long = "url")]
+    pub url: Option<String>,
+    /// Protocol: http or grpc.
+    #[arg(short = 'i', long = "protocol")]
+    pub protocol: Option<String>,
+    /// Per-item shape of a variable-size input: NAME:d1,d2 (repeatable).
+    #[arg(long = "shape")]
+    pub shapes: Vec<String>,
+    /// Input values: zero, random, or a perf_analyzer JSON file.
+    #[arg(long = "input-data")]
+    pub input_data: Option<String>,
+    /// Where tensors travel: none, system or cuda shared memory.
+    #[arg(long = "shared-memory")]
+    pub shared_memory: Option<String>,
+    /// Window length in ms (time_windows).
+    #[arg(short = 'p', long = "measurement-interval")]
+    pub measurement_interval_ms: Option<u64>,
+    /// time_windows or count_windows.
+    #[arg(long = "measurement-mode")]
+    pub measurement_mode: Option<String>,
+    /// Requests per window (count_windows).
+    #[arg(long = "measurement-request-count")]
+    pub measurement_request_count: Option<u64>,
+    /// Windows agree when within this percentage.
+    #[arg(short = 's', long = "stability-percentage")]
+    pub stability_percentage: Option<f64>,
+    /// Most windows measured per point.
+    #[arg(short = 'r', long = "max-trials")]
+    pub max_trials: Option<usize>,
+    /// Stabilise and threshold on this latency percentile instead of the average.
+    #[arg(long = "percentile")]
+    pub percentile: Option<f64>,
+    /// Requests sent before measuring, not counted.
+    #[arg(long = "warmup-request-count")]
+    pub warmup_request_count: Option<u64>,
+    /// Client worker threads, at most one per core (default: one per 16 concurrent requests
+    /// against a remote server; every core with the bundled server).
+    #[arg(long = "max-threads")]
+    pub max_threads: Option<usize>,
+    /// Model repository of the bundled server (default: its model zoo).
+    #[arg(long = "model-repository")]
+    pub model_repository: Option<PathBuf>,
+    /// Print the resolved plan as TOML and exit without running it.
+    #[arg(long = "print-plan")]
+    pub print_plan: bool,
+    #[command(flatten)]
+    pub call: CallArgs,
+}
+
+impl CommonArgs {
+    /// These flags as sweep settings.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            protocol: self.protocol.clone(),
+            shapes: Some(self.shapes.clone()),
+            input_data: self.input_data.clone(),
+            shared_memory: self.shared_memory.clone(),
+            measurement_interval_ms: self.measurement_interval_ms,
+            measurement_mode: self.measurement_mode.clone(),
+            measurement_request_count: self.measurement_request_count,
+            stability_percentage: self.stability_percentage,
+            max_trials: self.max_trials,
+            percentile: self.percentile,
+            warmup_request_count: self.warmup_request_count,
+            max_threads: self.max_threads,
+            headers: (!self.call.headers.is_empty()).then(|| self.call.headers.clone()),
+            streaming: self.call.streaming.then_some(true),
+            collect_metrics: self.call.collect_metrics.then_some(true),
+            metrics_url: self.call.metrics_url.clone(),
+            ..Settings::default()
+        }
+    }
+}
+
+/// perf_analyzer's flags that perfbench does not implement. Each is accepted by name, so the
+/// user gets "not supported: --flag" instead of a parse error or silence.
+#[derive(Args, Debug, Default, Clone)]
+pub struct UnsupportedFlags {
+    #[arg(long = "sequence-length", hide = true, num_args = 0..=1)]
+    sequence_length: Option<Option<String>>,
+    #[arg(long = "sequence-length-variation", hide = true, num_args = 0..=1)]
+    sequence_length_variation: Option<Option<String>>,
+    #[arg(long = "sequence-id-range", hide = true, num_args = 0..=1)]
+    sequence_id_range: Option<Option<String>>,
+    #[arg(long = "num-of-sequences", hide = true, num_args = 0..=1)]
+    num_of_sequences: Option<Option<String>>,
+    #[arg(long = "serial-sequences", hide = true, num_args = 0..=1)]
+    serial_sequences: Option<Option<String>>,
+    #[arg(long = "input-tensor-format", hide = true, num_args = 0..=1)]
+    input_tensor_format: Option<Option<String>>,
+    #[arg(long = "output-tensor-format", hide = true, num_args = 0..=1)]
+    output_tensor_format: Option<Option<String>>,
+    #[arg(long = "trace-level", hide = true, num_args = 0..=1)]
+    trace_level: Option<Option<String>>,
+    #[arg(long = "trace-rate", hide = true, num_args = 0..=1)]
+    trace_rate: Option<Option<String>>,
+    #[arg(long = "trace-count", hide = true, num_args = 0..=1)]
+    trace_count: Option<Option<String>>,
+    #[arg(long = "log-frequency", hide = true, num_args = 0..=1)]
+    log_frequency: Option<Option<String>>,
+    #[arg(long = "ssl-grpc-use-ssl", hide = true, num_args = 0..=1)]
+    ssl_grpc_use_ssl: Option<Option<String>>,
+    #[arg(long = "ssl-grpc-root-certifications-file", hide = true, num_args = 0..=1)]
+    ssl_grpc_root_certifications_file: Option<Option<String>>,
+    #[arg(long = "ssl-grpc-private-key-file", hide = true, num_args = 0..=1)]
+    ssl_grpc_private_key_file: Option<Option<String>>,
+    #[arg(long = "ssl-grpc-certificate-chain-file", hide = true, num_args = 0..=1)]
+    ssl_grpc_certificate_chain_file: Option<Option<String>>,
+    #[arg(long = "ssl-https-verify-peer", hide = true, num_args = 0..=1)]
+    ssl_https_verify_peer: Option<Option<String>>,
+    #[arg(long = "ssl-https-verify-host", hide = true, num_args = 0..=1)]
+    ssl_https_verify_host: Option<Option<String>>,
+    #[arg(long = "ssl-https-ca-certificates-file", hide = true, num_args = 0..=1)]
+    ssl_https_ca_certificates_file: Option<Option<String>>,
+    #[arg(long = "ssl-https-client-certificate-file", hide = true, num_args = 0..=1)]
+    ssl_https_client_certificate_file: Option<Option<String>>,
+    #[arg(long = "ssl-https-client-certificate-type", hide = true, num_args = 0..=1)]
+    ssl_https_client_certificate_type: Option<Option<String>>,
+    #[arg(long = "ssl-https-private-key-file", hide = true, num_args = 0..=1)]
+    ssl_https_private_key_file: Option<Option<String>>,
+    #[arg(long = "ssl-https-private-key-type", hide = true, num_args = 0..=1)]
+    ssl_https_private_key_type: Option<Option<String>>,
+    #[arg(long = "string-length", hide = true, num_args = 0..=1)]
+    string_length: Option<Option<String>>,
+    #[arg(long = "string-data", hide = true, num_args = 0..=1)]
+    string_data: Option<Option<String>>,
+    #[arg(long = "data-directory", hide = true, num_args = 0..=1)]
+    data_directory: Option<Option<String>>,
+    #[arg(long = "grpc-compression-algorithm", hide = true, num_args = 0..=1)]
+    grpc_compression_algorithm: Option<Option<String>>,
+    #[arg(long = "bls-composing-models", hide = true, num_args = 0..=1)]
+    bls_composing_models: Option<Option<String>>,
+    #[arg(long = "periodic-concurrency-range", hide = true, num_args = 0..=1)]
+    periodic_concurrency_range: Option<Option<String>>,
+    #[arg(long = "request-period", hide = true, num_args = 0..=1)]
+    request_period: Option<Option<String>>,
+    #[arg(long = "request-parameter", hide = true, num_args = 0..=1)]
+    request_parameter: Option<Option<String>>,
+    #[arg(long = "endpoint", hide = true, num_args = 0..=1)]
+    endpoint: Option<Option<String>>,
+    #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
+    triton_server_directory: Option<Option<String>>,
+    #[arg(short = 't', hide = true, num_args = 0..=1)]
+    concurrency_old: Option<Option<String>>,
+    #[arg(short = 'd', hide = true, num_args = 0..=1)]
+    dynamic_concurrency: Option<Option<String>>,
+    #[arg(short = 'v', hide = true, num_args = 0..=1)]
+    verbose: Option<Option<String>>,
+}
+
+impl UnsupportedFlags {
+    /// The first unsupported flag given, spelled as the user would have typed it.
+    fn first_given(&self) -> Option<&'static str> {
+        let given: &[(&'static str, bool)] = &[
+            ("--sequence-length", self.sequence_length.is_some()),
+            ("--sequence-length-variation", self.sequence_length_variation.is_some()),
+            ("--sequence-id-range", self.sequence_id_range.is_some()),
+            ("--num-of-sequences", self.num_of_sequences.is_some()),
+            ("--serial-sequences", self.serial_sequences.is_some()),
+            ("--input-tensor-format", self.input_tensor_format.is_some()),
+            ("--output-tensor-format", self.output_tensor_format.is_some()),
+            ("--trace-level", self.trace_level.is_some()),
+            ("--trace-rate", self.trace_rate.is_some()),
+            ("--trace-count", self.trace_count.is_some()),
+            ("--log-frequency", self.log_frequency.is_some()),
+            ("--ssl-grpc-use-ssl", self.ssl_grpc_use_ssl.is_some()),
+            ("--ssl-grpc-root-certifications-file", self.ssl_grpc_root_certifications_file.is_some()),
+            ("--ssl-grpc-private-key-file", self.ssl_grpc_private_key_file.is_some()),
+            ("--ssl-grpc-certificate-chain-file", self.ssl_grpc_certificate_chain_file.is_some()),
+            ("--ssl-https-verify-peer", self.ssl_https_verify_peer.is_some()),
+            ("--ssl-https-verify-host", self.ssl_https_verify_host.is_some()),
+            ("--ssl-https-ca-certificates-file", self.ssl_https_ca_certificates_file.is_some()),
+            ("--ssl-https-client-certificate-file", self.ssl_https_client_certificate_file.is_some()),
+            ("--ssl-https-client-certificate-type", self.ssl_https_client_certificate_type.is_some()),
+            ("--ssl-https-private-key-file", self.ssl_https_private_key_file.is_some()),
+            ("--ssl-https-private-key-type", self.ssl_https_private_key_type.is_some()),
+            ("--string-length", self.string_length.is_some()),
+            ("--string-data", self.string_data.is_some()),
+            ("--data-directory", self.data_directory.is_some()),
+            ("--grpc-compression-algorithm", self.grpc_compression_algorithm.is_some()),
+            ("--bls-composing-models", self.bls_composing_models.is_some()),
+            ("--periodic-concurrency-range", self.periodic_concurrency_range.is_some()),
+            ("--request-period", self.request_period.is_some()),
+            ("--request-parameter", self.request_parameter.is_some()),
+            ("--endpoint", self.endpoint.is_some()),
+            ("--triton-server-directory", self.triton_server_directory.is_some()),
+            ("-t (use --concurrency-range)", self.concurrency_old.is_some()),
+            ("-d (use --concurrency-range with -l)", self.dynamic_concurrency.is_some()),
+            ("-v", self.verbose.is_some()),
+        ];
+        given.iter().find(|(_, set)| *set).map(|(name, _)| *name)
+    }
+}
+
+/// `perfbench profile`: a drop-in for `perf_analyzer` (same flag names). With no `-u`, the
+/// bundled server is started in this process on ephemeral loopback ports and profiled over the
+/// chosen protocol.
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// Model to profile.
+    #[arg(short = 'm', long = "model-name")]
+    pub model: String,
+    /// Model version (empty: the latest).
+    #[arg(short = 'x', long = "model-version", default_value = "")]
+    pub model_version: String,
+    /// Batch size of each request.
+    #[arg(short = 'b', long = "batch-size")]
+    pub batch_size: Option<u64>,
+    /// Closed loop: start:end:step concurrencies (end 0 with -l: until the limit).
+    #[arg(long = "concurrency-range")]
+    pub concurrency_range: Option<String>,
+    /// Open loop: start:end:step request rates, per second.
+    #[arg(long = "request-rate-range")]
+    pub request_rate_range: Option<String>,
+    /// Open-loop gaps: constant or poisson.
+    #[arg(long = "request-distribution")]
+    pub request_distribution: Option<String>,
+    /// Open loop from a trace: one interval in µs per line, cycled.
+    #[arg(long = "request-intervals")]
+    pub request_intervals: Option<PathBuf>,
+    /// Same as --input-data zero.
+    #[arg(short = 'z', long = "zero-input")]
+    pub zero_input: bool,
+    /// Bytes reserved per output of unknown size with shared memory.
+    #[arg(long = "output-shared-memory-size")]
+    pub output_shared_memory_size: Option<u64>,
+    /// Latency limit in ms: stop the sweep once exceeded (0: none).
+    #[arg(short = 'l', long = "latency-threshold")]
+    pub latency_threshold_ms: Option<f64>,
+    /// Search the range for the largest value under -l.
+    #[arg(long = "binary-search")]
+    pub binary_search: bool,
+    /// Measure exactly this many requests per point (one window, no stability check).
+    #[arg(long = "request-count")]
+    pub request_count: Option<u64>,
+    /// Asynchronous calls (the engine is always asynchronous; kept for perf_analyzer parity).
+    #[arg(short = 'a', long = "async", conflicts_with = "sync")]
+    pub asynchronous: bool,
+    /// Synchronous calls (perf_analyzer's default; same engine).
+    #[arg(long = "sync")]
+    pub sync: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// CSV report (perf_analyzer's format).
+    #[arg(short = 'f', long = "latency-report-file")]
+    pub latency_report_file: Option<PathBuf>,
+    /// Add Avg latency, request/response and response wait to the CSV.
+    #[arg(long = "verbose-csv")]
+    pub verbose_csv: bool,
+    /// Scrape interval in ms.
+    #[arg(long = "metrics-interval")]
+    pub metrics_interval_ms: Option<u64>,
+    /// Per-request timestamps as perf_analyzer's JSON.
+    #[arg(long = "profile-export-file")]
+    pub profile_export_file: Option<PathBuf>,
+    /// triton (a KServe v2 server) or inprocess (the bundled server, called directly).
+    #[arg(long = "service-kind", default_value = "triton")]
+    pub service_kind: String,
+    /// Seed of the Poisson schedule.
+    #[arg(long = "seed")]
+    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub unsupported: UnsupportedFlags,
+}
+
+/// `-u`, `--service-kind` and `--model-repository` as a target.
+pub fn target(url: &Option<String>, service_kind: &str, repository: &Option<PathBuf>) -> Result<Target, PlanError> {
+    match (service_kind, url) {
+        ("triton", Some(_)) if repository.is_some() => {
+            Err(invalid("--model-repository is for the bundled server: drop -u to use it"))
+        }
+        ("triton", Some(url)) => Ok(Target::Remote { url: url.clone() }),
+        ("triton", None) => Ok(Target::Embedded { model_repository: repository.clone() }),
+        ("inprocess", None) => Ok(Target::InProcess { model_repository: repository.clone() }),
+        ("inprocess", Some(_)) => Err(invalid("-u has no meaning with --service-kind inprocess")),
+        (other, _) => Err(PlanError::NotSupported(format!("--service-kind {other}"))),
+    }
+}
+
+impl ProfileArgs {
+    /// Resolves the flags into a one-sweep plan. No file is created and no socket opened,
+    /// except reading the `--request-intervals` trace.
+    pub fn plan(&self) -> Result<Plan, PlanError> {
+        if let Some(flag) = self.unsupported.first_given() {
+            return Err(PlanError::NotSupported(flag.to_string()));
+        }
+        let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
+        let concurrency = match &self.concurrency_range {
+            Some(text) => Some(Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))?),
+            None => None,
+        };
+        let common = self.common.settings();
+        let settings = Settings {
+            batch: self.batch_size,
+            concurrency,
+            request_rate: self.request_rate_range.clone(),
+            request_distribution: self.request_distribution.clone(),
+            seed: self.seed,
+            request_intervals: self.request_intervals.clone(),
+            latency_threshold_ms: self.latency_threshold_ms,
+            binary_search: Some(self.binary_search),
+            output_shared_memory_size: self.output_shared_memory_size,
+            input_data: if self.zero_input { Some("zero".into()) } else { common.input_data.clone() },
+            request_count: self.request_count,
+            asynchronous: Some(self.asynchronous),
+            metrics_interval_ms: self.metrics_interval_ms,
+            latency_report_file: self.latency_report_file.clone(),
+            verbose_csv: Some(self.verbose_csv),
+            profile_export_file: self.profile_export_file.clone(),
+            ..common
+        };
+        let sweep = resolve(SweepKind::Profile, &settings, &target)?;
+        let plan = Plan {
+            target,
+            model: Model { name: self.model.clone(), version: self.model_version.clone(), config: None },
+            sweeps: vec![sweep],
+            gate: None,
+        };
+        plan.validate()?;
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::shm::SharedMemoryKind;
+    use crate::plan::{Distribution, Load, Protocol, WindowKind};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ProfileArgs,
+    }
+
+    fn resolve(line: &str) -> Result<Plan, PlanError> {
+        let argv = std::iter::once("profile").chain(line.split_whitespace());
+        Cli::try_parse_from(argv).expect("parses").args.plan()
+    }
+
+    #[test]
+    fn defaults_follow_perf_analyzer() {
+        let plan = resolve("-m identity").unwrap();
+        assert_eq!(plan.target, Target::Embedded { model_repository: None });
+        let s = &plan.sweeps[0];
+        assert_eq!(s.protocol, Protocol::Http);
+        assert_eq!(s.load, Load::Concurrency { levels: Levels::one(1) });
+        assert_eq!((s.measurement.mode, s.measurement.interval_ms), (WindowKind::TimeWindows, 5000));
+        assert_eq!((s.measurement.stability_percentage, s.measurement.max_trials), (10.0, 10));
+        assert_eq!(s.measurement.total_requests, None);
+        assert_eq!(s.measurement.warmup_requests, 0);
+        assert_eq!(s.input.shared_memory, SharedMemoryKind::None);
+    }
+
+    #[test]
+    fn client_threads_follow_concurrency_cores_and_max_threads() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = |line: &str| {
+            let plan = resolve(line).unwrap();
+            crate::run::worker_threads(&plan.sweeps[0], &plan.target)
+        };
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 1:16"), 1);
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 64"), cores.min(4));
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 64 --max-threads 1"), 1);
+        assert_eq!(threads("-m m -u h:1 --concurrency-range 1 --max-threads 64"), cores);
+        // The bundled server runs on the same runtime: it keeps every core.
+        assert_eq!(threads("-m m --concurrency-range 1"), cores);
+        assert_eq!(threads("-m m --concurrency-range 1 --max-threads 1"), 1);
+    }
+
+    #[test]
+    fn ranges_modes_and_services_resolve() {
+        let plan = resolve("-m m -u localhost:8001 -i grpc --concurrency-range 2:8:2 --measurement-mode count_windows --measurement-request-count 30 -l 5 --percentile 95").unwrap();
+        assert_eq!(plan.target, Target::Remote { url: "localhost:8001".into() });
+        let s = &plan.sweeps[0];
+        assert_eq!(s.load, Load::Concurrency { levels: "2:8:2".parse().unwrap() });
+        assert_eq!((s.measurement.mode, s.measurement.request_count), (WindowKind::CountWindows, 30));
+        assert_eq!(s.latency_limit_ms, Some(5.0));
+        assert_eq!(s.measurement.percentile, Some(95.0));
+        let plan =
+            resolve("-m m --request-rate-range 100:200:50 --request-distribution poisson --service-kind inprocess")
+                .unwrap();
+        assert_eq!(
+            plan.sweeps[0].load,
+            Load::RequestRate { start: 100.0, end: 200.0, step: 50.0, distribution: Distribution::Poisson, seed: 1 }
+        );
+        assert_eq!(plan.target, Target::InProcess { model_repository: None });
+    }
+
+    #[test]
+    fn unsupported_flags_are_named() {
+        assert_eq!(resolve("-m m --max-threads 0").unwrap_err(), invalid("--max-threads must be at least 1"));
+        assert_eq!(resolve("-m m --ssl-grpc-use-ssl").unwrap_err().to_string(), "not supported: --ssl-grpc-use-ssl");
+        assert_eq!(
+            resolve("-m m --service-kind openai").unwrap_err().to_string(),
+            "not supported: --service-kind openai"
+        );
+        assert!(resolve("-m m --streaming").unwrap_err().to_string().starts_with("--streaming needs -i grpc"));
+        assert!(resolve("-m m -i grpc --streaming").unwrap().sweeps[0].call.streaming);
+    }
+
+    #[test]
+    fn bad_values_are_one_line_errors() {
+        for (line, needle) in [
+            ("-m m --concurrency-range 0:4", "at least 1"),
+            ("-m m --concurrency-range 4:2", "descending"),
+            ("-m m --concurrency-range a:2", "not a whole number"),
+            ("-m m --concurrency-range 4:0", "needs -l"),
+            ("-m m --binary-search --concurrency-range 1:8", "needs -l"),
+            ("-m m -i udp", "expected http or grpc"),
+            ("-m m --measurement-mode both", "time_windows or count_windows"),
+            ("-m m --concurrency-range 1:2 --request-rate-range 5", "choose one"),
+            ("-m m --shape INPUT0:x", "--shape"),
+            ("-m m --percentile 100", "--percentile"),
+            ("-m m --service-kind inprocess -u h:1", "-u"),
+            ("-m m --shared-memory gpu", "--shared-memory"),
+            ("-m m -b 0", "-b must be at least 1"),
+        ] {
+            let err = resolve(line).unwrap_err().to_string();
+            assert!(err.contains(needle), "{line}: {err}");
+            assert!(!err.contains('\n'), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn flags_plan_toml_plan_is_identity() {
+        for line in [
+            "-m identity",
+            "-m m -u localhost:8001 -i grpc --concurrency-range 2:8:2 -l 5 --percentile 95 -H X:1 --streaming",
+            "-m m --request-rate-range 100:200:50 --request-distribution poisson --shared-memory system -b 4",
+            "-m m --concurrency-range 4:0 -l 10 --collect-metrics --metrics-url h:1 -f x.csv --verbose-csv",
+            "-m identity --shape INPUT0:16 --input-data zero --request-count 10 --max-threads 2",
+        ] {
+            let plan = resolve(line).unwrap();
+            let text = plan.to_toml();
+            assert_eq!(Plan::from_toml(&text).unwrap(), plan, "{line}:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The one table of defaults. Every command line and scenario key that is not given takes its
+//! value from here, by the kind of sweep: `profile` follows perf_analyzer 2.50; `offline` and
+//! `online` follow the seeds' runs. README.md ("Defaults") prints this table; a test keeps the
+//! two in step.
+
+use super::{SweepKind, WindowKind};
+
+/// The model a sweep profiles when no `-m` is given: `wide_deep` is a real compute model (not an
+/// echo) yet cheap enough on a 2-core CPU that `offline --batch-sizes 1,8,16` takes seconds.
+pub const DEFAULT_MODEL: &str = "wide_deep";
+
+/// Bytes reserved per output of unknown size with shared memory (perf_analyzer's default).
+pub const OUTPUT_SHM_BYTES: u64 = 100 * 1024;
+
+/// One column of the table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Defaults {
+    pub batch_sizes: &'static str,
+    pub concurrency: &'static str,
+    pub shared_memory: &'static str,
+    pub window: WindowKind,
+    pub measurement_interval_ms: u64,
+    pub measurement_request_count: u64,
+    pub warmup_request_count: u64,
+    pub stability_percentage: f64,
+    pub max_trials: usize,
+    pub protocol: &'static str,
+    pub input_data: &'static str,
+    pub request_distribution: &'static str,
+    pub seed: u64,
+    pub metrics_interval_ms: u64,
+}
+
+/// Shared by all three; each kind differs where its column below says so.
+const COMMON: Defaults = Defaults {
+    batch_sizes: "1",
+    concurrency: "1",
+    shared_memory: "none",
+    window: WindowKind::TimeWindows,
+    measurement_interval_ms: 5000,
+    measurement_request_count: 50,
+    warmup_request_count: 0,
+    stability_percentage: 10.0,
+    max_trials: 10,
+    protocol: "http",
+    input_data: "random",
+    request_distribution: "constant",
+    seed: 1,
+    metrics_interval_ms: 1000,
+};
+
+/// `perfbench profile`: perf_analyzer's own defaults.
+pub const PROFILE: Defaults = COMMON;
+
+/// `perfbench offline` and a scenario's `[offline]`: the seeds' static-batch sweep.
+pub const OFFLINE: Defaults = Defaults {
+    batch_sizes: "1,8,16",
+    shared_memory: "system",
+    window: WindowKind::CountWindows,
+    warmup_request_count: 10,
+    ..COMMON
+};
+
+/// `perfbench online` and a scenario's `[online]`: the seeds' concurrency sweep.
+pub const ONLINE: Defaults =
+    Defaults { concurrency: "1..8", window: WindowKind::CountWindows, warmup_request_count: 10, ..COMMON };
+
+/// The defaults of a kind of sweep.
+pub fn of(kind: SweepKind) -> &'static Defaults {
+    match kind {
+        SweepKind::Profile => &PROFILE,
+        SweepKind::Offline => &OFFLINE,
+        SweepKind::Online => &ONLINE,
+    }
+}
+
+/// The table as README.md prints it (Markdown).
+pub fn markdown_table() -> String {
+    let kinds = [SweepKind::Profile, SweepKind::Offline, SweepKind::Online];
+    type Cell = fn(&Defaults) -> String;
+    let rows: [(&str, Cell); 14] = [
+        ("batch sizes (`-b`, `--batch-sizes`)", |d| format!("`{}`", d.batch_sizes)),
+        ("concurrency (`--concurrency-range`, `--concurrency`)", |d| format!("`{}`", d.concurrency)),
+        ("`--shared-memory`", |d| d.shared_memory.to_string()),
+        ("`--measurement-mode`", |d| d.window.to_string()),
+        ("`-p` (ms)", |d| d.measurement_interval_ms.to_string()),
+        ("`--measurement-request-count`", |d| d.measurement_request_count.to_string()),
+        ("`--warmup-request-count`", |d| d.warmup_request_count.to_string()),
+        ("`-s` (%)", |d| d.stability_percentage.to_string()),
+        ("`-r`", |d| d.max_trials.to_string()),
+        ("`-i`", |d| d.protocol.to_string()),
+        ("`--input-data`", |d| d.input_data.to_string()),
+        ("`--request-distribution`", |d| d.request_distribution.to_string()),
+        ("`--seed`", |d| d.seed.to_string()),
+        ("`--metrics-interval` (ms)", |d| d.metrics_interval_ms.to_string()),
+    ];
+    let mut out = String::from("| setting | profile | offline | online |\n|---|---|---|---|\n");
+    for (name, value) in rows {
+        let cells: Vec<String> = kinds.iter().map(|k| value(of(*k))).collect();
+        out.push_str(&format!("| {name} | {} |\n", cells.join(" | ")));
+    }
+    out.push_str(&format!(
+        "| model (`-m`) | required | `{DEFAULT_MODEL}` | `{DEFAULT_MODEL}` |\n| `--output-shared-memory-size` (bytes) | {OUTPUT_SHM_BYTES} | {OUTPUT_SHM_BYTES} | {OUTPUT_SHM_BYTES} |\n"
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn readme_prints_this_table() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let table = super::markdown_table();
+        assert!(readme.contains(&table), "README.md's defaults table differs from src/plan/defaults.rs:\n{table}");
+    }
+}

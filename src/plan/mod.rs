@@ -1,0 +1,477 @@
+//! The one input of a run: a [`Plan`], a plain typed value. `profile`, `offline`, `online` and
+//! `run SCENARIO.toml` all resolve into one; `--print-plan` prints it as TOML, and
+//! `perfbench run PLAN.toml` runs it back. Resolution is pure: it starts nothing and reads only
+//! files named on the command line; every check happens here (see [`Plan::validate`]), so a bad
+//! combination exits 2 before a server starts or a socket opens.
+
+pub mod defaults;
+pub mod levels;
+pub mod scenario;
+pub mod settings;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use levels::{Levels, LevelsError};
+pub use settings::Settings;
+
+use crate::client::shm::SharedMemoryKind;
+use crate::gate::thresholds::GateThresholds;
+use crate::input::{InputData, ShapeOverride};
+
+/// Upper bound of an open-ended concurrency sweep (`--concurrency-range 4:0 -l 10`), so a
+/// server that never exceeds the limit still ends the run.
+pub const MAX_OPEN_CONCURRENCY: u64 = 4096;
+
+/// A whole run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub target: Target,
+    pub model: Model,
+    pub sweeps: Vec<Sweep>,
+    /// Compare each sweep's report.csv with a baseline run and exit 1 on a regression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Gate>,
+}
+
+/// Who is profiled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Target {
+    /// The bundled server, started in this process on loopback ports (no `-u`).
+    Embedded {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_repository: Option<PathBuf>,
+    },
+    /// A KServe v2 server at `url` (host:port).
+    Remote { url: String },
+    /// The bundled server, called directly without a network (`--service-kind inprocess`).
+    InProcess {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_repository: Option<PathBuf>,
+    },
+}
+
+/// The model, and for the embedded server optionally its config.pbtxt text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    pub name: String,
+    /// Empty: the latest version.
+    #[serde(default)]
+    pub version: String,
+    /// A model defined by its config.pbtxt text (scenarios), loaded into the embedded server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+}
+
+/// The kind of sweep: what it prints and which defaults it starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SweepKind {
+    /// perf_analyzer's run: its stdout report, `-f` CSV and profile export.
+    Profile,
+    /// Concurrency 1, a static batch per request, over batch sizes; a results folder.
+    Offline,
+    /// A fixed client batch over concurrencies, the server batching; a results folder.
+    Online,
+}
+
+impl SweepKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepKind::Profile => "profile",
+            SweepKind::Offline => "offline",
+            SweepKind::Online => "online",
+        }
+    }
+}
+
+/// The wire protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http,
+    Grpc,
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Protocol, String> {
+        match s {
+            "http" => Ok(Protocol::Http),
+            "grpc" => Ok(Protocol::Grpc),
+            other => Err(format!("bad -i '{other}': expected http or grpc")),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Http => "http",
+            Protocol::Grpc => "grpc",
+        })
+    }
+}
+
+/// One sweep: batch sizes × load levels, measured and written the same way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    pub kind: SweepKind,
+    pub protocol: Protocol,
+    pub call: Call,
+    pub batch_sizes: Levels,
+    pub load: Load,
+    /// `-l`: a linear sweep stops after the first point above it; the binary search's target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_limit_ms: Option<f64>,
+    #[serde(default)]
+    pub binary_search: bool,
+    pub input: Input,
+    pub measurement: Measurement,
+    pub output: Output,
+}
+
+/// How requests are sent, and what is scraped beside them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Call {
+    /// Extra HTTP headers / gRPC metadata.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<Header>,
+    /// gRPC `ModelStreamInfer` streams.
+    #[serde(default)]
+    pub streaming: bool,
+    /// perf_analyzer's `-a` (the engine is always asynchronous; printed in its settings).
+    #[serde(default)]
+    pub asynchronous: bool,
+    /// Client worker threads (default: see `run::worker_threads`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_threads: Option<usize>,
+    /// `--collect-metrics`: scrape GPU gauges while each point runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Metrics>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    pub name: String,
+    pub value: String,
+}
+
+impl FromStr for Header {
+    type Err = String;
+    /// `-H 'Name: value'`.
+    fn from_str(h: &str) -> Result<Header, String> {
+        match h.split_once(':') {
+            Some((name, value)) if !name.trim().is_empty() => {
+                Ok(Header { name: name.trim().to_string(), value: value.trim().to_string() })
+            }
+            _ => Err(format!("bad -H '{h}': expected 'Name: value'")),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    /// The metrics endpoint; default: the embedded server's, or localhost:8002/metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    pub interval_ms: u64,
+}
+
+/// The load levels of a sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Load {
+    /// Closed loop at each concurrency.
+    Concurrency { levels: Levels },
+    /// Open loop at start, start+step, … end requests per second.
+    RequestRate { start: f64, end: f64, step: f64, distribution: Distribution, seed: u64 },
+    /// Open loop from a trace of intervals in µs, one per line, cycled.
+    Trace { intervals: PathBuf },
+}
+
+/// Open-loop gaps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Distribution {
+    Constant,
+    Poisson,
+}
+
+/// What each request carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    pub data: InputData,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<ShapeOverride>,
+    pub shared_memory: SharedMemoryKind,
+    pub output_shared_memory_size: u64,
+}
+
+/// What ends a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowKind {
+    TimeWindows,
+    CountWindows,
+}
+
+impl fmt::Display for WindowKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WindowKind::TimeWindows => "time_windows",
+            WindowKind::CountWindows => "count_windows",
+        })
+    }
+}
+
+impl FromStr for WindowKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<WindowKind, String> {
+        match s {
+            "time_windows" => Ok(WindowKind::TimeWindows),
+            "count_windows" => Ok(WindowKind::CountWindows),
+            other => Err(format!("bad --measurement-mode '{other}': expected time_windows or count_windows")),
+        }
+    }
+}
+
+/// How each point is measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Measurement {
+    pub mode: WindowKind,
+    pub interval_ms: u64,
+    pub request_count: u64,
+    pub stability_percentage: f64,
+    pub max_trials: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentile: Option<f64>,
+    /// `--request-count`: one window of exactly this many requests per point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_requests: Option<u64>,
+    /// Sent once per batch size before its first point, not measured.
+    pub warmup_requests: u64,
+}
+
+/// Where results go.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// The results folder: perf_analyzer.csv and report.csv (a row appended per point),
+    /// report.md and plots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// `-f`: perf_analyzer's CSV.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_report_file: Option<PathBuf>,
+    #[serde(default)]
+    pub verbose_csv: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_export_file: Option<PathBuf>,
+}
+
+/// `--gate BASELINE`: a baseline run folder (with one subfolder per sweep) or a report.csv.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gate {
+    pub baseline: PathBuf,
+    #[serde(default)]
+    pub thresholds: GateThresholds,
+}
+
+/// Bad input found while resolving or checking a plan: exit 2, nothing started.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("not supported: {0}")]
+    NotSupported(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub(crate) fn invalid(msg: impl Into<String>) -> PlanError {
+    PlanError::Invalid(msg.into())
+}
+
+impl Plan {
+    /// Reads a plan file (as `--print-plan` writes it) and checks it.
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+        Plan::from_toml(&text).map_err(|e| invalid(format!("plan {}: {e}", path.display())))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Plan, PlanError> {
+        let plan: Plan = toml::from_str(text).map_err(|e| invalid(e.message().replace('\n', " ")))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a plan is always representable as TOML")
+    }
+
+    /// Every check that does not need the server. A plan that passes runs or fails only on the
+    /// target's account (exit 3) or on data the server judges (exit 2).
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.model.name.trim().is_empty() {
+            return Err(invalid("-m needs a model name"));
+        }
+        if self.sweeps.is_empty() {
+            return Err(invalid("the plan has no sweep"));
+        }
+        if self.model.config.is_some() && !matches!(self.target, Target::Embedded { .. }) {
+            return Err(invalid("a model defined by config text needs the embedded server: drop -u"));
+        }
+        for sweep in &self.sweeps {
+            sweep.validate(&self.target)?;
+        }
+        if let Some(gate) = &self.gate {
+            gate.thresholds.validate().map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Sweep {
+    fn validate(&self, target: &Target) -> Result<(), PlanError> {
+        if self.call.streaming && self.protocol != Protocol::Grpc {
+            return Err(invalid("--streaming needs -i grpc: HTTP has no streaming inference"));
+        }
+        self.batch_sizes.check().map_err(|e| invalid(format!("bad batch sizes {e}")))?;
+        if let Some(limit) = self.latency_limit_ms {
+            if !(limit.is_finite() && limit > 0.0) {
+                return Err(invalid("-l must be a number of milliseconds > 0"));
+            }
+        }
+        if self.binary_search && self.latency_limit_ms.is_none() {
+            return Err(invalid("--binary-search needs -l (the latency limit to search for)"));
+        }
+        match &self.load {
+            Load::Concurrency { levels } => {
+                levels.check().map_err(|e| invalid(format!("bad concurrency {e}")))?;
+                let open = matches!(levels, Levels::Range { end: None, .. });
+                if open && (self.latency_limit_ms.is_none() || self.binary_search) {
+                    return Err(invalid(format!(
+                        "bad concurrency '{levels}': an open end (no limit) needs -l without --binary-search"
+                    )));
+                }
+                if self.binary_search && matches!(levels, Levels::List(_)) {
+                    return Err(invalid("--binary-search needs a concurrency range, not a list"));
+                }
+            }
+            Load::RequestRate { start, end, step, .. } => {
+                let valid = *start > 0.0 && end >= start && *step > 0.0 && end.is_finite();
+                if !valid {
+                    return Err(invalid(format!(
+                        "bad --request-rate-range '{start}:{end}:{step}': need 0 < start <= end and step > 0"
+                    )));
+                }
+            }
+            Load::Trace { intervals } => {
+                crate::load::read_intervals(intervals).map_err(|e| invalid(e.to_string()))?;
+            }
+        }
+        if let Some(p) = self.call.max_threads {
+            if p == 0 {
+                return Err(invalid("--max-threads must be at least 1"));
+            }
+        }
+        let m = &self.measurement;
+        if let Some(p) = m.percentile {
+            if p.is_nan() || p <= 0.0 || p >= 100.0 {
+                return Err(invalid(format!("bad --percentile {p}: expected a number between 0 and 100")));
+            }
+        }
+        if m.stability_percentage.is_nan() || m.stability_percentage <= 0.0 {
+            return Err(invalid("-s must be a positive percentage"));
+        }
+        if m.max_trials == 0 {
+            return Err(invalid("-r must be at least 1"));
+        }
+        if m.mode == WindowKind::TimeWindows && m.interval_ms == 0 {
+            return Err(invalid("-p must be at least 1 ms"));
+        }
+        if m.mode == WindowKind::CountWindows && m.request_count == 0 {
+            return Err(invalid("--measurement-request-count must be at least 1"));
+        }
+        if m.total_requests == Some(0) {
+            return Err(invalid("--request-count must be at least 1"));
+        }
+        if self.input.shared_memory != SharedMemoryKind::None && matches!(target, Target::InProcess { .. }) {
+            return Err(invalid(
+                "--shared-memory needs a server over the network; --service-kind inprocess shares memory already",
+            ));
+        }
+        if self.kind != SweepKind::Profile && self.output.dir.is_none() {
+            return Err(invalid(format!("the {} sweep needs an output folder", self.kind.name())));
+        }
+        Ok(())
+    }
+
+    /// The requests in flight at most, to size connection pools and worker threads.
+    pub fn peak_concurrency(&self) -> u64 {
+        match &self.load {
+            Load::Concurrency { levels } => levels.max().unwrap_or(64),
+            _ => 64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_round_trip_through_toml() {
+        let plan = Plan {
+            target: Target::Embedded { model_repository: None },
+            model: Model { name: "identity".into(), version: String::new(), config: None },
+            sweeps: vec![Sweep {
+                kind: SweepKind::Online,
+                protocol: Protocol::Grpc,
+                call: Call {
+                    headers: vec!["X-Key: v".parse().unwrap()],
+                    streaming: true,
+                    metrics: Some(Metrics { url: None, interval_ms: 1000 }),
+                    ..Call::default()
+                },
+                batch_sizes: Levels::one(4),
+                load: Load::Concurrency { levels: "8..64".parse().unwrap() },
+                latency_limit_ms: None,
+                binary_search: false,
+                input: Input {
+                    data: InputData::Zero,
+                    shapes: vec!["INPUT0:16".parse().unwrap()],
+                    shared_memory: SharedMemoryKind::System,
+                    output_shared_memory_size: 1024,
+                },
+                measurement: Measurement {
+                    mode: WindowKind::CountWindows,
+                    interval_ms: 5000,
+                    request_count: 50,
+                    stability_percentage: 10.0,
+                    max_trials: 10,
+                    percentile: Some(99.0),
+                    total_requests: None,
+                    warmup_requests: 10,
+                },
+                output: Output { dir: Some("out".into()), ..Output::default() },
+            }],
+            gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
+        };
+        let text = plan.to_toml();
+        assert_eq!(Plan::from_toml(&text).unwrap(), plan, "{text}");
+    }
+}

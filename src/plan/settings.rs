@@ -1,0 +1,239 @@
+//! What a user said about one sweep, before defaults: every field optional. A scenario's
+//! `[offline]` / `[online]` sections (and their profile overrides) are `Settings`, and so are the
+//! `offline`, `online` and `profile` command lines once clap has parsed them. [`resolve`] fills the
+//! rest from [`defaults`](super::defaults) and checks the result.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, PlanError,
+    Protocol, Sweep, SweepKind, Target, WindowKind,
+};
+use crate::client::shm::SharedMemoryKind;
+use crate::input::{InputData, ShapeOverride};
+
+/// One sweep's settings; scenario keys are these names. Unknown keys are an error.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub batch_sizes: Option<Levels>,
+    /// One batch size (`-b`); the same as `batch_sizes` with one value.
+    pub batch: Option<u64>,
+    pub concurrency: Option<Levels>,
+    /// `start:end:step` requests per second.
+    pub request_rate: Option<String>,
+    pub request_distribution: Option<String>,
+    pub seed: Option<u64>,
+    pub request_intervals: Option<PathBuf>,
+    pub latency_threshold_ms: Option<f64>,
+    pub binary_search: Option<bool>,
+    pub protocol: Option<String>,
+    pub shapes: Option<Vec<String>>,
+    pub shared_memory: Option<String>,
+    pub output_shared_memory_size: Option<u64>,
+    pub input_data: Option<String>,
+    pub measurement_mode: Option<String>,
+    pub measurement_interval_ms: Option<u64>,
+    pub measurement_request_count: Option<u64>,
+    pub request_count: Option<u64>,
+    pub warmup_request_count: Option<u64>,
+    pub stability_percentage: Option<f64>,
+    pub max_trials: Option<usize>,
+    pub percentile: Option<f64>,
+    pub headers: Option<Vec<String>>,
+    pub streaming: Option<bool>,
+    pub asynchronous: Option<bool>,
+    pub max_threads: Option<usize>,
+    pub collect_metrics: Option<bool>,
+    pub metrics_url: Option<String>,
+    pub metrics_interval_ms: Option<u64>,
+    pub latency_report_file: Option<PathBuf>,
+    pub verbose_csv: Option<bool>,
+    pub profile_export_file: Option<PathBuf>,
+    /// The results folder.
+    pub out: Option<PathBuf>,
+}
+
+impl Settings {
+    /// `self` with every key `over` sets replaced.
+    pub fn merged(&self, over: &Settings) -> Settings {
+        macro_rules! pick {
+            ($($f:ident),* $(,)?) => { Settings { $($f: over.$f.clone().or_else(|| self.$f.clone()),)* } };
+        }
+        pick!(
+            batch_sizes,
+            batch,
+            concurrency,
+            request_rate,
+            request_distribution,
+            seed,
+            request_intervals,
+            latency_threshold_ms,
+            binary_search,
+            protocol,
+            shapes,
+            shared_memory,
+            output_shared_memory_size,
+            input_data,
+            measurement_mode,
+            measurement_interval_ms,
+            measurement_request_count,
+            request_count,
+            warmup_request_count,
+            stability_percentage,
+            max_trials,
+            percentile,
+            headers,
+            streaming,
+            asynchronous,
+            max_threads,
+            collect_metrics,
+            metrics_url,
+            metrics_interval_ms,
+            latency_report_file,
+            verbose_csv,
+            profile_export_file,
+            out,
+        )
+    }
+}
+
+/// Splits "start[:end[:step]]" of request rates; missing end = start, missing step = 1.
+fn parse_rate_range(text: &str) -> Result<(f64, f64, f64), PlanError> {
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() > 3 {
+        return Err(invalid(format!("bad --request-rate-range '{text}': expected start:end:step")));
+    }
+    let num = |s: &str| {
+        s.trim()
+            .parse::<f64>()
+            .map_err(|_| invalid(format!("bad --request-rate-range '{text}': '{s}' is not a number")))
+    };
+    let start = num(parts[0])?;
+    let end = parts.get(1).map(|s| num(s)).transpose()?.unwrap_or(start);
+    let step = parts.get(2).map(|s| num(s)).transpose()?.unwrap_or(1.0);
+    Ok((start, end, step))
+}
+
+/// Fills `s` from the defaults of `kind` into a checked sweep against `target`.
+pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, PlanError> {
+    let d = defaults::of(kind);
+    let protocol: Protocol = s.protocol.as_deref().unwrap_or(d.protocol).parse().map_err(PlanError::Invalid)?;
+    let batch_sizes = match (&s.batch_sizes, s.batch) {
+        (Some(_), Some(_)) => return Err(invalid("give batch sizes or one batch, not both")),
+        (Some(levels), None) => levels.clone(),
+        (None, Some(0)) => return Err(invalid("-b must be at least 1")),
+        (None, Some(b)) => Levels::one(b),
+        (None, None) => d.batch_sizes.parse().expect("default batch sizes parse"),
+    };
+    let load = match (&s.concurrency, &s.request_rate, &s.request_intervals) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
+            return Err(invalid("choose one of --concurrency-range, --request-rate-range and --request-intervals"))
+        }
+        (_, Some(range), None) => {
+            let (start, end, step) = parse_rate_range(range)?;
+            let distribution = match s.request_distribution.as_deref().unwrap_or(d.request_distribution) {
+                "constant" => Distribution::Constant,
+                "poisson" => Distribution::Poisson,
+                other => {
+                    return Err(invalid(format!("bad --request-distribution '{other}': expected constant or poisson")))
+                }
+            };
+            Load::RequestRate { start, end, step, distribution, seed: s.seed.unwrap_or(d.seed) }
+        }
+        (None, None, Some(path)) => Load::Trace { intervals: path.clone() },
+        (levels, None, None) => Load::Concurrency {
+            levels: levels.clone().unwrap_or_else(|| d.concurrency.parse().expect("default concurrency parses")),
+        },
+    };
+    if kind == SweepKind::Offline && !matches!(&load, Load::Concurrency { levels } if *levels == Levels::one(1)) {
+        return Err(invalid("an offline sweep runs at concurrency 1: use an online sweep for other loads"));
+    }
+    let latency_limit_ms = match s.latency_threshold_ms {
+        Some(l) if l.is_nan() || l < 0.0 => return Err(invalid("-l must be a number of milliseconds >= 0")),
+        Some(l) if l > 0.0 => Some(l),
+        _ => None,
+    };
+    let shared_memory: SharedMemoryKind =
+        s.shared_memory.as_deref().unwrap_or(d.shared_memory).parse().map_err(|e| invalid(format!("{e}")))?;
+    let data: InputData =
+        s.input_data.as_deref().unwrap_or(d.input_data).parse().map_err(|e| invalid(format!("{e}")))?;
+    let shapes = s
+        .shapes
+        .iter()
+        .flatten()
+        .map(|t| t.parse::<ShapeOverride>().map_err(|e| invalid(e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let headers = s
+        .headers
+        .iter()
+        .flatten()
+        .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
+        .collect::<Result<Vec<_>, _>>()?;
+    let collect = s.collect_metrics.unwrap_or(false);
+    if s.metrics_url.is_some() && !collect {
+        return Err(invalid("--metrics-url needs --collect-metrics"));
+    }
+    if collect && s.metrics_url.is_none() && matches!(target, Target::InProcess { .. }) {
+        return Err(invalid("--collect-metrics needs --metrics-url with --service-kind inprocess"));
+    }
+    let mode: WindowKind = match &s.measurement_mode {
+        Some(text) => text.parse().map_err(PlanError::Invalid)?,
+        None => d.window,
+    };
+    let out = match (kind, &s.out) {
+        (SweepKind::Profile, out) => out.clone(),
+        (_, Some(out)) => Some(out.clone()),
+        (_, None) => None,
+    };
+    let sweep = Sweep {
+        kind,
+        protocol,
+        call: Call {
+            headers,
+            streaming: s.streaming.unwrap_or(false),
+            asynchronous: s.asynchronous.unwrap_or(false),
+            max_threads: s.max_threads,
+            metrics: collect.then(|| Metrics {
+                url: s.metrics_url.clone(),
+                interval_ms: s.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),
+            }),
+        },
+        batch_sizes,
+        load,
+        latency_limit_ms,
+        binary_search: s.binary_search.unwrap_or(false),
+        input: Input {
+            data,
+            shapes,
+            shared_memory,
+            output_shared_memory_size: s.output_shared_memory_size.unwrap_or(defaults::OUTPUT_SHM_BYTES),
+        },
+        measurement: Measurement {
+            mode,
+            interval_ms: s.measurement_interval_ms.unwrap_or(d.measurement_interval_ms),
+            request_count: s.measurement_request_count.unwrap_or(d.measurement_request_count),
+            stability_percentage: s.stability_percentage.unwrap_or(d.stability_percentage),
+            max_trials: s.max_trials.unwrap_or(d.max_trials),
+            percentile: s.percentile,
+            total_requests: s.request_count.filter(|&n| n > 0),
+            warmup_requests: s.warmup_request_count.unwrap_or(d.warmup_request_count),
+        },
+        output: Output {
+            dir: out,
+            latency_report_file: s.latency_report_file.clone(),
+            verbose_csv: s.verbose_csv.unwrap_or(false),
+            profile_export_file: s.profile_export_file.clone(),
+        },
+    };
+    sweep.validate(target)?;
+    Ok(sweep)
+}
+
+/// The default results folder of a sweep: results/<name>-<timestamp>/.
+pub fn default_out(name: &str) -> PathBuf {
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    PathBuf::from("results").join(format!("{name}-{stamp}"))
+}

@@ -1,0 +1,15 @@
+//! The leaf every consumer of measurements reads: the row types ([`LoadPoint`], [`ReportRow`],
+//! [`PointResult`]), server-stat deltas, the one CSV reader, the perf_analyzer CSV and
+//! `report.csv` writers, and the number formatters. It imports only plain types (`proto`,
+//! `tensor`), so `measure`, `report`, `gate` and `run` can all depend on it.
+
+pub mod csv;
+pub mod format;
+pub mod pa_csv;
+pub mod point;
+pub mod row;
+pub mod server_stats;
+
+pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord};
+pub use row::{LoadPoint, ReportRow};
+pub use server_stats::{ServerStats, StageTotal};

@@ -1,0 +1,57 @@
+//! A measured point as every output reads it: the [`ReportRow`](super::ReportRow) plus what
+//! perf_analyzer prints beside it (server counters, per-request times, GPU gauges).
+
+use std::time::Duration;
+
+use super::row::ReportRow;
+use super::server_stats::ServerStats;
+use crate::tensor::Tensor;
+
+/// One request of the profile export: its send and response wall-clock times, which input data
+/// step it sent, and the outputs it got back (those that came inline, not through shared memory).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    pub send_ns: u64,
+    pub response_ns: u64,
+    pub step: usize,
+    pub outputs: Vec<(String, Tensor)>,
+}
+
+/// Per-GPU figures of one point (`--collect-metrics`), keyed by GPU UUID.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuFigures {
+    pub utilization: Vec<(String, f64)>,
+    pub power_w: Vec<(String, f64)>,
+    pub max_memory_bytes: Vec<(String, u64)>,
+    pub total_memory_bytes: Vec<(String, u64)>,
+}
+
+/// What perf_analyzer prints about a point beyond the [`ReportRow`].
+#[derive(Clone, Debug, Default)]
+pub struct PointDetail {
+    /// Total length of the merged windows.
+    pub duration: Duration,
+    pub stdev_us: f64,
+    /// Average client exchange time (start of send to end of recv), µs.
+    pub exchange_us: f64,
+    /// Server counters over the merged windows.
+    pub server: Option<ServerStats>,
+    pub first_error: Option<String>,
+    /// Windows measured for this point, including those not merged.
+    pub trials: usize,
+    /// The latency `-l` and `--percentile` refer to, µs.
+    pub threshold_latency_us: f64,
+    /// Wall-clock window boundaries (ns since the epoch) of every window of the point.
+    pub window_boundaries_ns: Vec<u64>,
+    /// Per-request send/response times of the merged windows (`--profile-export-file` only).
+    pub requests: Vec<RequestRecord>,
+    /// GPU gauges scraped while the point ran (`--collect-metrics`).
+    pub gpu: Option<GpuFigures>,
+}
+
+/// One measured sweep point: the row every report reads, and the extra detail.
+#[derive(Clone, Debug)]
+pub struct PointResult {
+    pub row: ReportRow,
+    pub detail: PointDetail,
+}

@@ -1,0 +1,459 @@
+//! Runs a [`Plan`]: starts the embedded server when the plan has no URL, opens one
+//! [`Session`](session::Session) per sweep (the only place a wire client is chosen), measures
+//! each batch size × load level through it, writes every row as it is measured, and gates the
+//! result. Errors carry the exit code they end the process with.
+
+pub mod interrupt;
+pub mod observe;
+pub mod session;
+pub mod sweep;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+
+use self::interrupt::Interrupt;
+use self::observe::{window_mode, Export, Recorder};
+use self::session::Session;
+use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, SweepPoints, Target as SweepTarget};
+use crate::client::grpc::GrpcClient;
+use crate::client::http::HttpClient;
+use crate::client::inprocess::InProcessClient;
+use crate::client::{ClientError, ConnectOptions, InferClient};
+use crate::load::{read_intervals, LoadMode, LoadSpec};
+use crate::measure::MeasureSettings;
+use crate::plan::{Distribution, Levels, Load, Model, Plan, Protocol, Sweep, SweepKind, Target, MAX_OPEN_CONCURRENCY};
+use crate::report::pa_summary::Wire;
+use crate::report::{ConfigBasics, Device, RunConfig};
+use crate::server::serve::{self, RunningServer, ServeConfig};
+use crate::server::{InferenceServer, ServerOptions};
+
+pub use interrupt::EXIT_INTERRUPTED;
+
+pub use crate::gate::EXIT_REGRESSION;
+/// Exit code of bad input: a bad flag or plan, a missing file, data the server refuses.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code of a failed target: unreachable, died, or broke the protocol.
+pub const EXIT_TARGET: u8 = 3;
+
+/// Why a run ended early, which decides its exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    BadInput,
+    Target,
+    Interrupted,
+}
+
+/// A run's error: a one-line reason and its exit code.
+#[derive(Debug)]
+pub struct RunError {
+    pub failure: Failure,
+    pub error: anyhow::Error,
+}
+
+impl RunError {
+    pub fn bad_input(e: impl Into<anyhow::Error>) -> RunError {
+        RunError { failure: Failure::BadInput, error: e.into() }
+    }
+
+    pub fn target(e: impl Into<anyhow::Error>) -> RunError {
+        RunError { failure: Failure::Target, error: e.into() }
+    }
+
+    /// A client error: the server gone or speaking nonsense is the target's failure; a request
+    /// it refused (bad shape, unknown model) is the input's.
+    pub fn client(e: ClientError) -> RunError {
+        match e {
+            ClientError::Unreachable { .. } | ClientError::Protocol(_) => RunError::target(e),
+            ClientError::Server(_) | ClientError::Invalid(_) => RunError::bad_input(e),
+        }
+    }
+
+    pub fn context(self, context: impl std::fmt::Display + Send + Sync + 'static) -> RunError {
+        RunError { failure: self.failure, error: self.error.context(context) }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self.failure {
+            Failure::BadInput => EXIT_BAD_INPUT,
+            Failure::Target => EXIT_TARGET,
+            Failure::Interrupted => EXIT_INTERRUPTED,
+        }
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let chain: Vec<String> = self.error.chain().map(|c| c.to_string()).collect();
+        f.write_str(&chain.join(": ").replace('\n', " "))
+    }
+}
+
+/// What one sweep measured.
+#[derive(Debug)]
+pub struct SweepOutcome {
+    pub kind: SweepKind,
+    pub rows: Vec<crate::results::ReportRow>,
+    pub dir: Option<PathBuf>,
+}
+
+/// Runs `plan` to the end; the exit code is 0, or 1 when its gate finds a regression.
+pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
+    let baselines = match &plan.gate {
+        Some(gate) => Some(baseline_files(&gate.baseline, plan).map_err(RunError::bad_input)?),
+        None => None,
+    };
+    let threads = plan.sweeps.iter().map(|s| worker_threads(s, &plan.target)).max().unwrap_or(1);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .thread_name("perfbench")
+        .build()
+        .map_err(RunError::target)?;
+    let outcomes = runtime.block_on(execute_async(plan))?;
+    for outcome in &outcomes {
+        if let Some(dir) = &outcome.dir {
+            println!("{} {}:", plan.model.name, outcome.kind.name());
+            println!("{}", crate::report::table::render_results(&outcome.rows, &crate::report::Layout::default()));
+            println!("Results: {}", dir.display());
+        }
+    }
+    match (baselines, &plan.gate) {
+        (Some(pairs), Some(gate)) => gate_run(&pairs, &gate.thresholds).map_err(RunError::bad_input),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Where the sweeps reach the model.
+enum Endpoint {
+    /// Over the network: `url` for -u, or the embedded server's two front ends.
+    Network {
+        http: String,
+        grpc: String,
+        metrics: String,
+        device: String,
+    },
+    InProcess(Arc<InferenceServer>),
+}
+
+/// Runs every sweep of `plan`; each sweep's rows are on disk even when a later one fails.
+pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
+    let interrupt = Interrupt::install();
+    let mut server = None;
+    let endpoint = match &plan.target {
+        Target::Remote { url } => Endpoint::Network {
+            http: url.clone(),
+            grpc: url.clone(),
+            metrics: "localhost:8002/metrics".into(),
+            device: format!("server at {url}"),
+        },
+        Target::Embedded { model_repository } => {
+            let running = start_embedded(&plan.model, model_repository.clone()).await.map_err(RunError::bad_input)?;
+            let endpoint = Endpoint::Network {
+                http: running.http_url(),
+                grpc: running.grpc_url(),
+                metrics: format!("{}/metrics", running.metrics_addr),
+                device: format!(
+                    "CPU, bundled perfbench server ({} cores)",
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                ),
+            };
+            server = Some(running);
+            endpoint
+        }
+        Target::InProcess { model_repository } => {
+            let options = server_options(&plan.model, model_repository.clone());
+            let core = tokio::task::spawn_blocking(move || InferenceServer::new(options))
+                .await
+                .map_err(RunError::target)?
+                .map_err(|e| RunError::bad_input(anyhow!("{}", e.message)))?;
+            Endpoint::InProcess(core)
+        }
+    };
+    let mut outcomes = Vec::new();
+    let mut failure = None;
+    for sweep in &plan.sweeps {
+        match run_sweep(&plan.model, sweep, &endpoint, &interrupt).await {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(server) = server {
+        server.shutdown().await;
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(outcomes),
+    }
+}
+
+fn server_options(model: &Model, repository: Option<PathBuf>) -> ServerOptions {
+    // A model defined by pbtxt text is not in the zoo: load a trivial zoo model, then it.
+    let models = match model.config {
+        Some(_) => vec!["identity".to_string()],
+        None => vec![model.name.clone()],
+    };
+    ServerOptions { model_repository: repository, models, ..ServerOptions::default() }
+}
+
+/// The bundled server on ephemeral loopback ports, with the plan's model loaded.
+pub async fn start_embedded(model: &Model, repository: Option<PathBuf>) -> anyhow::Result<RunningServer> {
+    let server =
+        serve::start(ServeConfig { options: server_options(model, repository), ..ServeConfig::default() }).await?;
+    if let Some(text) = &model.config {
+        if let Err(e) = server.core.repository.load_pbtxt(&model.name, text) {
+            server.shutdown().await;
+            return Err(anyhow!("model '{}': {}", model.name, e.message));
+        }
+    }
+    Ok(server)
+}
+
+/// One sweep over the endpoint: the one place a wire client is chosen.
+async fn run_sweep(
+    model: &Model,
+    sweep: &Sweep,
+    endpoint: &Endpoint,
+    interrupt: &Interrupt,
+) -> Result<SweepOutcome, RunError> {
+    let connect = ConnectOptions {
+        concurrency: sweep.peak_concurrency() as usize,
+        headers: sweep.call.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+        streaming: sweep.call.streaming,
+    };
+    match (endpoint, sweep.protocol) {
+        (Endpoint::InProcess(core), _) => {
+            let client = InProcessClient::new(core.clone());
+            let context =
+                Context { wire: Wire::InProcess, service_kind: "INPROCESS", metrics: "", device: "in process" };
+            drive(client, model, sweep, context, interrupt).await
+        }
+        (Endpoint::Network { http, metrics, device, .. }, Protocol::Http) => {
+            let client = HttpClient::new(http, &connect).map_err(RunError::client)?;
+            let context = Context { wire: Wire::Http, service_kind: "TRITON", metrics, device };
+            drive(client, model, sweep, context, interrupt).await
+        }
+        (Endpoint::Network { grpc, metrics, device, .. }, Protocol::Grpc) => {
+            let client = GrpcClient::new(grpc, &connect).map_err(RunError::client)?;
+            let context = Context { wire: Wire::Grpc, service_kind: "TRITON", metrics, device };
+            drive(client, model, sweep, context, interrupt).await
+        }
+    }
+}
+
+/// How a sweep's endpoint describes itself in the outputs.
+struct Context<'a> {
+    wire: Wire,
+    /// "TRITON" or "INPROCESS", as perf_analyzer's settings block prints it.
+    service_kind: &'static str,
+    /// The metrics endpoint when the plan names none.
+    metrics: &'a str,
+    device: &'a str,
+}
+
+async fn drive<C: InferClient>(
+    client: C,
+    model: &Model,
+    sweep: &Sweep,
+    context: Context<'_>,
+    interrupt: &Interrupt,
+) -> Result<SweepOutcome, RunError> {
+    let mut session = Session::open(client, model).await?;
+    let config = run_config(&session, sweep, context.device);
+    let mut recorder =
+        Recorder::create(sweep, context.wire, context.service_kind, context.metrics).map_err(RunError::bad_input)?;
+    let mut step_inputs = Vec::new();
+    let measured = {
+        let batches = async {
+            for batch in sweep.batch_sizes.values(MAX_OPEN_CONCURRENCY) {
+                let requests = session.requests(sweep, batch).await?;
+                step_inputs = requests.step_inputs;
+                let target = SweepTarget {
+                    client: session.client.clone(),
+                    requests: requests.prepared,
+                    model: session.model.clone(),
+                    version: session.version.clone(),
+                    server_stats: session.server_stats,
+                };
+                let settings = measure_settings(sweep, batch);
+                let plan = load_plan(sweep)?;
+                measure_sweep(&target, &plan, &settings, &mut recorder).await.map_err(sweep_error)?;
+            }
+            Ok::<(), RunError>(())
+        };
+        tokio::select! {
+            outcome = batches => outcome,
+            _ = interrupt.cancelled() => Err(RunError {
+                failure: Failure::Interrupted,
+                error: anyhow!("interrupted"),
+            }),
+        }
+    };
+    session.close().await;
+    let kind = context.service_kind.to_lowercase();
+    let export = sweep.output.profile_export_file.as_deref().map(|path| Export {
+        path,
+        service_kind: kind.as_str(),
+        step_inputs: step_inputs.as_slice(),
+    });
+    let finished = recorder.finish(&config, export);
+    let rows = recorder.rows();
+    match measured {
+        Ok(()) => {
+            finished.map_err(RunError::bad_input)?;
+            Ok(SweepOutcome { kind: sweep.kind, rows, dir: sweep.output.dir.clone() })
+        }
+        Err(e) => {
+            if let Err(write) = finished {
+                tracing::warn!("writing the report of the measured rows: {write}");
+            }
+            if rows.is_empty() {
+                return Err(e);
+            }
+            let place = match &sweep.output.dir {
+                Some(dir) => format!(", written to {}", dir.display()),
+                None => String::new(),
+            };
+            Err(e.context(format!("the sweep stopped after {} measured row(s){place}", rows.len())))
+        }
+    }
+}
+
+fn sweep_error(e: SweepError) -> RunError {
+    match e {
+        SweepError::Unreachable { error, .. } => RunError::client(error),
+        SweepError::Load(e) => RunError::bad_input(e),
+        SweepError::Output(e) => RunError::bad_input(anyhow!("writing results: {e}")),
+    }
+}
+
+/// How each point of `sweep` is measured at `batch`.
+fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
+    let m = &sweep.measurement;
+    MeasureSettings {
+        window: window_mode(sweep),
+        stability_pct: m.stability_percentage,
+        max_trials: m.max_trials,
+        percentile: m.percentile,
+        request_count: m.total_requests,
+        batch,
+    }
+}
+
+/// The load levels of `sweep`, as the measuring loop takes them.
+fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
+    let points = match &sweep.load {
+        Load::Concurrency { levels: Levels::List(values) } => SweepPoints::Concurrencies(values.clone()),
+        Load::Concurrency { levels: Levels::Range { start, end, step } } => {
+            SweepPoints::Concurrency { start: *start, end: *end, step: *step }
+        }
+        Load::RequestRate { start, end, step, distribution, seed } => SweepPoints::RequestRate {
+            start: *start,
+            end: *end,
+            step: *step,
+            distribution: match distribution {
+                Distribution::Constant => crate::load::Distribution::Constant,
+                Distribution::Poisson => crate::load::Distribution::Poisson { seed: *seed },
+            },
+        },
+        Load::Trace { intervals } => SweepPoints::Trace(read_intervals(intervals).map_err(RunError::bad_input)?),
+    };
+    Ok(LoadPlan {
+        points,
+        latency_threshold_us: sweep.latency_limit_ms.map(|ms| ms * 1000.0),
+        binary_search: sweep.binary_search,
+        warmup_requests: sweep.measurement.warmup_requests,
+        max_in_flight: LoadSpec::new(LoadMode::Concurrency(1)).max_in_flight,
+        log_requests: sweep.output.profile_export_file.is_some(),
+    })
+}
+
+/// Worker threads of the runtime that drives the load: `max_threads` when given, else one per
+/// 16 concurrent requests for a remote server (one thread keeps many requests in flight and
+/// costs the least CPU per request: no cross-thread wake-ups), and every core when the bundled
+/// server shares the runtime. Never more than the cores.
+pub fn worker_threads(sweep: &Sweep, target: &Target) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let wanted = match (sweep.call.max_threads, target) {
+        (Some(n), _) => n,
+        (None, Target::Remote { .. }) => (sweep.peak_concurrency() as usize).div_ceil(16),
+        (None, Target::Embedded { .. } | Target::InProcess { .. }) => cores,
+    };
+    wanted.clamp(1, cores)
+}
+
+/// The configuration table of report.md, from the model config the server reports.
+fn run_config<C: InferClient>(session: &Session<C>, sweep: &Sweep, device: &str) -> RunConfig {
+    let config = &session.config;
+    let precision = config
+        .input
+        .first()
+        .and_then(|i| crate::proto::inference::DataType::try_from(i.data_type).ok())
+        .map(|t| t.as_str_name().trim_start_matches("TYPE_").to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let backend = if config.backend.is_empty() { config.platform.clone() } else { config.backend.clone() };
+    let basics = ConfigBasics {
+        device: Device::Cpu(device.to_string()),
+        backend,
+        precision,
+        max_batch_size: config.max_batch_size.max(0) as u64,
+        instances: crate::server::config::instance_count(config) as u64,
+    };
+    RunConfig::from(basics)
+        .with("Model", session.model.clone())
+        .with("Protocol", sweep.protocol.to_string())
+        .with("Shared memory", format!("{:?}", sweep.input.shared_memory).to_lowercase())
+}
+
+/// (baseline report.csv, current report.csv) per sweep of the run.
+fn baseline_files(base: &Path, plan: &Plan) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    let dirs: Vec<(&Sweep, &PathBuf)> =
+        plan.sweeps.iter().filter_map(|s| s.output.dir.as_ref().map(|d| (s, d))).collect();
+    if base.is_dir() {
+        dirs.iter()
+            .map(|(sweep, dir)| {
+                let sub = sweep.kind.name();
+                let nested = base.join(sub).join("report.csv");
+                let file = if nested.is_file() { nested } else { base.join("report.csv") };
+                if !file.is_file() {
+                    anyhow::bail!("baseline {} has no {sub}/report.csv", base.display());
+                }
+                Ok((file, dir.join("report.csv")))
+            })
+            .collect()
+    } else if base.is_file() {
+        if dirs.len() != 1 {
+            anyhow::bail!(
+                "this plan runs {} sweeps: give --gate a baseline run folder (with offline/ and online/)",
+                dirs.len()
+            );
+        }
+        Ok(vec![(base.to_path_buf(), dirs[0].1.join("report.csv"))])
+    } else {
+        anyhow::bail!("baseline {} does not exist", base.display())
+    }
+}
+
+fn gate_run(
+    pairs: &[(PathBuf, PathBuf)],
+    thresholds: &crate::gate::thresholds::GateThresholds,
+) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let mut passed = true;
+    for (base, current) in pairs {
+        let baseline_rows =
+            crate::gate::results::read_results(base, 1).with_context(|| format!("baseline {}", base.display()))?;
+        let current_rows = crate::gate::results::read_results(current, 1)?;
+        let outcome = crate::gate::verdict::compare(&baseline_rows, &current_rows, thresholds)?;
+        let (b, c) = (base.display().to_string(), current.display().to_string());
+        let sources = crate::gate::markdown::Sources { baseline: &b, current: &c };
+        let code = crate::gate::report(&outcome, &sources, Default::default())?;
+        passed &= code == ExitCode::SUCCESS;
+    }
+    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_REGRESSION) })
+}

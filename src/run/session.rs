@@ -1,0 +1,136 @@
+//! The connection context of one sweep: one client (its connection pool), the model's metadata
+//! and config fetched once, and the shared-memory regions registered once and re-registered only
+//! when a batch size needs a bigger one. Each batch size gets its prepared requests from here,
+//! checked by one probe request before any load starts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::RunError;
+use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmSet};
+use crate::client::{InferClient, InputSource, RequestSpec};
+use crate::input::{build_requests, InputOptions};
+use crate::plan::{Model, Sweep};
+use crate::proto::inference::{ModelConfig, ModelMetadataResponse};
+use crate::tensor::Tensor;
+
+/// How long releasing shared memory may take when the run ends (the server may be gone).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Session<C: InferClient> {
+    pub client: Arc<C>,
+    pub model: String,
+    pub version: String,
+    pub meta: ModelMetadataResponse,
+    pub config: ModelConfig,
+    /// Whether the server lists the `statistics` extension.
+    pub server_stats: bool,
+    shm: Option<ShmSet>,
+}
+
+/// The requests of one batch size.
+pub struct BatchRequests<C: InferClient> {
+    /// One prepared request per input data step, sent in turn.
+    pub prepared: Arc<[C::Prepared]>,
+    /// The inline input values of each step (for `--profile-export-file`; empty otherwise).
+    pub step_inputs: Vec<Vec<(String, Tensor)>>,
+}
+
+impl<C: InferClient> Session<C> {
+    /// Reads the server's and the model's metadata and the model config, once.
+    pub async fn open(client: C, model: &Model) -> Result<Session<C>, RunError> {
+        let (name, version) = (model.name.as_str(), model.version.as_str());
+        let info = client.server_metadata().await.map_err(RunError::client)?;
+        let meta = client
+            .model_metadata(name, version)
+            .await
+            .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
+        let config = client
+            .model_config(name, version)
+            .await
+            .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
+        Ok(Session {
+            client: Arc::new(client),
+            model: name.to_string(),
+            version: version.to_string(),
+            meta,
+            config,
+            server_stats: info.extensions.iter().any(|e| e == "statistics"),
+            shm: None,
+        })
+    }
+
+    /// Builds, places (inline or in shared memory) and prepares the requests of `batch`, then
+    /// sends the first one with its answer checked: a wrong shape or input fails here with the
+    /// server's reason, instead of as a sweep of failed requests.
+    pub async fn requests(&mut self, sweep: &Sweep, batch: u64) -> Result<BatchRequests<C>, RunError> {
+        let options = InputOptions {
+            data: sweep.input.data.clone(),
+            shapes: sweep.input.shapes.clone(),
+            batch_size: batch,
+            ..InputOptions::default()
+        };
+        let mut specs =
+            build_requests(&self.meta, &self.config, &options, &self.version).map_err(RunError::bad_input)?;
+        let step_inputs = match sweep.output.profile_export_file {
+            Some(_) => specs.iter().map(inline_inputs).collect(),
+            None => Vec::new(),
+        };
+        let kind = sweep.input.shared_memory;
+        if kind != SharedMemoryKind::None {
+            kind.check_available().map_err(RunError::bad_input)?;
+            // Outputs whose size the config leaves open are sized from one inline request's
+            // answer, so a large --shape works without guessing --output-shared-memory-size.
+            let probe = if has_variable_outputs(&self.meta, &self.config) {
+                let (answer, _) =
+                    self.client.infer(&self.client.prepare(&specs[0]).map_err(RunError::client)?, true).await;
+                Some(answer.map_err(|e| RunError::client(e).context("the server rejected the first request"))?)
+            } else {
+                None
+            };
+            let sizes = output_byte_sizes(
+                &self.meta,
+                &self.config,
+                batch,
+                sweep.input.output_shared_memory_size,
+                probe.as_ref(),
+            );
+            let prefix = format!("perfbench_{}_", std::process::id());
+            specs = match &mut self.shm {
+                Some(set) => set.update(&*self.client, &specs, &sizes, &prefix).await.map_err(RunError::client)?,
+                None => {
+                    let (set, specs) =
+                        ShmSet::setup(&*self.client, &specs, &sizes, &prefix).await.map_err(RunError::client)?;
+                    self.shm = Some(set);
+                    specs
+                }
+            };
+        }
+        let prepared =
+            specs.iter().map(|s| self.client.prepare(s)).collect::<Result<Vec<_>, _>>().map_err(RunError::client)?;
+        let (probe, _) = self.client.infer(&prepared[0], true).await;
+        probe.map_err(|e| RunError::client(e).context("the server rejected the first request"))?;
+        Ok(BatchRequests { prepared: prepared.into(), step_inputs })
+    }
+
+    /// Unregisters and unlinks the shared-memory regions (unlinking even if the server is gone).
+    pub async fn close(mut self) {
+        if let Some(set) = self.shm.take() {
+            match tokio::time::timeout(RELEASE_TIMEOUT, set.release(&*self.client)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("releasing shared memory: {e}"),
+                Err(_) => tracing::warn!("releasing shared memory: the server did not answer"),
+            }
+        }
+    }
+}
+
+fn inline_inputs(spec: &RequestSpec) -> Vec<(String, Tensor)> {
+    spec.inputs
+        .iter()
+        .filter_map(|(name, source)| match source {
+            InputSource::Inline(tensor) => Some((name.clone(), tensor.clone())),
+            InputSource::SystemShm { .. } => None,
+        })
+        .collect()
+}

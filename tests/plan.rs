@@ -1,0 +1,203 @@
+//! The typed plan end to end: `--print-plan` and `run PLAN.toml`, a descending range refused
+//! before anything starts, one connection context per sweep (shared memory registered and
+//! metadata fetched once for many points), and Ctrl-C: exit 130 with the finished rows on disk
+//! and no shared-memory segment left behind.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{perfbench, stderr};
+use perfbench::server::serve::{self, ServeConfig};
+
+fn report_rows(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("report.csv")).map(|t| t.lines().count().saturating_sub(1)).unwrap_or(0)
+}
+
+#[test]
+fn a_printed_plan_runs_back_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let printed = perfbench(&[
+        "offline",
+        "-m",
+        "identity",
+        "--shape",
+        "INPUT0:16",
+        "--batch-sizes",
+        "1,8",
+        "--measurement-request-count",
+        "20",
+        "--out",
+        out.to_str().unwrap(),
+        "--print-plan",
+    ]);
+    assert_eq!(printed.status.code(), Some(0), "{}", stderr(&printed));
+    assert!(!out.exists(), "--print-plan must not run anything");
+    let text = String::from_utf8(printed.stdout).unwrap();
+    let plan_file = dir.path().join("p.toml");
+    std::fs::write(&plan_file, &text).unwrap();
+    let plan = perfbench::plan::Plan::from_toml(&text).unwrap();
+    assert_eq!(plan.sweeps[0].batch_sizes.values(0), vec![1, 8]);
+
+    let ran = perfbench(&["run", plan_file.to_str().unwrap()]);
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let (rows, _) = perfbench::report::read_table(&out.join("report.csv")).unwrap();
+    assert_eq!(rows.iter().map(|r| r.batch).collect::<Vec<_>>(), vec![1, 8]);
+    assert!(out.join("report.md").is_file() && out.join("perf_analyzer.csv").is_file());
+    // Printing the plan of a plan file gives the same plan back.
+    let again = perfbench(&["run", plan_file.to_str().unwrap(), "--print-plan"]);
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), text);
+}
+
+#[test]
+fn a_descending_range_is_refused_before_anything_starts() {
+    let out = perfbench(&["online", "--concurrency", "8..2", "--print-plan"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("descending"), "{err}");
+    let bad_plan = perfbench(&["run", "Cargo.toml"]);
+    assert_eq!(bad_plan.status.code(), Some(2), "{}", stderr(&bad_plan));
+}
+
+#[test]
+fn a_sweep_registers_shared_memory_and_reads_metadata_once() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = runtime.block_on(serve::start(ServeConfig::default())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let plan = perfbench::cli::parse_plan([
+        "perfbench",
+        "online",
+        "-m",
+        "identity",
+        "--shape",
+        "INPUT0:16",
+        "--concurrency",
+        "1..8",
+        "--shared-memory",
+        "system",
+        "--measurement-request-count",
+        "20",
+        "-s",
+        "100",
+        "-u",
+        &server.http_addr.to_string(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .unwrap();
+    let (registered, metadata) = (server.core.shm.registrations(), server.core.metadata_requests());
+    let outcomes = runtime.block_on(perfbench::run::execute_async(&plan)).unwrap();
+    assert_eq!(outcomes[0].rows.len(), 8);
+    // identity: one input region (one data step) and one output region, for all eight points.
+    assert_eq!(server.core.shm.registrations() - registered, 2);
+    assert_eq!(server.core.metadata_requests() - metadata, 1);
+    runtime.block_on(server.shutdown());
+}
+
+/// This process's shared-memory segments (perfbench names them perfbench_<pid>_...).
+fn segments_of(pid: u32) -> Vec<String> {
+    let prefix = format!("perfbench_{pid}_");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_else(|_| Vec::new())
+        .into_iter()
+        .filter(|n: &String| n.starts_with(&prefix))
+        .collect()
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn interrupt(child: &Child) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+}
+
+fn wait_for_rows(child: &mut Child, dir: &Path, rows: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while report_rows(dir) < rows {
+        assert!(child.try_wait().unwrap().is_none(), "perfbench ended before {rows} rows");
+        assert!(Instant::now() < deadline, "no {rows} rows in time");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ctrl_c_exits_130_with_the_finished_rows_and_no_segments() {
+    for shm in ["none", "system"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("online");
+        let args = [
+            "online",
+            "-m",
+            "delay",
+            "--shape",
+            "INPUT0:4",
+            "--concurrency",
+            "1..64",
+            "--measurement-request-count",
+            "20",
+            "-s",
+            "100",
+            "--shared-memory",
+            shm,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        let mut child = spawn(&args);
+        wait_for_rows(&mut child, &out, 2);
+        interrupt(&child);
+        let pid = child.id();
+        let output = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(130), "{shm}: {err}");
+        let rows = report_rows(&out);
+        assert!((2..64).contains(&rows), "{shm}: {rows} rows");
+        let pa = std::fs::read_to_string(out.join("perf_analyzer.csv")).unwrap();
+        assert_eq!(pa.lines().count() - 1, rows, "{shm}: perf_analyzer.csv and report.csv agree");
+        assert!(out.join("report.md").is_file(), "{shm}: report.md is written on interruption");
+        assert_eq!(segments_of(pid), Vec::<String>::new(), "{shm}");
+    }
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("online");
+    // A slow point: the first Ctrl-C waits on nothing long, the second must not wait at all.
+    let mut child = spawn(&[
+        "online",
+        "-m",
+        "delay",
+        "--shape",
+        "INPUT0:4",
+        "--concurrency",
+        "1..64",
+        "--measurement-request-count",
+        "20",
+        "-s",
+        "100",
+        "--shared-memory",
+        "system",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    wait_for_rows(&mut child, &out, 1);
+    interrupt(&child);
+    interrupt(&child);
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(segments_of(pid), Vec::<String>::new());
+}
