@@ -133,29 +133,31 @@ fn wait_for_rows(child: &mut Child, dir: &Path, rows: usize) {
     }
 }
 
+/// An online sweep of the zoo's `delay` model over 64 concurrencies, with short windows.
+fn delay_sweep(out: &Path, shm: &str) -> Child {
+    spawn(&[
+        "online",
+        "-m",
+        "delay",
+        "--concurrency",
+        "1..64",
+        "--measurement-request-count",
+        "20",
+        "-s",
+        "100",
+        "--shared-memory",
+        shm,
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn ctrl_c_exits_130_with_the_finished_rows_and_no_segments() {
     for shm in ["none", "system"] {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("online");
-        let args = [
-            "online",
-            "-m",
-            "delay",
-            "--shape",
-            "INPUT0:4",
-            "--concurrency",
-            "1..64",
-            "--measurement-request-count",
-            "20",
-            "-s",
-            "100",
-            "--shared-memory",
-            shm,
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        let mut child = spawn(&args);
+        let mut child = delay_sweep(&out, shm);
         wait_for_rows(&mut child, &out, 2);
         interrupt(&child);
         let pid = child.id();
@@ -175,24 +177,7 @@ fn ctrl_c_exits_130_with_the_finished_rows_and_no_segments() {
 fn a_second_ctrl_c_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("online");
-    // A slow point: the first Ctrl-C waits on nothing long, the second must not wait at all.
-    let mut child = spawn(&[
-        "online",
-        "-m",
-        "delay",
-        "--shape",
-        "INPUT0:4",
-        "--concurrency",
-        "1..64",
-        "--measurement-request-count",
-        "20",
-        "-s",
-        "100",
-        "--shared-memory",
-        "system",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let mut child = delay_sweep(&out, "system");
     wait_for_rows(&mut child, &out, 1);
     interrupt(&child);
     interrupt(&child);

@@ -97,7 +97,7 @@ fn unsupported_perf_analyzer_flags_are_named() {
 fn an_unknown_model_is_reported() {
     assert_bad_input(&["profile", "-m", "nope", "--service-kind", "inprocess"], "nope");
     assert_bad_input(&["profile", "-m", "nope", "-p", "200"], "nope");
-    assert_bad_input(&["profile", "-m", "delay", "--service-kind", "inprocess"], "--shape");
+    assert_bad_input(&["profile", "-m", "identity", "--service-kind", "inprocess"], "--shape");
 }
 
 #[test]

@@ -88,3 +88,46 @@ impl OnlineArgs {
         self.common.plan(SweepKind::Online, settings)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::parse_plan;
+    use crate::plan::Plan;
+
+    fn plan(line: &str) -> Result<Plan, String> {
+        parse_plan(["perfbench"].into_iter().chain(line.split_whitespace()))
+    }
+
+    #[test]
+    fn flags_plan_toml_plan_is_identity() {
+        for line in [
+            "offline --out o",
+            "offline -m identity --shape INPUT0:16 --batch-sizes 1,8 --out o",
+            "offline -m bert --batch-sizes 1..16:4 -i grpc --input-data zero --shared-memory none --out o",
+            "online --concurrency 8..256 --out o",
+            "online -m delay --concurrency 1,4,8 -b 2 -u h:1 -H X:1 --streaming -i grpc -p 100 --out o",
+            "run scenarios/fastpitch.toml --profile quick --out o",
+            "run scenarios/nnunet.toml --out o --gate base",
+        ] {
+            let plan = plan(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let text = plan.to_toml();
+            assert_eq!(Plan::from_toml(&text).unwrap(), plan, "{line}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn bad_sweeps_are_refused_with_the_reason() {
+        for (line, needle) in [
+            ("online --concurrency 8..2", "descending"),
+            ("online --concurrency 0..8", "at least 1"),
+            ("offline --batch-sizes 1,0", "at least 1"),
+            ("online -b 0", "-b must be at least 1"),
+            ("online -i udp", "expected http or grpc"),
+            ("online --streaming", "--streaming needs -i grpc"),
+            ("offline -u h:1 --model-repository r", "--model-repository"),
+        ] {
+            let err = plan(line).unwrap_err();
+            assert!(err.contains(needle), "{line}: {err}");
+        }
+    }
+}

@@ -70,7 +70,7 @@ impl Levels {
         let end = parts.get(1).map(|s| num(s)).transpose()?.unwrap_or(start);
         let step = parts.get(2).map(|s| num(s)).transpose()?.unwrap_or(1);
         let levels = Levels::Range { start, end: (end != 0).then_some(end), step };
-        levels.check()?;
+        levels.check().map_err(|e| err(&e.why))?;
         Ok(levels)
     }
 
@@ -111,7 +111,7 @@ impl FromStr for Levels {
         } else {
             Levels::List(text.split(',').map(num).collect::<Result<_, _>>()?)
         };
-        levels.check()?;
+        levels.check().map_err(|e| err(e.why))?;
         Ok(levels)
     }
 }
