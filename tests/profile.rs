@@ -378,3 +378,33 @@ fn an_online_sweep_whose_server_dies_keeps_its_report() {
     assert!(out.join("report.md").is_file());
     assert!(out.join("plots").join("latency_vs_concurrency.png").is_file());
 }
+
+#[test]
+fn perf_analyzer_spellings_verbose_passes_and_legacy_t() {
+    let out = perfbench(&[
+        "profile",
+        "-m",
+        "identity",
+        "--service-kind",
+        "inprocess",
+        "--shape=INPUT0:4",
+        "-t2",
+        "-v",
+        "-v",
+        "-p100",
+        "-s",
+        "100",
+        "--sequence-length",
+        "4",
+        "--string-length",
+        "8",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let load = text.find("Request concurrency: 2").expect("the load line");
+    let pass = text.find("  Pass [1] throughput: ").expect("a pass line");
+    assert!(load < pass, "{text}");
+    let line = text.lines().find(|l| l.starts_with("  Pass [1]")).unwrap();
+    assert!(line.contains(" infer/sec. Avg latency: ") && line.ends_with(" usec). "), "{line}");
+    assert_eq!(text.matches("Request concurrency: 2").count(), 1, "{text}");
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::plan::settings::{resolve, Settings};
-use crate::plan::{invalid, Levels, Model, Plan, PlanError, SweepKind, Target};
+use crate::plan::{invalid, Levels, Model, Plan, PlanError, SweepKind, Target, TraceSetting};
 
 /// How requests are sent and what is scraped beside them: the flags `profile` shares with the
 /// `offline` and `online` sweeps, which hand them to every point unchanged.
@@ -110,28 +110,25 @@ impl CommonArgs {
 /// user gets "not supported: --flag" instead of a parse error or silence.
 #[derive(Args, Debug, Default, Clone)]
 pub struct UnsupportedFlags {
-    #[arg(long = "sequence-length", hide = true, num_args = 0..=1)]
-    sequence_length: Option<Option<String>>,
-    #[arg(long = "sequence-length-variation", hide = true, num_args = 0..=1)]
-    sequence_length_variation: Option<Option<String>>,
-    #[arg(long = "sequence-id-range", hide = true, num_args = 0..=1)]
-    sequence_id_range: Option<Option<String>>,
-    #[arg(long = "num-of-sequences", hide = true, num_args = 0..=1)]
-    num_of_sequences: Option<Option<String>>,
-    #[arg(long = "serial-sequences", hide = true, num_args = 0..=1)]
-    serial_sequences: Option<Option<String>>,
+    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
+    #[arg(long = "sequence-length", num_args = 0..=1)]
+    pub sequence_length: Option<Option<String>>,
+    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
+    #[arg(long = "sequence-length-variation", num_args = 0..=1)]
+    pub sequence_length_variation: Option<Option<String>>,
+    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
+    #[arg(long = "sequence-id-range", num_args = 0..=1)]
+    pub sequence_id_range: Option<Option<String>>,
+    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
+    #[arg(long = "num-of-sequences", num_args = 0..=1)]
+    pub num_of_sequences: Option<Option<String>>,
+    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
+    #[arg(long = "serial-sequences", num_args = 0..=1)]
+    pub serial_sequences: Option<Option<String>>,
     #[arg(long = "input-tensor-format", hide = true, num_args = 0..=1)]
     input_tensor_format: Option<Option<String>>,
     #[arg(long = "output-tensor-format", hide = true, num_args = 0..=1)]
     output_tensor_format: Option<Option<String>>,
-    #[arg(long = "trace-level", hide = true, num_args = 0..=1)]
-    trace_level: Option<Option<String>>,
-    #[arg(long = "trace-rate", hide = true, num_args = 0..=1)]
-    trace_rate: Option<Option<String>>,
-    #[arg(long = "trace-count", hide = true, num_args = 0..=1)]
-    trace_count: Option<Option<String>>,
-    #[arg(long = "log-frequency", hide = true, num_args = 0..=1)]
-    log_frequency: Option<Option<String>>,
     #[arg(long = "ssl-grpc-use-ssl", hide = true, num_args = 0..=1)]
     ssl_grpc_use_ssl: Option<Option<String>>,
     #[arg(long = "ssl-grpc-root-certifications-file", hide = true, num_args = 0..=1)]
@@ -154,10 +151,6 @@ pub struct UnsupportedFlags {
     ssl_https_private_key_file: Option<Option<String>>,
     #[arg(long = "ssl-https-private-key-type", hide = true, num_args = 0..=1)]
     ssl_https_private_key_type: Option<Option<String>>,
-    #[arg(long = "string-length", hide = true, num_args = 0..=1)]
-    string_length: Option<Option<String>>,
-    #[arg(long = "string-data", hide = true, num_args = 0..=1)]
-    string_data: Option<Option<String>>,
     #[arg(long = "data-directory", hide = true, num_args = 0..=1)]
     data_directory: Option<Option<String>>,
     #[arg(long = "grpc-compression-algorithm", hide = true, num_args = 0..=1)]
@@ -174,29 +167,16 @@ pub struct UnsupportedFlags {
     endpoint: Option<Option<String>>,
     #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
     triton_server_directory: Option<Option<String>>,
-    #[arg(short = 't', hide = true, num_args = 0..=1)]
-    concurrency_old: Option<Option<String>>,
     #[arg(short = 'd', hide = true, num_args = 0..=1)]
     dynamic_concurrency: Option<Option<String>>,
-    #[arg(short = 'v', hide = true, num_args = 0..=1)]
-    verbose: Option<Option<String>>,
 }
 
 impl UnsupportedFlags {
     /// The first unsupported flag given, spelled as the user would have typed it.
     fn first_given(&self) -> Option<&'static str> {
         let given: &[(&'static str, bool)] = &[
-            ("--sequence-length", self.sequence_length.is_some()),
-            ("--sequence-length-variation", self.sequence_length_variation.is_some()),
-            ("--sequence-id-range", self.sequence_id_range.is_some()),
-            ("--num-of-sequences", self.num_of_sequences.is_some()),
-            ("--serial-sequences", self.serial_sequences.is_some()),
             ("--input-tensor-format", self.input_tensor_format.is_some()),
             ("--output-tensor-format", self.output_tensor_format.is_some()),
-            ("--trace-level", self.trace_level.is_some()),
-            ("--trace-rate", self.trace_rate.is_some()),
-            ("--trace-count", self.trace_count.is_some()),
-            ("--log-frequency", self.log_frequency.is_some()),
             ("--ssl-grpc-use-ssl", self.ssl_grpc_use_ssl.is_some()),
             ("--ssl-grpc-root-certifications-file", self.ssl_grpc_root_certifications_file.is_some()),
             ("--ssl-grpc-private-key-file", self.ssl_grpc_private_key_file.is_some()),
@@ -208,8 +188,6 @@ impl UnsupportedFlags {
             ("--ssl-https-client-certificate-type", self.ssl_https_client_certificate_type.is_some()),
             ("--ssl-https-private-key-file", self.ssl_https_private_key_file.is_some()),
             ("--ssl-https-private-key-type", self.ssl_https_private_key_type.is_some()),
-            ("--string-length", self.string_length.is_some()),
-            ("--string-data", self.string_data.is_some()),
             ("--data-directory", self.data_directory.is_some()),
             ("--grpc-compression-algorithm", self.grpc_compression_algorithm.is_some()),
             ("--bls-composing-models", self.bls_composing_models.is_some()),
@@ -218,9 +196,7 @@ impl UnsupportedFlags {
             ("--request-parameter", self.request_parameter.is_some()),
             ("--endpoint", self.endpoint.is_some()),
             ("--triton-server-directory", self.triton_server_directory.is_some()),
-            ("-t (use --concurrency-range)", self.concurrency_old.is_some()),
             ("-d (use --concurrency-range with -l)", self.dynamic_concurrency.is_some()),
-            ("-v", self.verbose.is_some()),
         ];
         given.iter().find(|(_, set)| *set).map(|(name, _)| *name)
     }
@@ -293,6 +269,30 @@ pub struct ProfileArgs {
     /// Seed of the Poisson schedule.
     #[arg(long = "seed")]
     pub seed: Option<u64>,
+    /// Concurrency (perf_analyzer's older spelling of --concurrency-range N).
+    #[arg(short = 't', value_name = "N")]
+    pub concurrency: Option<u64>,
+    /// Verbose: -v prints each measurement pass as perf_analyzer does.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Length of generated BYTES (string) elements.
+    #[arg(long = "string-length")]
+    pub string_length: Option<usize>,
+    /// The value of every generated BYTES (string) element.
+    #[arg(long = "string-data")]
+    pub string_data: Option<String>,
+    /// Server trace level (OFF, TIMESTAMPS, TENSORS), set through the trace extension.
+    #[arg(long = "trace-level")]
+    pub trace_level: Vec<String>,
+    /// Server trace rate, set through the trace extension.
+    #[arg(long = "trace-rate")]
+    pub trace_rate: Option<String>,
+    /// Server trace count, set through the trace extension.
+    #[arg(long = "trace-count")]
+    pub trace_count: Option<String>,
+    /// Server trace log frequency, set through the trace extension.
+    #[arg(long = "log-frequency")]
+    pub log_frequency: Option<String>,
     #[command(flatten)]
     pub unsupported: UnsupportedFlags,
 }
@@ -319,10 +319,27 @@ impl ProfileArgs {
             return Err(PlanError::NotSupported(flag.to_string()));
         }
         let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
-        let concurrency = match &self.concurrency_range {
-            Some(text) => Some(Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))?),
-            None => None,
+        let concurrency = match (&self.concurrency_range, self.concurrency) {
+            (Some(_), Some(_)) => return Err(invalid("give -t or --concurrency-range, not both")),
+            (Some(text), None) => {
+                Some(Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))?)
+            }
+            (None, Some(n)) => Some(Levels::parse_colon(&n.to_string()).map_err(|e| invalid(format!("bad -t {e}")))?),
+            (None, None) => None,
         };
+        let mut trace = Vec::new();
+        if !self.trace_level.is_empty() {
+            trace.push(TraceSetting { key: "trace_level".into(), values: self.trace_level.clone() });
+        }
+        for (key, value) in [
+            ("trace_rate", &self.trace_rate),
+            ("trace_count", &self.trace_count),
+            ("log_frequency", &self.log_frequency),
+        ] {
+            if let Some(v) = value {
+                trace.push(TraceSetting { key: key.into(), values: vec![v.clone()] });
+            }
+        }
         let common = self.common.settings();
         let settings = Settings {
             batch: self.batch_size,
@@ -341,6 +358,10 @@ impl ProfileArgs {
             latency_report_file: self.latency_report_file.clone(),
             verbose_csv: Some(self.verbose_csv),
             profile_export_file: self.profile_export_file.clone(),
+            verbose: Some(self.verbose),
+            string_length: self.string_length,
+            string_data: self.string_data.clone(),
+            trace: (!trace.is_empty()).then_some(trace),
             ..common
         };
         let sweep = resolve(SweepKind::Profile, &settings, &target)?;

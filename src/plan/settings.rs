@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, PlanError,
-    Protocol, Sweep, SweepKind, Target, WindowKind,
+    Protocol, Sweep, SweepKind, Target, TraceSetting, WindowKind,
 };
 use crate::client::shm::SharedMemoryKind;
 use crate::input::{InputData, ShapeOverride};
@@ -54,6 +54,10 @@ pub struct Settings {
     pub profile_export_file: Option<PathBuf>,
     /// The results folder.
     pub out: Option<PathBuf>,
+    pub verbose: Option<u8>,
+    pub string_length: Option<usize>,
+    pub string_data: Option<String>,
+    pub trace: Option<Vec<TraceSetting>>,
 }
 
 impl Settings {
@@ -96,6 +100,10 @@ impl Settings {
             verbose_csv,
             profile_export_file,
             out,
+            verbose,
+            string_length,
+            string_data,
+            trace,
         )
     }
 }
@@ -210,6 +218,8 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             shapes,
             shared_memory,
             output_shared_memory_size: s.output_shared_memory_size.unwrap_or(defaults::OUTPUT_SHM_BYTES),
+            string_length: s.string_length.unwrap_or(crate::input::DEFAULT_STRING_LENGTH),
+            string_data: s.string_data.clone(),
         },
         measurement: Measurement {
             mode,
@@ -226,7 +236,9 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             latency_report_file: s.latency_report_file.clone(),
             verbose_csv: s.verbose_csv.unwrap_or(false),
             profile_export_file: s.profile_export_file.clone(),
+            verbose: s.verbose.unwrap_or(0),
         },
+        trace: s.trace.clone().unwrap_or_default(),
     };
     sweep.validate(target)?;
     Ok(sweep)

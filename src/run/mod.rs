@@ -7,6 +7,7 @@ pub mod interrupt;
 pub mod observe;
 pub mod session;
 pub mod sweep;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -234,11 +235,13 @@ async fn run_sweep(
             drive(client, model, sweep, context, interrupt).await
         }
         (Endpoint::Network { http, metrics, device, .. }, Protocol::Http) => {
+            trace::apply(http, Protocol::Http, &model.name, &sweep.trace).await?;
             let client = HttpClient::new(http, &connect).map_err(RunError::client)?;
             let context = Context { wire: Wire::Http, service_kind: "TRITON", metrics, device };
             drive(client, model, sweep, context, interrupt).await
         }
         (Endpoint::Network { grpc, metrics, device, .. }, Protocol::Grpc) => {
+            trace::apply(grpc, Protocol::Grpc, &model.name, &sweep.trace).await?;
             let client = GrpcClient::new(grpc, &connect).map_err(RunError::client)?;
             let context = Context { wire: Wire::Grpc, service_kind: "TRITON", metrics, device };
             drive(client, model, sweep, context, interrupt).await

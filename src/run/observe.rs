@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::sweep::SweepObserver;
 use crate::load::LoadMode;
 use crate::measure::gpu_metrics::GpuCollector;
-use crate::measure::{WindowFigures, WindowMode};
+use crate::measure::{Window, WindowFigures, WindowMode};
 use crate::plan::{Distribution, Load, Sweep, SweepKind, WindowKind};
 use crate::report::pa_summary::{self, RunDescription, Wire};
 use crate::report::{pa_export, RunConfig, TableKind};
@@ -44,6 +44,8 @@ pub struct Recorder {
     gpu: Option<(reqwest::Client, String, Duration)>,
     collector: Option<GpuCollector>,
     out: Option<std::path::PathBuf>,
+    /// `-v`: print each pass.
+    verbose: u8,
 }
 
 impl Recorder {
@@ -114,6 +116,7 @@ impl Recorder {
             gpu,
             collector: None,
             out: sweep.output.dir.clone(),
+            verbose: sweep.output.verbose,
         })
     }
 
@@ -154,12 +157,30 @@ impl SweepObserver for Recorder {
             self.label = format!("[{}/{n}] {}", self.results.len() + 1, self.label);
         }
         self.progress.set_message(format!("{}: measuring", self.label));
+        if self.verbose > 0 && self.description.is_some() {
+            let load = match mode.point() {
+                LoadPoint::Concurrency(c) => format!("Request concurrency: {c}"),
+                LoadPoint::RequestRate(r) => format!("Request Rate: {} inference requests per seconds", format_g(r)),
+            };
+            self.progress.suspend(|| println!("{load}"));
+        }
         if let Some((http, url, interval)) = &self.gpu {
             self.collector = Some(GpuCollector::start(http.clone(), url.clone(), *interval));
         }
     }
 
-    fn window_done(&mut self, trial: usize, figures: WindowFigures, stable: bool) {
+    fn window_done(&mut self, trial: usize, window: &Window, figures: WindowFigures, stable: bool) {
+        if self.verbose > 0 {
+            // perf_analyzer's -v line, which scripts parse.
+            let line = format!(
+                "  Pass [{}] throughput: {} infer/sec. Avg latency: {} usec (std {} usec). ",
+                trial + 1,
+                format_g(figures.throughput),
+                window.client.avg_latency_us() as u64,
+                window.client.stdev_us() as u64
+            );
+            self.progress.suspend(|| println!("{line}"));
+        }
         self.progress.set_message(format!(
             "{}: window {} · {:.1} infer/s · {:.0} µs · {}",
             self.label,
@@ -177,7 +198,13 @@ impl SweepObserver for Recorder {
             csv.append(&result)?;
         }
         if let Some(d) = &self.description {
-            self.progress.suspend(|| println!("{}", pa_summary::point_block(&result, self.wire, d)));
+            let block = pa_summary::point_block(&result, self.wire, d);
+            // With -v the block's first line (the load) was printed before the passes.
+            let block = match (self.verbose, block.split_once('\n')) {
+                (1.., Some((_, rest))) => rest.to_string(),
+                _ => block,
+            };
+            self.progress.suspend(|| println!("{block}"));
         } else {
             let r = &result.row;
             let line = format!(

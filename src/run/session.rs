@@ -11,6 +11,7 @@ use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKi
 use crate::client::{InferClient, InputSource, RequestSpec};
 use crate::input::{build_requests, InputOptions};
 use crate::plan::{Model, Sweep};
+use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse};
 use crate::tensor::Tensor;
 
@@ -49,6 +50,11 @@ impl<C: InferClient> Session<C> {
             .model_config(name, version)
             .await
             .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
+        if matches!(config.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_))) {
+            return Err(RunError::bad_input(anyhow::anyhow!(
+                "not supported: model '{name}' uses the sequence batcher, and perfbench does not drive stateful sequences yet"
+            )));
+        }
         Ok(Session {
             client: Arc::new(client),
             model: name.to_string(),
@@ -68,6 +74,8 @@ impl<C: InferClient> Session<C> {
             data: sweep.input.data.clone(),
             shapes: sweep.input.shapes.clone(),
             batch_size: batch,
+            string_length: sweep.input.string_length,
+            string_data: sweep.input.string_data.clone(),
             ..InputOptions::default()
         };
         let mut specs =

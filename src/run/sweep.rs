@@ -57,7 +57,7 @@ pub struct Target<C: InferClient> {
 /// Sees the sweep as it goes: the progress display and the row writers.
 pub trait SweepObserver {
     fn point_started(&mut self, _mode: &LoadMode) {}
-    fn window_done(&mut self, _trial: usize, _figures: WindowFigures, _stable: bool) {}
+    fn window_done(&mut self, _trial: usize, _window: &Window, _figures: WindowFigures, _stable: bool) {}
     /// A row is measured; writers persist it here. An error ends the sweep.
     fn point_done(&mut self, result: &PointResult) -> std::io::Result<()>;
 }
@@ -112,8 +112,8 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             model: self.target.server_stats.then_some((self.target.model.as_str(), self.target.version.as_str())),
         };
         let observer = &mut *self.observer;
-        let measured = measure_point(&load, &stats, self.settings, mode.point(), |trial, figures, stable| {
-            observer.window_done(trial, figures, stable)
+        let measured = measure_point(&load, &stats, self.settings, mode.point(), |trial, window, figures, stable| {
+            observer.window_done(trial, window, figures, stable)
         })
         .await;
         load.stop().await;
@@ -250,7 +250,7 @@ pub async fn measure_point<C: InferClient>(
     stats: &StatsSource<'_, C>,
     settings: &MeasureSettings,
     point: LoadPoint,
-    mut on_window: impl FnMut(usize, WindowFigures, bool),
+    mut on_window: impl FnMut(usize, &Window, WindowFigures, bool),
 ) -> Result<PointResult, ClientError> {
     let mut before = stats.read().await?;
     if settings.request_count.is_none() {
@@ -281,7 +281,7 @@ pub async fn measure_point<C: InferClient>(
         boundaries.push(ended.1);
         figures.push(windows[trial].figures(settings.batch, settings.percentile));
         stable = settings.request_count.is_some() || is_stable(&figures, settings.stability_pct);
-        on_window(trial, figures[trial], stable);
+        on_window(trial, &windows[trial], figures[trial], stable);
         if stable {
             break;
         }
@@ -307,7 +307,7 @@ mod tests {
     }
 
     impl SweepObserver for Collect {
-        fn window_done(&mut self, _: usize, _: WindowFigures, _: bool) {
+        fn window_done(&mut self, _: usize, _: &Window, _: WindowFigures, _: bool) {
             self.windows += 1;
         }
         fn point_done(&mut self, result: &PointResult) -> std::io::Result<()> {
