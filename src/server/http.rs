@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, HttpBody};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -112,9 +112,11 @@ async fn ok() -> StatusCode {
 }
 
 /// Reads a whole request body up to `limit` bytes. An oversized body is still drained (up to a
-/// bound) so the client reads a 400 that names the limit, not a reset.
+/// bound) so the client reads a 400 that names the limit, not a reset. A body that arrives in
+/// one frame (the usual case) is returned as it is, without a copy.
 async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
-    let mut data = BytesMut::new();
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ServerError::invalid(format!("failed to read the request body: {e}")))?;
@@ -123,7 +125,15 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
         };
         total = total.saturating_add(chunk.len());
         if total <= limit {
-            data.extend_from_slice(&chunk);
+            match &first {
+                None => first = Some(chunk),
+                Some(head) => {
+                    if rest.is_empty() {
+                        rest.extend_from_slice(head);
+                    }
+                    rest.extend_from_slice(&chunk);
+                }
+            }
         } else if total > limit.saturating_add(OVERSIZE_DRAIN_BYTES) {
             break;
         }
@@ -133,7 +143,7 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
             "request body of {total} bytes or more exceeds the server's limit of {limit} bytes (--max-request-bytes)"
         )));
     }
-    Ok(data.freeze())
+    Ok(if rest.is_empty() { first.unwrap_or_default() } else { rest.freeze() })
 }
 
 /// Parses an optional JSON body: empty means `T::default()`.
@@ -223,12 +233,15 @@ async fn model_stats_v(State(core): Core, Path((m, v)): Path<(String, String)>) 
     Ok(Json(stats::to_json(&core.statistics(&m, &v)?)))
 }
 
-async fn infer(State(core): Core, Path(m): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    run_infer(&core, &m, "", &headers, body).await.unwrap_or_else(IntoResponse::into_response)
+// The request is taken whole (not as `HeaderMap` + `Body`): extracting a `HeaderMap` clones it.
+async fn infer(State(core): Core, Path(m): Path<String>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    run_infer(&core, &m, "", &parts.headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn infer_v(State(core): Core, Path((m, v)): Path<(String, String)>, headers: HeaderMap, body: Body) -> Response {
-    run_infer(&core, &m, &v, &headers, body).await.unwrap_or_else(IntoResponse::into_response)
+async fn infer_v(State(core): Core, Path((m, v)): Path<(String, String)>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    run_infer(&core, &m, &v, &parts.headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn run_infer(
