@@ -119,7 +119,7 @@ wait_port() {
 
 start_servers() {
   taskset -c $SERVER_CORE "$BIN" serve --host "$HOST" --http-port "$PORT" --grpc-port $((PORT + 1)) \
-    --metrics-port $((PORT + 2)) --models identity >"$BENCH_TMP/serve.log" 2>&1 &
+    --metrics-port $((PORT + 2)) --models identity,delay >"$BENCH_TMP/serve.log" 2>&1 &
   SERVER_PID=$!
   taskset -c $SERVER_CORE "$TARGET/examples/echo_axum" "$ECHO_HTTP_PORT" >"$BENCH_TMP/echo_axum.log" 2>&1 &
   ECHO_HTTP_PID=$!
@@ -130,9 +130,9 @@ start_servers() {
   curl -sf "http://$HOST:$PORT/v2/models/identity/ready" >/dev/null || die "identity not ready"
 }
 
-# The identity model's statistics as "success_count queue_count queue_ns inference_count execution_count".
+# A model's statistics as "success_count queue_count queue_ns inference_count execution_count".
 stats() {
-  curl -sf "http://$HOST:$PORT/v2/models/identity/stats" | python3 -c '
+  curl -sf "http://$HOST:$PORT/v2/models/$1/stats" | python3 -c '
 import json, sys
 s = json.load(sys.stdin)["model_stats"][0]
 i = s["inference_stats"]
@@ -273,25 +273,28 @@ client_table() {
 
 queue_table() {
   echo
-  echo "Server Queue (statistics extension) of perfbench serve, identity 16 f32, perfbench profile"
-  printf '%-6s %11s %10s %12s %10s\n' proto concurrency requests "queue us" "avg batch"
-  local proto c before after
-  for proto in http grpc; do
-    for c in 1 $CONCURRENCY; do
-      before=$(stats)
-      local port=$PORT
-      [ $proto = grpc ] && port=$((PORT + 1))
-      run_load "$SERVER_PID" "$BIN" profile -u "$HOST:$port" -i $proto -m identity --shape INPUT0:16 \
-        --concurrency-range "$c" --request-count $((REQUESTS / 4)) -f "$BENCH_TMP/pa.csv"
-      after=$(stats)
-      python3 - "$proto" "$c" $before $after <<'PY'
+  echo "Server Queue (statistics extension) of perfbench serve, 16 f32, perfbench profile; delay (1 ms + 50 us/item)"
+  echo "does not run inline: its batches show that batching behind a busy instance is unchanged"
+  printf '%-9s %-6s %11s %10s %12s %10s\n' model proto concurrency requests "queue us" "avg batch"
+  local model proto c before after count
+  for run in identity:http:1 identity:http:$CONCURRENCY identity:grpc:1 identity:grpc:$CONCURRENCY \
+    delay:http:1 delay:http:$CONCURRENCY; do
+    IFS=: read -r model proto c <<<"$run"
+    count=$((REQUESTS / 4))
+    [ "$model" = delay ] && count=$((REQUESTS / 20))
+    before=$(stats "$model")
+    local port=$PORT
+    [ "$proto" = grpc ] && port=$((PORT + 1))
+    run_load "$SERVER_PID" "$BIN" profile -u "$HOST:$port" -i "$proto" -m "$model" --shape INPUT0:16 \
+      --concurrency-range "$c" --request-count "$count" -f "$BENCH_TMP/pa.csv"
+    after=$(stats "$model")
+    python3 - "$model" "$proto" "$c" $before $after <<'PY'
 import sys
-proto, c = sys.argv[1:3]
-b, a = [list(map(int, sys.argv[3:8])), list(map(int, sys.argv[8:13]))]
+model, proto, c = sys.argv[1:4]
+b, a = [list(map(int, sys.argv[4:9])), list(map(int, sys.argv[9:14]))]
 d = [y - x for x, y in zip(b, a)]
-print(f"{proto:<6} {c:>11} {d[0]:>10} {d[2] / 1e3 / max(d[1], 1):>12.1f} {d[3] / max(d[4], 1):>10.2f}")
+print(f"{model:<9} {proto:<6} {c:>11} {d[0]:>10} {d[2] / 1e3 / max(d[1], 1):>12.1f} {d[3] / max(d[4], 1):>10.2f}")
 PY
-    done
   done
 }
 
