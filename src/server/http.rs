@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, HttpBody};
 use axum::extract::{Path, Request, State};
-use axum::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use axum::http::header::{HeaderName, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tower::ServiceExt;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
@@ -33,8 +34,36 @@ const OVERSIZE_DRAIN_BYTES: usize = 64 << 20;
 
 type Core = State<Arc<InferenceServer>>;
 
-/// Every route of §3.1 that perfbench serves.
+/// Every route of §3.1 that perfbench serves. A request that neither sends a compressed body
+/// nor accepts a compressed answer skips the (de)compression layers, which would only wrap and
+/// box both bodies of every inference call.
 pub fn router(core: Arc<InferenceServer>) -> Router {
+    let plain = routes(core);
+    let coded = plain
+        .clone()
+        .layer(RequestDecompressionLayer::new())
+        .layer(axum::middleware::map_response(explain_unsupported_encoding))
+        .layer(CompressionLayer::new());
+    Router::new().fallback_service(tower::service_fn(move |request: Request| {
+        let app = if needs_coding(request.headers()) { coded.clone() } else { plain.clone() };
+        app.oneshot(request)
+    }))
+}
+
+/// Does the request carry a `Content-Encoding`, or accept any encoding but identity?
+fn needs_coding(headers: &HeaderMap) -> bool {
+    let coded = |value: &HeaderValue| {
+        value.to_str().map_or(true, |list| {
+            list.split(',').any(|e| {
+                let e = e.split(';').next().unwrap_or_default().trim();
+                !e.is_empty() && !e.eq_ignore_ascii_case("identity")
+            })
+        })
+    };
+    headers.contains_key(CONTENT_ENCODING) || headers.get_all(ACCEPT_ENCODING).iter().any(coded)
+}
+
+fn routes(core: Arc<InferenceServer>) -> Router {
     Router::new()
         .route("/v2", get(server_metadata))
         .route("/v2/health/live", get(live))
@@ -72,9 +101,6 @@ pub fn router(core: Arc<InferenceServer>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(core)
-        .layer(RequestDecompressionLayer::new())
-        .layer(axum::middleware::map_response(explain_unsupported_encoding))
-        .layer(CompressionLayer::new())
 }
 
 async fn not_found() -> ServerError {
@@ -262,8 +288,7 @@ async fn run_infer(
     let model = core.repository.get(name, version)?;
     let decoded = decode_request(&model.config, version, body, header_len)?;
     check_json_outputs(&model.config, &decoded.request, &decoded.formats)?;
-    drop(model);
-    let response = core.infer(decoded.request).await?;
+    let response = core.infer_on(&model, decoded.request).await?;
     let encoded = encode_response(&response, &decoded.formats)?;
     let mut http = Response::new(Body::from(encoded.body));
     let content_type = match encoded.header_len {
