@@ -141,6 +141,8 @@ async fn ok() -> StatusCode {
 /// bound) so the client reads a 400 that names the limit, not a reset. A body that arrives in
 /// one frame (the usual case) is returned as it is, without a copy.
 async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
+    // Content-Length, when sent: a body in many frames is gathered into one buffer of that size.
+    let expected = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX).min(limit);
     let mut first: Option<Bytes> = None;
     let mut rest = BytesMut::new();
     let mut total = 0usize;
@@ -155,6 +157,7 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
                 None => first = Some(chunk),
                 Some(head) => {
                     if rest.is_empty() {
+                        rest.reserve(expected.max(head.len() + chunk.len()));
                         rest.extend_from_slice(head);
                     }
                     rest.extend_from_slice(&chunk);

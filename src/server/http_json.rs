@@ -694,13 +694,18 @@ pub fn encode_response(response: &InferResponse, formats: &OutputFormats) -> Ser
         });
     }
     let any_binary = outputs.iter().any(|o| o.parameters.is_some());
-    let json = serde_json::to_vec(&ResponseJson {
+    // Sized up front (a printed element takes up to ~5 characters per byte of its binary form),
+    // so a large tensor's text is not copied again each time the buffer grows.
+    let data_bytes: usize = outputs.iter().filter_map(|o| o.data.as_ref()).map(|d| d.bytes.len()).sum();
+    let mut json = Vec::with_capacity(256 + data_bytes * 5);
+    let header = ResponseJson {
         id: &response.id,
         model_name: &response.model_name,
         model_version: &response.model_version,
         outputs,
-    })
-    .map_err(|e| ServerError::internal(format!("cannot encode the response JSON: {e}")))?;
+    };
+    serde_json::to_writer(&mut json, &header)
+        .map_err(|e| ServerError::internal(format!("cannot encode the response JSON: {e}")))?;
     if !any_binary {
         return Ok(EncodedResponse { body: json.into(), header_len: None });
     }
