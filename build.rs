@@ -10,6 +10,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(protos, ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out.join("descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
+    // Raw tensor contents as `Bytes`: decoding slices the received buffer and encoding takes
+    // the output's buffer, with no copy of the tensor data in between.
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .bytes(".inference.ModelInferRequest.raw_input_contents")
+        .bytes(".inference.ModelInferResponse.raw_output_contents")
+        .compile_fds(fds)?;
     Ok(())
 }

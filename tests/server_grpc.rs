@@ -45,7 +45,7 @@ fn raw_request(values: &[f32]) -> pb::ModelInferRequest {
     pb::ModelInferRequest {
         model_name: "identity".into(),
         inputs: vec![input("INPUT0", "FP32", &[1, values.len() as i64])],
-        raw_input_contents: vec![f32_bytes(values)],
+        raw_input_contents: vec![f32_bytes(values).into()],
         ..Default::default()
     }
 }
@@ -242,7 +242,7 @@ async fn every_bad_input_names_the_problem_and_the_server_keeps_serving() {
     assert_still_serves(&mut client).await;
 
     let mut r = raw_request(&[1.0]);
-    r.raw_input_contents.push(vec![0; 4]);
+    r.raw_input_contents.push(vec![0u8; 4].into());
     let e = expect_error(&mut client, r, Code::InvalidArgument).await;
     assert!(e.contains("raw_input_contents has 2 entries"), "{e}");
     assert_still_serves(&mut client).await;

@@ -137,7 +137,7 @@ fn to_proto(spec: &RequestSpec) -> ModelInferRequest {
     for (name, source) in &spec.inputs {
         let (datatype, shape, parameters) = match source {
             InputSource::Inline(t) => {
-                request.raw_input_contents.push(t.data.to_vec());
+                request.raw_input_contents.push(t.data.clone());
                 (t.dtype, t.shape.clone(), Default::default())
             }
             InputSource::SystemShm { region, offset, byte_size, dtype, shape } => {
@@ -239,7 +239,7 @@ fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
                 || ClientError::Protocol(format!("output '{}' has unknown datatype '{}'", o.name, o.datatype)),
             )?;
         let data = raw.next().unwrap_or_default();
-        outputs.push((o.name, Tensor { dtype, shape: o.shape, data: data.into() }));
+        outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
     }
     Ok(InferResult { outputs })
 }
@@ -375,7 +375,7 @@ mod tests {
             outputs: vec![("X".into(), OutputTarget::Inline)],
         };
         let p = to_proto(&spec);
-        assert_eq!(p.raw_input_contents, vec![7i32.to_le_bytes().to_vec()]);
+        assert_eq!(p.raw_input_contents, vec![Bytes::from(7i32.to_le_bytes().to_vec())]);
         assert_eq!(p.inputs[0].parameters["shared_memory_offset"], int64_param(4));
         assert!(p.inputs[1].parameters.is_empty());
         assert_eq!(p.outputs[0].name, "X");
@@ -393,7 +393,7 @@ mod tests {
         };
         let r = ModelInferResponse {
             outputs: vec![t("A"), t("B")],
-            raw_output_contents: vec![vec![], 5i32.to_le_bytes().to_vec()],
+            raw_output_contents: vec![Bytes::new(), Bytes::from(5i32.to_le_bytes().to_vec())],
             ..Default::default()
         };
         let out = from_proto(r).unwrap();

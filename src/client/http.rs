@@ -1,7 +1,11 @@
-//! KServe v2 over HTTP/1.1 (reqwest), encoded the way perf_analyzer's C++ client encodes it:
-//! a JSON inference header with `"id":""`, every input as binary data (`binary_data_size`) or
-//! shared memory, every output listed with `binary_data: true` or shared-memory parameters, the
-//! raw tensors appended after the JSON, and `Inference-Header-Content-Length` giving its length.
+//! KServe v2 over HTTP/1.1, encoded the way perf_analyzer's C++ client encodes it: a JSON
+//! inference header with `"id":""`, every input as binary data (`binary_data_size`) or shared
+//! memory, every output listed with `binary_data: true` or shared-memory parameters, the raw
+//! tensors appended after the JSON, and `Inference-Header-Content-Length` giving its length.
+//!
+//! Inference requests go straight through hyper on a pool of keep-alive connections (one per
+//! request in flight), with the URI, headers and body built once per data step: the hot loop
+//! parses, formats and allocates next to nothing. The other calls use reqwest.
 
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -9,8 +13,12 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
 use reqwest::{StatusCode, Url};
 use serde::{Deserialize, Serialize};
 
@@ -29,14 +37,25 @@ const HEADER_LENGTH: &str = "inference-header-content-length";
 pub struct HttpClient {
     base: String,
     http: reqwest::Client,
+    /// `host:port` to connect inference connections to.
+    address: String,
+    /// `Host` of every inference request.
+    host: HeaderValue,
+    /// `-H` headers, sent with every request.
+    headers: HeaderMap,
+    /// Idle inference connections, reused last-in first-out.
+    idle: Mutex<Vec<Connection>>,
 }
 
-/// A request encoded once: the URL and the full body (JSON header + binary tensors). Each send
-/// clones the `Bytes` handle, never the data.
+/// One keep-alive HTTP/1.1 connection for inference requests.
+type Connection = SendRequest<TimedBody>;
+
+/// A request encoded once: the path, every header and the full body (JSON header + binary
+/// tensors). Each send clones `Bytes` handles, never the data.
 pub struct HttpRequest {
-    url: Url,
+    path: hyper::Uri,
+    headers: HeaderMap,
     body: Bytes,
-    header_length: HeaderValue,
 }
 
 impl HttpClient {
@@ -61,10 +80,77 @@ impl HttpClient {
             .tcp_nodelay(true)
             .pool_max_idle_per_host(options.concurrency.max(1))
             .connect_timeout(Duration::from_secs(10))
-            .default_headers(headers)
+            .default_headers(headers.clone())
             .build()
             .map_err(|e| ClientError::Invalid(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
-        Ok(HttpClient { base, http })
+        let parsed = Url::parse(&base).expect("checked above");
+        if parsed.scheme() != "http" {
+            return Err(ClientError::Invalid(format!("bad server URL '{url}': only http:// is supported")));
+        }
+        let host = parsed.host_str().unwrap_or("localhost");
+        let address = format!("{host}:{}", parsed.port_or_known_default().unwrap_or(80));
+        let host = match parsed.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        let host = HeaderValue::from_str(&host).map_err(|_| ClientError::Invalid(format!("bad server URL '{url}'")))?;
+        Ok(HttpClient { base, http, address, host, headers, idle: Mutex::new(Vec::new()) })
+    }
+
+    /// An idle inference connection, or a new one. The flag says whether it was reused.
+    async fn connection(&self) -> ClientResult<(Connection, bool)> {
+        loop {
+            let idle = self.idle.lock().pop();
+            match idle {
+                Some(c) if c.is_closed() => continue,
+                Some(c) => return Ok((c, true)),
+                None => return Ok((self.connect().await?, false)),
+            }
+        }
+    }
+
+    async fn connect(&self) -> ClientResult<Connection> {
+        let unreachable =
+            |e: &dyn std::error::Error| ClientError::Unreachable { url: self.base.clone(), reason: error_chain(e) };
+        let stream = tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(&self.address))
+            .await
+            .map_err(|e| unreachable(&e))?
+            .map_err(|e| unreachable(&e))?;
+        stream.set_nodelay(true).map_err(|e| unreachable(&e))?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(&e))?;
+        // The connection task ends when the server closes it or the sender is dropped.
+        tokio::spawn(connection);
+        Ok(sender)
+    }
+
+    /// Sends an inference request and returns the response head and the connection it used. A
+    /// reused connection that turns out closed before the request left is replaced once.
+    async fn send_infer(
+        &self,
+        request: &HttpRequest,
+        taken_at: &Arc<OnceLock<Instant>>,
+    ) -> ClientResult<(hyper::Response<Incoming>, Connection)> {
+        let (mut connection, mut reused) = self.connection().await?;
+        let mut message = hyper::Request::post(request.path.clone())
+            .body(TimedBody { data: Some(request.body.clone()), taken_at: taken_at.clone() })
+            .expect("a prepared request is valid");
+        *message.headers_mut() = request.headers.clone();
+        loop {
+            match connection.try_send_request(message).await {
+                Ok(response) => return Ok((response, connection)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if reused => {
+                        message = unsent;
+                        connection = self.connect().await?;
+                        reused = false;
+                    }
+                    _ => {
+                        return Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(e.error()) })
+                    }
+                },
+            }
+        }
     }
 
     /// `{base}/v2/models/{model}[/versions/{version}]` followed by `tail` segments; the model name
@@ -371,49 +457,52 @@ impl InferClient for HttpClient {
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<HttpRequest> {
         let (body, header_length) = encode_request(spec)?;
-        Ok(HttpRequest {
-            url: self.model_url(&spec.model_name, &spec.model_version, &["infer"]),
-            body,
-            header_length: HeaderValue::from(header_length),
-        })
+        let url = self.model_url(&spec.model_name, &spec.model_version, &["infer"]);
+        let path = hyper::Uri::try_from(url.path())
+            .map_err(|e| ClientError::Invalid(format!("bad request path '{}': {e}", url.path())))?;
+        let mut headers = HeaderMap::with_capacity(3 + self.headers.len());
+        headers.insert(HOST, self.host.clone());
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        headers.insert(HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(header_length));
+        for (name, value) in &self.headers {
+            headers.append(name, value.clone());
+        }
+        Ok(HttpRequest { path, headers, body })
     }
 
     /// Timing, measured on our side of the socket:
     /// - `send`: from the call until hyper takes the complete body to write it on a pooled
-    ///   connection (building the request, waiting for a free connection, writing the head);
+    ///   connection (taking or opening a connection, writing the head);
     /// - `recv`: from the moment the response headers are parsed until the body is read and the
-    ///   response decoded (JSON header parsed, binary outputs sliced). reqwest does not expose
+    ///   response decoded (JSON header parsed, binary outputs sliced). hyper does not expose
     ///   the first response byte separately from the parsed headers, so server time ends there;
     /// - `total`: from the call to the end of `recv`.
     async fn infer(&self, request: &HttpRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
         let start = Instant::now();
         let taken_at = Arc::new(OnceLock::new());
-        let body = TimedBody { data: Some(request.body.clone()), taken_at: taken_at.clone() };
-        let sent = self
-            .http
-            .post(request.url.clone())
-            .header(HEADER_LENGTH, request.header_length.clone())
-            .header(CONTENT_LENGTH, request.body.len())
-            .body(reqwest::Body::wrap(body))
-            .send()
-            .await;
+        let sent = self.send_infer(request, &taken_at).await;
         let headers_at = Instant::now();
         let result = match sent {
-            Err(e) => Err(self.unreachable(&e)),
-            Ok(response) => {
+            Err(e) => Err(e),
+            Ok((response, connection)) => {
                 let status = response.status();
                 let header_length = response
                     .headers()
                     .get(HEADER_LENGTH)
                     .map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()));
-                match response.bytes().await {
-                    Err(e) => Err(self.unreachable(&e)),
-                    Ok(body) if status != StatusCode::OK => Err(error_from_body(status, &body)),
-                    Ok(body) => match header_length {
-                        Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
-                        Some(Some(n)) => decode_response(body, Some(n), keep_outputs),
-                        None => decode_response(body, None, keep_outputs),
-                    },
+                match response.into_body().collect().await {
+                    Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
+                    Ok(body) => {
+                        // The whole answer is read: the connection can take the next request.
+                        self.idle.lock().push(connection);
+                        let body = body.to_bytes();
+                        match header_length {
+                            _ if status != StatusCode::OK => Err(error_from_body(status, &body)),
+                            Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
+                            Some(Some(n)) => decode_response(body, Some(n), keep_outputs),
+                            None => decode_response(body, None, keep_outputs),
+                        }
+                    }
                 }
             }
         };

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::config;
 use super::error::ServerResult;
 use super::infer::{admit, InferRequest, InferResponse};
-use super::repository::{IndexEntry, ModelRepository, MODEL_VERSION};
+use super::repository::{IndexEntry, LoadedModel, ModelRepository, MODEL_VERSION};
 use super::shm::SharedMemoryManager;
 use crate::proto::inference::{
     model_metadata_response::TensorMetadata, ModelConfig, ModelMetadataResponse, ModelStatistics,
@@ -107,8 +107,14 @@ impl InferenceServer {
 
     /// Runs one inference through the model's batcher.
     pub async fn infer(&self, request: InferRequest) -> ServerResult<InferResponse> {
-        let received = Instant::now();
         let model = self.repository.get(&request.model_name, &request.model_version)?;
+        self.infer_on(&model, request).await
+    }
+
+    /// [`infer`](Self::infer) on the model the request names, already looked up by the caller
+    /// (the HTTP front end needs its config to decode the body).
+    pub async fn infer_on(&self, model: &LoadedModel, request: InferRequest) -> ServerResult<InferResponse> {
+        let received = Instant::now();
         let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, received)?;
         model.scheduler.infer(admitted).await
     }

@@ -183,7 +183,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
             InputData::Raw(contents_to_bytes(&input, contents)?)
         } else if let Some(bytes) = raw.next() {
             raw_used += 1;
-            InputData::Raw(Bytes::from(bytes))
+            InputData::Raw(bytes)
         } else {
             return Err(ServerError::invalid(format!(
                 "unable to find data for input tensor '{}' for model '{}'",
@@ -226,8 +226,8 @@ pub fn encode_response(response: InferResponse) -> pb::ModelInferResponse {
     let mut raw = Vec::with_capacity(response.outputs.len());
     for output in response.outputs {
         raw.push(match output.data {
-            OutputData::Raw(bytes) => bytes.to_vec(),
-            OutputData::InShm => Vec::new(),
+            OutputData::Raw(bytes) => bytes,
+            OutputData::InShm => Bytes::new(),
         });
         outputs.push(pb::model_infer_response::InferOutputTensor {
             name: output.name,
@@ -629,7 +629,7 @@ mod tests {
         let request = pb::ModelInferRequest {
             model_name: "m".into(),
             inputs: vec![tensor("A", shm_params), tensor("B", HashMap::new())],
-            raw_input_contents: vec![vec![0; 8]],
+            raw_input_contents: vec![Bytes::from(vec![0; 8])],
             ..Default::default()
         };
         let decoded = decode_request(request).unwrap();

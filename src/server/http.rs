@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use axum::body::{Body, HttpBody};
-use axum::extract::{Path, State};
-use axum::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use axum::extract::{Path, Request, State};
+use axum::http::header::{HeaderName, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tower::ServiceExt;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
@@ -33,8 +34,36 @@ const OVERSIZE_DRAIN_BYTES: usize = 64 << 20;
 
 type Core = State<Arc<InferenceServer>>;
 
-/// Every route of §3.1 that perfbench serves.
+/// Every route of §3.1 that perfbench serves. A request that neither sends a compressed body
+/// nor accepts a compressed answer skips the (de)compression layers, which would only wrap and
+/// box both bodies of every inference call.
 pub fn router(core: Arc<InferenceServer>) -> Router {
+    let plain = routes(core);
+    let coded = plain
+        .clone()
+        .layer(RequestDecompressionLayer::new())
+        .layer(axum::middleware::map_response(explain_unsupported_encoding))
+        .layer(CompressionLayer::new());
+    Router::new().fallback_service(tower::service_fn(move |request: Request| {
+        let app = if needs_coding(request.headers()) { coded.clone() } else { plain.clone() };
+        app.oneshot(request)
+    }))
+}
+
+/// Does the request carry a `Content-Encoding`, or accept any encoding but identity?
+fn needs_coding(headers: &HeaderMap) -> bool {
+    let coded = |value: &HeaderValue| {
+        value.to_str().map_or(true, |list| {
+            list.split(',').any(|e| {
+                let e = e.split(';').next().unwrap_or_default().trim();
+                !e.is_empty() && !e.eq_ignore_ascii_case("identity")
+            })
+        })
+    };
+    headers.contains_key(CONTENT_ENCODING) || headers.get_all(ACCEPT_ENCODING).iter().any(coded)
+}
+
+fn routes(core: Arc<InferenceServer>) -> Router {
     Router::new()
         .route("/v2", get(server_metadata))
         .route("/v2/health/live", get(live))
@@ -72,9 +101,6 @@ pub fn router(core: Arc<InferenceServer>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(core)
-        .layer(RequestDecompressionLayer::new())
-        .layer(axum::middleware::map_response(explain_unsupported_encoding))
-        .layer(CompressionLayer::new())
 }
 
 async fn not_found() -> ServerError {
@@ -112,9 +138,13 @@ async fn ok() -> StatusCode {
 }
 
 /// Reads a whole request body up to `limit` bytes. An oversized body is still drained (up to a
-/// bound) so the client reads a 400 that names the limit, not a reset.
+/// bound) so the client reads a 400 that names the limit, not a reset. A body that arrives in
+/// one frame (the usual case) is returned as it is, without a copy.
 async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
-    let mut data = BytesMut::new();
+    // Content-Length, when sent: a body in many frames is gathered into one buffer of that size.
+    let expected = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX).min(limit);
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ServerError::invalid(format!("failed to read the request body: {e}")))?;
@@ -123,7 +153,16 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
         };
         total = total.saturating_add(chunk.len());
         if total <= limit {
-            data.extend_from_slice(&chunk);
+            match &first {
+                None => first = Some(chunk),
+                Some(head) => {
+                    if rest.is_empty() {
+                        rest.reserve(expected.max(head.len() + chunk.len()));
+                        rest.extend_from_slice(head);
+                    }
+                    rest.extend_from_slice(&chunk);
+                }
+            }
         } else if total > limit.saturating_add(OVERSIZE_DRAIN_BYTES) {
             break;
         }
@@ -133,7 +172,7 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
             "request body of {total} bytes or more exceeds the server's limit of {limit} bytes (--max-request-bytes)"
         )));
     }
-    Ok(data.freeze())
+    Ok(if rest.is_empty() { first.unwrap_or_default() } else { rest.freeze() })
 }
 
 /// Parses an optional JSON body: empty means `T::default()`.
@@ -223,12 +262,15 @@ async fn model_stats_v(State(core): Core, Path((m, v)): Path<(String, String)>) 
     Ok(Json(stats::to_json(&core.statistics(&m, &v)?)))
 }
 
-async fn infer(State(core): Core, Path(m): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    run_infer(&core, &m, "", &headers, body).await.unwrap_or_else(IntoResponse::into_response)
+// The request is taken whole (not as `HeaderMap` + `Body`): extracting a `HeaderMap` clones it.
+async fn infer(State(core): Core, Path(m): Path<String>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    run_infer(&core, &m, "", &parts.headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn infer_v(State(core): Core, Path((m, v)): Path<(String, String)>, headers: HeaderMap, body: Body) -> Response {
-    run_infer(&core, &m, &v, &headers, body).await.unwrap_or_else(IntoResponse::into_response)
+async fn infer_v(State(core): Core, Path((m, v)): Path<(String, String)>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    run_infer(&core, &m, &v, &parts.headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn run_infer(
@@ -249,8 +291,7 @@ async fn run_infer(
     let model = core.repository.get(name, version)?;
     let decoded = decode_request(&model.config, version, body, header_len)?;
     check_json_outputs(&model.config, &decoded.request, &decoded.formats)?;
-    drop(model);
-    let response = core.infer(decoded.request).await?;
+    let response = core.infer_on(&model, decoded.request).await?;
     let encoded = encode_response(&response, &decoded.formats)?;
     let mut http = Response::new(Body::from(encoded.body));
     let content_type = match encoded.header_len {

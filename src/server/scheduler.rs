@@ -90,13 +90,17 @@ pub fn decide(policy: &BatchPolicy, sizes: &[usize], can_grow: bool, oldest: Ins
 struct Pending {
     request: AdmittedRequest,
     enqueued: Instant,
-    reply: oneshot::Sender<ServerResult<InferResponse>>,
+    /// `None` for a request executed inline: its caller takes the result directly.
+    reply: Option<oneshot::Sender<ServerResult<InferResponse>>>,
 }
 
 #[derive(Default)]
 struct Queue {
     items: VecDeque<Pending>,
     stopped: bool,
+    /// Instances not executing: each execution, on an instance thread or inline, holds one, so
+    /// no more batches run at once than the model has instances.
+    idle: usize,
 }
 
 struct Shared {
@@ -104,9 +108,34 @@ struct Shared {
     config: ModelConfig,
     policy: BatchPolicy,
     model: Arc<dyn Model>,
+    /// The model allows inline execution (`Model::runs_inline`).
+    inline: bool,
     stats: Arc<ModelStats>,
     queue: Mutex<Queue>,
     wake: Condvar,
+}
+
+impl Shared {
+    /// Returns an instance taken by an execution, and wakes an instance thread for requests that
+    /// queued meanwhile.
+    fn release_instance(&self) {
+        let mut q = self.queue.lock();
+        q.idle += 1;
+        let waiting = !q.items.is_empty();
+        drop(q);
+        if waiting {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Gives an inline execution's instance back even if the execution unwinds.
+struct InlineInstance<'a>(&'a Shared);
+
+impl Drop for InlineInstance<'_> {
+    fn drop(&mut self) {
+        self.0.release_instance();
+    }
 }
 
 /// A model's scheduler. Dropping it stops the instances; queued requests get an error.
@@ -117,16 +146,18 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn start(config: ModelConfig, model: Arc<dyn Model>, stats: Arc<ModelStats>, instances: usize) -> Self {
+        let count = instances.max(1);
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             policy: BatchPolicy::from_config(&config),
             config,
+            inline: model.runs_inline(),
             model,
             stats,
-            queue: Mutex::new(Queue::default()),
+            queue: Mutex::new(Queue { idle: count, ..Queue::default() }),
             wake: Condvar::new(),
         });
-        let instances = (0..instances.max(1))
+        let instances = (0..count)
             .map(|i| {
                 let shared = shared.clone();
                 std::thread::Builder::new()
@@ -138,24 +169,45 @@ impl Scheduler {
         Scheduler { shared, instances }
     }
 
-    /// Queues an admitted request and waits for its response.
+    /// Queues an admitted request and waits for its response. When an instance is idle, nothing
+    /// is queued and `decide` would execute this request alone right now, it runs here instead
+    /// (if the model allows it): the same batch of one, without waking an instance thread and
+    /// waiting for its reply.
     pub async fn infer(&self, request: AdmittedRequest) -> ServerResult<InferResponse> {
-        let (reply, rx) = oneshot::channel();
-        {
-            let mut q = self.shared.queue.lock();
+        let shared = &*self.shared;
+        let enqueued = Instant::now();
+        let rx = {
+            let mut q = shared.queue.lock();
             if q.stopped {
-                return Err(ServerError::unavailable(format!("model '{}' is unloading", self.shared.name)));
+                return Err(ServerError::unavailable(format!("model '{}' is unloading", shared.name)));
             }
-            q.items.push_back(Pending { request, enqueued: Instant::now(), reply });
-        }
-        self.shared.wake.notify_one();
-        rx.await.map_err(|_| ServerError::unavailable(format!("model '{}' was unloaded", self.shared.name)))?
+            if shared.inline && q.idle > 0 && q.items.is_empty() && runs_alone_now(&shared.policy, &request, enqueued) {
+                q.idle -= 1;
+                drop(q);
+                let _instance = InlineInstance(shared);
+                let pending = Pending { request, enqueued, reply: None };
+                let mut results = execute(shared, std::slice::from_ref(&pending), Instant::now());
+                return results.pop().expect("one result per request");
+            }
+            let (reply, rx) = oneshot::channel();
+            q.items.push_back(Pending { request, enqueued, reply: Some(reply) });
+            rx
+        };
+        shared.wake.notify_one();
+        rx.await.map_err(|_| ServerError::unavailable(format!("model '{}' was unloaded", shared.name)))?
     }
 
     /// Requests waiting for an instance (for `nv_inference_pending_request_count`).
     pub fn pending(&self) -> usize {
         self.shared.queue.lock().items.len()
     }
+}
+
+/// Would `decide`, looking at a queue that holds only this request, execute it at once?
+fn runs_alone_now(policy: &BatchPolicy, request: &AdmittedRequest, now: Instant) -> bool {
+    let n = request.batch_size;
+    let can_grow = n < policy.max_batch_size.max(1);
+    decide(policy, &[n], can_grow, now, now) == Decision::Execute(1)
 }
 
 impl Drop for Scheduler {
@@ -175,11 +227,17 @@ fn instance_loop(shared: &Shared) {
             loop {
                 if q.stopped {
                     for p in q.items.drain(..) {
-                        let _ = p
-                            .reply
-                            .send(Err(ServerError::unavailable(format!("model '{}' is unloading", shared.name))));
+                        if let Some(reply) = p.reply {
+                            let _ = reply
+                                .send(Err(ServerError::unavailable(format!("model '{}' is unloading", shared.name))));
+                        }
                     }
                     return;
+                }
+                // Nothing to do, or every instance busy (some inline): wait for a release.
+                if q.idle == 0 {
+                    shared.wake.wait(&mut q);
+                    continue;
                 }
                 let Some(head) = q.items.front() else {
                     shared.wake.wait(&mut q);
@@ -206,7 +264,10 @@ fn instance_loop(shared: &Shared) {
                 let can_grow = !blocked && total < limit;
                 let now = Instant::now();
                 match decide(&shared.policy, &sizes, can_grow, oldest, now) {
-                    Decision::Execute(n) => break (q.items.drain(..n).collect::<Vec<_>>(), now),
+                    Decision::Execute(n) => {
+                        q.idle -= 1;
+                        break (q.items.drain(..n).collect::<Vec<_>>(), now);
+                    }
                     Decision::WaitUntil(deadline) => {
                         shared.wake.wait_until(&mut q, deadline);
                     }
@@ -215,7 +276,15 @@ fn instance_loop(shared: &Shared) {
         };
         // Let another idle instance look at what is left.
         shared.wake.notify_one();
-        execute(shared, batch, dequeued);
+        let results = execute(shared, &batch, dequeued);
+        shared.release_instance();
+        // Statistics are recorded by now, replies go second: a client that reads statistics
+        // right after its response sees its own request counted.
+        for (p, result) in batch.into_iter().zip(results) {
+            if let Some(reply) = p.reply {
+                let _ = reply.send(result);
+            }
+        }
     }
 }
 
@@ -224,12 +293,13 @@ fn mergeable(config: &ModelConfig) -> bool {
     config.output.iter().all(|o| DataType::from_config_enum(o.data_type) != Some(DataType::Bytes))
 }
 
-fn execute(shared: &Shared, batch: Vec<Pending>, dequeued: Instant) {
+/// Runs one batch and records its statistics; returns each request's response, in order.
+fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerResult<InferResponse>> {
     let total: usize = batch.iter().map(|p| p.request.batch_size).sum();
     let batching = shared.policy.max_batch_size > 0;
 
     let t_input = Instant::now();
-    let gathered = gather_inputs(&shared.config, &batch, total, batching);
+    let gathered = gather_inputs(&shared.config, batch, total, batching);
     let t_infer = Instant::now();
     let outputs = gathered.and_then(|inputs| {
         match std::panic::catch_unwind(AssertUnwindSafe(|| shared.model.execute(&inputs))) {
@@ -250,31 +320,28 @@ fn execute(shared: &Shared, batch: Vec<Pending>, dequeued: Instant) {
         Ok(outputs) => outputs,
         Err(e) => {
             let done = Instant::now();
-            for p in &batch {
+            for p in batch {
                 shared.stats.record_failure(done - p.request.received);
             }
-            for p in batch {
-                let _ = p.reply.send(Err(e.clone()));
-            }
-            return;
+            return batch.iter().map(|_| Err(e.clone())).collect();
         }
     };
 
     let mut offset = 0;
-    let replies: Vec<_> = batch
-        .into_iter()
+    let results: Vec<_> = batch
+        .iter()
         .map(|p| {
             let n = p.request.batch_size;
             let response = scatter(shared, &p.request, &outputs, offset, n, total, batching);
             offset += n;
-            (p, response)
+            response
         })
         .collect();
     let done = Instant::now();
 
     let compute = ComputeTimes { input: t_infer - t_input, infer: t_output - t_infer, output: done - t_output };
     let mut succeeded = 0u64;
-    for (p, response) in &replies {
+    for (p, response) in batch.iter().zip(&results) {
         let request_time = done - p.request.received;
         match response {
             Ok(_) => {
@@ -287,11 +354,7 @@ fn execute(shared: &Shared, batch: Vec<Pending>, dequeued: Instant) {
     if succeeded > 0 {
         shared.stats.record_execution(total as u64, compute);
     }
-    // Statistics first, replies second: a client that reads statistics right after its response
-    // sees its own request counted.
-    for (p, response) in replies {
-        let _ = p.reply.send(response);
-    }
+    results
 }
 
 /// compute_input: one tensor per config input holding the whole batch.
@@ -409,5 +472,113 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(decide(&p, &[2, 2], true, t0, t0), Decision::Execute(2));
         assert_eq!(decide(&p, &[1, 1, 1], false, t0, t0), Decision::Execute(3));
+    }
+
+    /// Notes which thread executed each batch and how many executions overlapped, so tests see
+    /// where a request ran.
+    struct WhereModel {
+        inline: bool,
+        threads: parking_lot::Mutex<Vec<std::thread::ThreadId>>,
+        running: std::sync::atomic::AtomicUsize,
+        most_running: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Model for WhereModel {
+        fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.running.fetch_add(1, SeqCst) + 1;
+            self.most_running.fetch_max(now, SeqCst);
+            self.threads.lock().push(std::thread::current().id());
+            // Long enough for overlapping executions to show.
+            std::thread::sleep(Duration::from_millis(1));
+            self.running.fetch_sub(1, SeqCst);
+            Ok(inputs.to_vec())
+        }
+        fn runs_inline(&self) -> bool {
+            self.inline
+        }
+    }
+
+    fn scheduler(inline: bool, batching: &str) -> (Scheduler, Arc<WhereModel>, Arc<ModelStats>) {
+        let config = crate::server::config::parse_pbtxt(
+            &format!(
+                r#"backend: "identity" max_batch_size: 8
+                   input [ {{ name: "I" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+                   output [ {{ name: "O" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+                   {batching}"#
+            ),
+            "m",
+        )
+        .unwrap();
+        let model = Arc::new(WhereModel {
+            inline,
+            threads: Default::default(),
+            running: Default::default(),
+            most_running: Default::default(),
+        });
+        let stats = Arc::new(ModelStats::default());
+        (Scheduler::start(config, model.clone(), stats.clone(), 1), model, stats)
+    }
+
+    fn request() -> AdmittedRequest {
+        use crate::server::infer::{AdmittedInput, OutputPlan};
+        AdmittedRequest {
+            id: "r".into(),
+            model_version: "1".into(),
+            batch_size: 1,
+            inputs: vec![AdmittedInput { shape: vec![1, 1], bytes: InputBytes::Raw(Bytes::from(vec![0u8; 4])) }],
+            outputs: vec![OutputPlan { config_index: 0, shm: None }],
+            received: Instant::now(),
+        }
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn an_idle_instance_runs_a_lone_request_on_the_callers_thread() {
+        let (s, model, stats) = scheduler(true, "dynamic_batching { max_queue_delay_microseconds: 0 }");
+        let response = block_on(s.infer(request())).unwrap();
+        assert_eq!((response.id.as_str(), response.outputs[0].shape.as_slice()), ("r", &[1i64, 1][..]));
+        assert_eq!(*model.threads.lock(), vec![std::thread::current().id()]);
+        let snap = stats.snapshot("m", "1");
+        assert_eq!((snap.inference_count, snap.execution_count), (1, 1));
+        assert_eq!(snap.inference_stats.unwrap().queue.unwrap().count, 1);
+    }
+
+    #[test]
+    fn requests_that_may_wait_for_a_batch_or_models_that_block_go_to_the_instance() {
+        let delayed =
+            scheduler(true, "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 100 }");
+        let blocking = scheduler(false, "dynamic_batching { max_queue_delay_microseconds: 0 }");
+        for (s, model, _) in [delayed, blocking] {
+            block_on(s.infer(request())).unwrap();
+            assert_ne!(model.threads.lock()[0], std::thread::current().id());
+        }
+    }
+
+    #[test]
+    fn concurrent_requests_still_form_batches_behind_a_busy_instance() {
+        // Requests arrive together: the first may run inline, the rest queue behind it and run
+        // in the batches `decide` forms, never more executions at once than instances (one).
+        let (s, model, stats) = scheduler(true, "dynamic_batching { max_queue_delay_microseconds: 0 }");
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+        let s = Arc::new(s);
+        runtime.block_on(async {
+            let calls: Vec<_> = (0..8)
+                .map(|_| {
+                    let s = s.clone();
+                    tokio::spawn(async move { s.infer(request()).await })
+                })
+                .collect();
+            for call in calls {
+                call.await.unwrap().unwrap();
+            }
+        });
+        let snap = stats.snapshot("m", "1");
+        assert_eq!(snap.inference_count, 8);
+        assert_eq!(snap.execution_count as usize, model.threads.lock().len());
+        assert_eq!(model.most_running.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

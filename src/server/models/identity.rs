@@ -33,4 +33,8 @@ impl Model for IdentityModel {
         // `Bytes` clones share the buffer: the output is the input, with no copy.
         Ok(inputs.to_vec())
     }
+
+    fn runs_inline(&self) -> bool {
+        true
+    }
 }

@@ -28,6 +28,13 @@ pub trait Model: Send + Sync {
     /// Runs one batch. `inputs` follow the config's input order; each carries the batch
     /// dimension first when the model batches. Returns outputs in the config's output order.
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String>;
+
+    /// True when `execute` takes a few µs at most and never blocks, so an idle instance may run
+    /// a lone request on the thread that received it instead of waking its instance thread.
+    /// Heavy or sleeping models keep the default: they must not stall the network threads.
+    fn runs_inline(&self) -> bool {
+        false
+    }
 }
 
 /// The bundled model kinds; a config names one in its `backend` field.
