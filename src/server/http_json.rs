@@ -196,6 +196,9 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
     }
     let mut variable = None;
     let mut fixed_elements: i64 = 1;
+    let too_large = || {
+        ServerError::exhausted(format!("raw input '{}': the config's dims {:?} are too large", spec.name, spec.dims))
+    };
     for &d in &spec.dims {
         if d == -1 {
             if variable.is_some() {
@@ -206,13 +209,13 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
             }
             variable = Some(shape.len());
         } else {
-            fixed_elements *= d;
+            fixed_elements = fixed_elements.checked_mul(d).ok_or_else(too_large)?;
         }
         shape.push(d);
     }
     if let Some(axis) = variable {
         let per_element = match dtype.element_size() {
-            Some(size) => size as i64 * fixed_elements,
+            Some(size) => fixed_elements.checked_mul(size as i64).ok_or_else(too_large)?,
             // A BYTES tensor's byte count says nothing about its element count: take one element.
             None => 0,
         };
@@ -351,7 +354,10 @@ fn tensor_bytes_to_json(name: &str, dtype: DataType, data: &[u8]) -> ServerResul
         return Err(json_half_error(name, dtype));
     }
     json_values(dtype, data).map_err(|e| match e {
-        JsonValuesError::MalformedBytes => ServerError::internal(format!("output '{name}' holds malformed BYTES data")),
+        // Outputs echo what a client sent (identity, or BYTES left in its shared memory).
+        JsonValuesError::MalformedBytes => ServerError::invalid(format!(
+            "output '{name}' holds malformed BYTES data (length prefixes that overrun it); request it with binary_data"
+        )),
         JsonValuesError::NotUtf8 => ServerError::invalid(format!(
             "output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data"
         )),
