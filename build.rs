@@ -10,6 +10,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(protos, ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out.join("descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
+    // A request that is not valid protobuf is the client's mistake: INVALID_ARGUMENT, not the
+    // INTERNAL that tonic's own codec answers (see `proto::codec`).
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .codec_path("crate::proto::codec::ProtoCodec")
+        .compile_fds(fds)?;
     Ok(())
 }
