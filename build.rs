@@ -11,12 +11,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out.join("descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
     // Raw tensor contents as `Bytes`: decoding slices the received buffer and encoding takes
-    // the output's buffer, with no copy of the tensor data in between.
+    // the output's buffer, with no copy of the tensor data in between. A request that is not
+    // valid protobuf is the client's mistake: INVALID_ARGUMENT, not the INTERNAL that tonic's own
+    // codec answers (see `proto::codec`).
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .bytes(".inference.ModelInferRequest.raw_input_contents")
         .bytes(".inference.ModelInferResponse.raw_output_contents")
+        .codec_path("crate::proto::codec::ProtoCodec")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -10,6 +10,58 @@ pub mod health {
     tonic::include_proto!("grpc.health.v1");
 }
 
+/// The codec of the generated services: prost, with undecodable messages answered as
+/// INVALID_ARGUMENT. tonic's `ProstCodec` calls them INTERNAL, which reads as a server fault.
+pub mod codec {
+    use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+    use tonic::Status;
+    use tonic_prost::{ProstCodec, ProstDecoder};
+
+    pub struct ProtoCodec<T, U>(ProstCodec<T, U>);
+
+    impl<T, U> Default for ProtoCodec<T, U> {
+        fn default() -> Self {
+            ProtoCodec(ProstCodec::default())
+        }
+    }
+
+    impl<T, U> Codec for ProtoCodec<T, U>
+    where
+        T: prost::Message + Send + 'static,
+        U: prost::Message + Default + Send + 'static,
+    {
+        type Encode = T;
+        type Decode = U;
+        type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
+        type Decoder = ProtoDecoder<U>;
+
+        fn encoder(&mut self) -> Self::Encoder {
+            self.0.encoder()
+        }
+
+        fn decoder(&mut self) -> Self::Decoder {
+            ProtoDecoder(self.0.decoder())
+        }
+    }
+
+    pub struct ProtoDecoder<U>(ProstDecoder<U>);
+
+    impl<U: prost::Message + Default> Decoder for ProtoDecoder<U> {
+        type Item = U;
+        type Error = Status;
+
+        fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+            self.0.decode(buf).map_err(|s| {
+                Status::invalid_argument(format!("the message is not valid protobuf: {}", s.message()))
+            })
+        }
+
+        fn buffer_settings(&self) -> BufferSettings {
+            self.0.buffer_settings()
+        }
+    }
+}
+
 /// The encoded `FileDescriptorSet` of `proto/`, for prost-reflect (config JSON and pbtxt).
 pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));
 

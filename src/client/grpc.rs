@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes};
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -21,6 +21,7 @@ use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
     OutputTarget, RequestSpec, RequestTiming, ServerInfo,
 };
+use super::tls::{https_url, TlsOptions};
 use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::{
@@ -47,6 +48,8 @@ pub struct GrpcClient {
     metadata: MetadataMap,
     /// `Some` with `--streaming`: requests go over `ModelStreamInfer` streams.
     streams: Option<super::grpc_stream::StreamPool>,
+    /// `--grpc-compression-algorithm`: how requests are compressed.
+    compression: Option<CompressionEncoding>,
 }
 
 /// A `ModelInferRequest`, protobuf-encoded once.
@@ -58,11 +61,26 @@ impl GrpcClient {
     /// Connects lazily: an unreachable server shows up on the first call, as
     /// [`ClientError::Unreachable`].
     pub fn new(url: &str, options: &ConnectOptions) -> ClientResult<Self> {
-        let base = base_url(url);
-        let endpoint = Endpoint::from_shared(base.clone())
+        Self::with_tls(url, options, &TlsOptions::default())
+    }
+
+    /// A client over TLS with `tls.grpc.use_ssl` (perf_analyzer's `--ssl-grpc-*`), compressing
+    /// requests as `tls.grpc_compression` says.
+    pub fn with_tls(url: &str, options: &ConnectOptions, tls: &TlsOptions) -> ClientResult<Self> {
+        let tls_config = tls.grpc.client_config()?;
+        let base = match tls_config {
+            Some(_) => https_url(&base_url(url)),
+            None => base_url(url),
+        };
+        let mut endpoint = Endpoint::from_shared(base.clone())
             .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {}", error_chain(&e))))?
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(10));
+        if let Some(config) = tls_config {
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| ClientError::Invalid(format!("bad TLS setup for '{url}': {}", error_chain(&e))))?;
+        }
         let count = options.concurrency.div_ceil(STREAMS_PER_CHANNEL).clamp(1, MAX_CHANNELS);
         let channels = (0..count).map(|_| endpoint.connect_lazy()).collect();
         let mut metadata = MetadataMap::new();
@@ -77,7 +95,8 @@ impl GrpcClient {
             channels,
             next: AtomicUsize::new(0),
             metadata,
-            streams: options.streaming.then(Default::default),
+            streams: options.streaming.then(|| super::grpc_stream::StreamPool::new(tls.grpc_compression.encoding())),
+            compression: tls.grpc_compression.encoding(),
         })
     }
 
@@ -87,9 +106,13 @@ impl GrpcClient {
     }
 
     fn client(&self) -> GrpcInferenceServiceClient<Channel> {
-        GrpcInferenceServiceClient::new(self.channel())
+        let client = GrpcInferenceServiceClient::new(self.channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        match self.compression {
+            Some(encoding) => client.send_compressed(encoding),
+            None => client,
+        }
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
@@ -309,6 +332,9 @@ impl InferClient for GrpcClient {
         let mut grpc = tonic::client::Grpc::new(self.channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        if let Some(encoding) = self.compression {
+            grpc = grpc.send_compressed(encoding);
+        }
         let response = match grpc.ready().await {
             Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
             Ok(()) => {

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
@@ -28,10 +28,17 @@ struct OpenStream {
 #[derive(Default)]
 pub struct StreamPool {
     idle: Mutex<Vec<OpenStream>>,
+    /// How requests are compressed (`--grpc-compression-algorithm`).
+    compression: Option<CompressionEncoding>,
 }
 
 impl StreamPool {
+    pub fn new(compression: Option<CompressionEncoding>) -> Self {
+        StreamPool { idle: Mutex::default(), compression }
+    }
+
     async fn open(
+        &self,
         channel: Channel,
         metadata: tonic::metadata::MetadataMap,
         max_bytes: usize,
@@ -39,6 +46,9 @@ impl StreamPool {
         let (requests, rx) = mpsc::channel(1);
         let mut grpc =
             tonic::client::Grpc::new(channel).max_decoding_message_size(max_bytes).max_encoding_message_size(max_bytes);
+        if let Some(encoding) = self.compression {
+            grpc = grpc.send_compressed(encoding);
+        }
         grpc.ready().await.map_err(|e| Status::from_error(Box::new(e)))?;
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
         *request.metadata_mut() = metadata;
@@ -61,7 +71,7 @@ impl StreamPool {
         let idle = self.idle.lock().pop();
         let mut stream = match idle {
             Some(s) => s,
-            None => match Self::open(channel, metadata, max_bytes).await {
+            None => match self.open(channel, metadata, max_bytes).await {
                 Ok(s) => s,
                 Err(status) => return (Err(status_error(status)), timing(start, start, start)),
             },

@@ -26,6 +26,7 @@ use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
     OutputTarget, RequestSpec, RequestTiming, ServerInfo,
 };
+use super::tls::TlsOptions;
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse};
 use crate::tensor::{DataType, Tensor};
 
@@ -60,8 +61,14 @@ pub struct HttpRequest {
 
 impl HttpClient {
     pub fn new(url: &str, options: &ConnectOptions) -> ClientResult<Self> {
+        Self::with_tls(url, options, &TlsOptions::default())
+    }
+
+    /// A client whose `https://` URLs use `tls.https` (perf_analyzer's `--ssl-https-*`).
+    pub fn with_tls(url: &str, options: &ConnectOptions, tls: &TlsOptions) -> ClientResult<Self> {
         let base = base_url(url);
-        Url::parse(&base).map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+        let parsed = Url::parse(&base).map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+        let tls_config = tls.https.client_config(parsed.scheme() == "https")?;
         let mut headers = HeaderMap::new();
         for (name, value) in &options.headers {
             let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));
@@ -81,6 +88,7 @@ impl HttpClient {
             .pool_max_idle_per_host(options.concurrency.max(1))
             .connect_timeout(Duration::from_secs(10))
             .default_headers(headers.clone())
+            .tls_backend_preconfigured(tls_config)
             .build()
             .map_err(|e| ClientError::Invalid(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
         let parsed = Url::parse(&base).expect("checked above");

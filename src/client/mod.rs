@@ -6,6 +6,7 @@ pub mod grpc_stream;
 pub mod http;
 pub mod inprocess;
 pub mod shm;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;

@@ -69,6 +69,11 @@ fn cuda_device_count() -> i32 {
     cudarc::driver::result::device::get_count().unwrap_or(0)
 }
 
+/// `<pid>_<8 random hex digits>`: what makes one setup's region names its own.
+pub fn unique_tag() -> String {
+    format!("{}_{:08x}", std::process::id(), rand::random::<u32>())
+}
+
 /// Keys of the regions this process created and has not unlinked yet.
 static LIVE_KEYS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
@@ -187,13 +192,17 @@ pub fn has_variable_outputs(meta: &ModelMetadataResponse, config: &ModelConfig) 
 pub struct ShmSet {
     regions: Vec<ShmRegion>,
     registered: Vec<String>,
+    /// [`unique_tag`], fixed at setup: every region name is `<prefix><tag>_...`.
+    tag: String,
 }
 
 impl ShmSet {
     /// perf_analyzer's setup: unregister everything on the server (system and CUDA), create and
-    /// register one region per output (`prefix` + output name) and one per input and step
-    /// (`prefix` + `<input>_0_<step>`) holding that step's data, and return `specs` rewritten to
-    /// use them. The prefix keeps concurrent runs on one machine apart; perf_analyzer's is empty.
+    /// register one region per output (`<prefix><tag>_` + output name) and one per input and
+    /// step (`<prefix><tag>_<input>_0_<step>`) holding that step's data, and return `specs`
+    /// rewritten to use them. `tag` is this process's id and a random part ([`unique_tag`]), so
+    /// two clients never collide on a key in /dev/shm nor on a region name in one server, even
+    /// from different hosts or containers where pids repeat; perf_analyzer's names have neither.
     /// On error, whatever was created is unregistered and unlinked before returning.
     pub async fn setup<C: InferClient>(
         client: &C,
@@ -203,7 +212,7 @@ impl ShmSet {
     ) -> ClientResult<(ShmSet, Vec<RequestSpec>)> {
         client.unregister_system_shm("").await?;
         client.unregister_cuda_shm("").await?;
-        let mut set = ShmSet { regions: vec![], registered: vec![] };
+        let mut set = ShmSet { regions: vec![], registered: vec![], tag: unique_tag() };
         match set.update(client, specs, output_sizes, prefix).await {
             Ok(specs) => Ok((set, specs)),
             Err(e) => {
@@ -223,6 +232,7 @@ impl ShmSet {
         output_sizes: &[(String, u64)],
         prefix: &str,
     ) -> ClientResult<Vec<RequestSpec>> {
+        let prefix = format!("{prefix}{}_", self.tag);
         for (output, size) in output_sizes {
             self.ensure(client, &format!("{prefix}{output}"), *size, None).await?;
         }
@@ -380,6 +390,13 @@ mod tests {
         let region = ShmRegion::create(&name, 8).unwrap();
         assert!(unlink_all_live() >= 1);
         assert!(ShmemConf::new().os_id(&region.key).open().is_err());
+    }
+
+    #[test]
+    fn tags_carry_the_pid_and_differ() {
+        let (a, b) = (unique_tag(), unique_tag());
+        assert!(a.starts_with(&format!("{}_", std::process::id())), "{a}");
+        assert_ne!(a, b);
     }
 
     #[test]

@@ -14,6 +14,9 @@ use crate::tensor::DataType;
 
 const MODEL_CONFIG: &str = "inference.ModelConfig";
 
+/// Most instances (threads) one model may have.
+pub const MAX_INSTANCES: usize = 64;
+
 /// Parses a `config.pbtxt` body. `name` fills in a missing `name`, as Triton uses the directory name.
 pub fn parse_pbtxt(text: &str, name: &str) -> ServerResult<ModelConfig> {
     let desc = descriptor_pool().get_message_by_name(MODEL_CONFIG).expect("ModelConfig descriptor");
@@ -112,6 +115,11 @@ fn complete(config: &mut ModelConfig) -> ServerResult<()> {
         if dims.iter().any(|&d| d < -1 || d == 0) {
             return Err(ServerError::invalid(format!("model '{name}': tensor '{what}' has bad dims {dims:?}")));
         }
+    }
+    if config.instance_group.iter().map(|g| g.count.max(1) as i64).sum::<i64>() > MAX_INSTANCES as i64 {
+        return Err(ServerError::invalid(format!(
+            "model '{name}': more than {MAX_INSTANCES} instances in instance_group (one thread each)"
+        )));
     }
     if config.instance_group.is_empty() {
         config.instance_group.push(ModelInstanceGroup { count: 1, ..Default::default() });

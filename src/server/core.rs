@@ -3,11 +3,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use super::access::RestrictedApi;
 use super::config;
-use super::error::ServerResult;
-use super::infer::{admit, InferRequest, InferResponse};
+use super::error::{ServerError, ServerResult};
+use super::infer::{admit, InferRequest, InferResponse, Limits};
+use super::listen::TlsFiles;
 use super::repository::{IndexEntry, LoadedModel, ModelRepository, MODEL_VERSION};
 use super::shm::SharedMemoryManager;
 use crate::proto::inference::{
@@ -32,11 +34,37 @@ pub struct ServerOptions {
     pub models: Vec<String>,
     /// Largest request body accepted, in bytes (HTTP body, gRPC message).
     pub max_request_bytes: usize,
+    /// Most elements one input tensor may have (its shape's product), inline or in shm.
+    pub max_tensor_elements: usize,
+    /// Most bytes all registered system shared-memory regions may span together.
+    pub max_shm_bytes: u64,
+    /// Longest an inference may take from arrival to answer, queueing included; `None`: no limit.
+    /// The HTTP and gRPC front ends apply it to whole requests too (body upload included).
+    pub request_timeout: Option<Duration>,
+    /// Open connections per front end (HTTP, gRPC); 0: no limit.
+    pub max_connections: usize,
+    /// Endpoint groups that need a header (`--restricted-api`).
+    pub restricted: RestrictedApi,
+    /// HTTPS and gRPC over TLS when set; metrics stay plain HTTP.
+    pub tls: Option<TlsFiles>,
 }
+
+/// Default `--max-connections`, per protocol.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { model_repository: None, models: vec![], max_request_bytes: 256 << 20 }
+        ServerOptions {
+            model_repository: None,
+            models: vec![],
+            max_request_bytes: 256 << 20,
+            max_tensor_elements: 1 << 28,
+            max_shm_bytes: 64 << 30,
+            request_timeout: Some(Duration::from_secs(300)),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            restricted: RestrictedApi::default(),
+            tls: None,
+        }
     }
 }
 
@@ -51,12 +79,8 @@ pub struct InferenceServer {
 impl InferenceServer {
     pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
         let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
-        Ok(Arc::new(InferenceServer {
-            options,
-            repository,
-            shm: SharedMemoryManager::default(),
-            metadata_requests: Default::default(),
-        }))
+        let shm = SharedMemoryManager::with_limit(options.max_shm_bytes);
+        Ok(Arc::new(InferenceServer { options, repository, shm, metadata_requests: Default::default() }))
     }
 
     pub fn is_live(&self) -> bool {
@@ -105,18 +129,27 @@ impl InferenceServer {
         Ok(config::to_json(&self.model_config(name, version)?))
     }
 
-    /// Runs one inference through the model's batcher.
+    /// Runs one inference through the model's batcher, within `request_timeout`.
     pub async fn infer(&self, request: InferRequest) -> ServerResult<InferResponse> {
         let model = self.repository.get(&request.model_name, &request.model_version)?;
         self.infer_on(&model, request).await
     }
 
     /// [`infer`](Self::infer) on the model the request names, already looked up by the caller
-    /// (the HTTP front end needs its config to decode the body).
+    /// (the HTTP front end needs its config to decode the body), within `request_timeout`.
     pub async fn infer_on(&self, model: &LoadedModel, request: InferRequest) -> ServerResult<InferResponse> {
         let received = Instant::now();
-        let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, received)?;
-        model.scheduler.infer(admitted).await
+        let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
+        let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, &limits, received)?;
+        let Some(limit) = self.options.request_timeout else {
+            return model.scheduler.infer(admitted).await;
+        };
+        tokio::time::timeout(limit, model.scheduler.infer(admitted)).await.unwrap_or_else(|_| {
+            Err(ServerError::timeout(format!(
+                "inference on '{}' did not finish within the server's request timeout of {limit:?}",
+                model.config.name
+            )))
+        })
     }
 
     /// Statistics of one model (all its versions) or, with an empty name, of every model.

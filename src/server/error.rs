@@ -13,6 +13,12 @@ pub enum ErrorKind {
     Unavailable,
     Unsupported,
     Internal,
+    /// A server limit was hit (elements per tensor, registered shared memory, connections).
+    Exhausted,
+    /// A restricted endpoint group without its key (`--restricted-api`).
+    PermissionDenied,
+    /// The request ran past `--request-timeout`.
+    Timeout,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +52,15 @@ impl ServerError {
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unavailable, message)
     }
+    pub fn exhausted(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Exhausted, message)
+    }
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::PermissionDenied, message)
+    }
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Timeout, message)
+    }
 
     pub fn http_status(&self) -> StatusCode {
         match self.kind {
@@ -54,6 +69,9 @@ impl ServerError {
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Exhausted => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
+            ErrorKind::Timeout => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -65,6 +83,10 @@ impl ServerError {
             ErrorKind::Unavailable => tonic::Code::Unavailable,
             ErrorKind::Unsupported => tonic::Code::Unimplemented,
             ErrorKind::Internal => tonic::Code::Internal,
+            ErrorKind::Exhausted => tonic::Code::ResourceExhausted,
+            // Triton answers a restricted gRPC group with UNAVAILABLE; the clearer code is ours.
+            ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
+            ErrorKind::Timeout => tonic::Code::DeadlineExceeded,
         }
     }
 }
@@ -94,5 +116,9 @@ mod tests {
         let s: tonic::Status = ServerError::unsupported("nope").into();
         assert_eq!(s.code(), tonic::Code::Unimplemented);
         assert_eq!(s.message(), "nope");
+        assert_eq!(ServerError::exhausted("x").http_status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(ServerError::exhausted("x").grpc_code(), tonic::Code::ResourceExhausted);
+        assert_eq!(ServerError::permission_denied("x").http_status(), StatusCode::FORBIDDEN);
+        assert_eq!(ServerError::permission_denied("x").grpc_code(), tonic::Code::PermissionDenied);
     }
 }

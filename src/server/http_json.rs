@@ -423,6 +423,9 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
     }
     let mut variable = None;
     let mut fixed_elements: i64 = 1;
+    let too_large = || {
+        ServerError::exhausted(format!("raw input '{}': the config's dims {:?} are too large", spec.name, spec.dims))
+    };
     for &d in &spec.dims {
         if d == -1 {
             if variable.is_some() {
@@ -433,13 +436,13 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
             }
             variable = Some(shape.len());
         } else {
-            fixed_elements *= d;
+            fixed_elements = fixed_elements.checked_mul(d).ok_or_else(too_large)?;
         }
         shape.push(d);
     }
     if let Some(axis) = variable {
         let per_element = match dtype.element_size() {
-            Some(size) => size as i64 * fixed_elements,
+            Some(size) => fixed_elements.checked_mul(size as i64).ok_or_else(too_large)?,
             // A BYTES tensor's byte count says nothing about its element count: take one element.
             None => 0,
         };
@@ -549,8 +552,11 @@ fn check_json_output(name: &str, dtype: DataType, data: &[u8]) -> ServerResult<(
     if dtype == DataType::Bytes {
         for element in bytes_elements(data) {
             match element {
+                // Outputs echo what a client sent (identity, or BYTES left in its shared memory).
                 Err(JsonValuesError::MalformedBytes) => {
-                    return Err(ServerError::internal(format!("output '{name}' holds malformed BYTES data")))
+                    return Err(ServerError::invalid(format!(
+                        "output '{name}' holds malformed BYTES data (length prefixes that overrun it); request it with binary_data"
+                    )))
                 }
                 Err(JsonValuesError::NotUtf8) => {
                     return Err(ServerError::invalid(format!(

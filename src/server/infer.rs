@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::error::{ServerError, ServerResult};
 use super::shm::{Region, SharedMemoryManager};
 use crate::proto::inference::ModelConfig;
-use crate::tensor::{byte_size, bytes_tensor_is_valid, element_count, shape_matches, DataType};
+use crate::tensor::{bytes_tensor_is_valid, element_count, shape_matches, DataType};
 
 /// A reference into a registered shared-memory region.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,12 +142,21 @@ impl AdmittedRequest {
     }
 }
 
-/// Checks a request against `config` and resolves its shared-memory references.
+/// Server limits that admission enforces.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Most elements one input tensor may have.
+    pub max_tensor_elements: usize,
+}
+
+/// Checks a request against `config` and the server's limits, and resolves its shared-memory
+/// references.
 pub fn admit(
     config: &ModelConfig,
     version: &str,
     request: InferRequest,
     shm: &SharedMemoryManager,
+    limits: &Limits,
     received: Instant,
 ) -> ServerResult<AdmittedRequest> {
     let model = &config.name;
@@ -217,12 +226,24 @@ pub fn admit(
                 input.name, input.shape
             )));
         }
-        let expected_bytes = byte_size(expected, &input.shape);
+        let elements = element_count(&input.shape).filter(|&n| n <= limits.max_tensor_elements);
+        let Some(elements) = elements else {
+            return Err(ServerError::exhausted(format!(
+                "input '{}' with shape {:?} has more than the server's limit of {} elements per tensor (--max-tensor-elements)",
+                input.name, input.shape, limits.max_tensor_elements
+            )));
+        };
+        let expected_bytes = match expected.element_size() {
+            None => None,
+            Some(size) => Some(elements.checked_mul(size).ok_or_else(|| {
+                ServerError::exhausted(format!("input '{}' with shape {:?} is too large", input.name, input.shape))
+            })?),
+        };
         let bytes = match input.data {
             InputData::Raw(data) => {
                 let ok = match expected_bytes {
                     Some(n) => data.len() == n,
-                    None => element_count(&input.shape).is_some_and(|n| bytes_tensor_is_valid(&data, n)),
+                    None => bytes_tensor_is_valid(&data, elements),
                 };
                 if !ok {
                     return Err(ServerError::invalid(match expected_bytes {

@@ -1,6 +1,7 @@
 //! The bundled KServe v2 inference server: a protocol-neutral core ([`InferenceServer`]) with a
 //! real dynamic batcher, statistics and shared memory, served over HTTP, gRPC and Prometheus.
 
+pub mod access;
 pub mod config;
 pub mod core;
 pub mod error;
@@ -8,6 +9,7 @@ pub mod grpc;
 pub mod http;
 pub mod http_json;
 pub mod infer;
+pub mod listen;
 pub mod metrics;
 pub mod models;
 pub mod repository;

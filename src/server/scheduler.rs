@@ -19,10 +19,13 @@ use tokio::sync::oneshot;
 
 use super::error::{ServerError, ServerResult};
 use super::infer::{AdmittedRequest, InferResponse, InputBytes, OutputData, OutputTensor};
-use super::models::Model;
+use super::models::{Model, ModelError};
 use super::stats::{ComputeTimes, ModelStats};
 use crate::proto::inference::{model_config::SchedulingChoice, ModelConfig};
 use crate::tensor::{DataType, Tensor};
+
+/// The longest `max_queue_delay_microseconds` honoured (an hour); longer values wait this long.
+const MAX_QUEUE_DELAY: Duration = Duration::from_secs(3600);
 
 /// How requests are grouped into executions.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,7 +50,9 @@ impl BatchPolicy {
             preferred: dynamic
                 .map(|d| d.preferred_batch_size.iter().filter(|&&p| p > 0).map(|&p| p as usize).collect())
                 .unwrap_or_default(),
-            max_queue_delay: Duration::from_micros(dynamic.map_or(0, |d| d.max_queue_delay_microseconds)),
+            // Capped, so that `oldest + delay` cannot overflow an Instant.
+            max_queue_delay: Duration::from_micros(dynamic.map_or(0, |d| d.max_queue_delay_microseconds))
+                .min(MAX_QUEUE_DELAY),
         }
     }
 }
@@ -310,7 +315,12 @@ fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerR
                 outputs.len(),
                 shared.config.output.len()
             ))),
-            Ok(Err(message)) => Err(ServerError::internal(format!("model '{}' failed: {message}", shared.name))),
+            Ok(Err(ModelError::BadInput(message))) => {
+                Err(ServerError::invalid(format!("model '{}' cannot compute on the request: {message}", shared.name)))
+            }
+            Ok(Err(ModelError::Failed(message))) => {
+                Err(ServerError::internal(format!("model '{}' failed: {message}", shared.name)))
+            }
             Err(_) => Err(ServerError::internal(format!("model '{}' panicked during execution", shared.name))),
         }
     });
@@ -410,7 +420,8 @@ fn scatter(
             None => OutputData::Raw(data),
             Some((region, region_offset, byte_size)) => {
                 if data.len() as u64 > *byte_size {
-                    return Err(ServerError::internal(format!(
+                    // The client sized the region: its mistake, as Triton reports it (INVALID_ARG).
+                    return Err(ServerError::invalid(format!(
                         "shared memory size specified with the request for output '{}' ({byte_size} bytes) should be at least {} bytes to hold the results",
                         spec.name,
                         data.len()
@@ -484,7 +495,7 @@ mod tests {
     }
 
     impl Model for WhereModel {
-        fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
             use std::sync::atomic::Ordering::SeqCst;
             let now = self.running.fetch_add(1, SeqCst) + 1;
             self.most_running.fetch_max(now, SeqCst);

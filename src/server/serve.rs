@@ -1,6 +1,7 @@
 //! Running the server: binds the HTTP, gRPC and metrics listeners over one [`InferenceServer`]
 //! and shuts them down gracefully. [`start`] is a library call (the profiler's embedded default
-//! uses it with port 0); [`run`] is `perfbench serve`, serving until SIGINT/SIGTERM.
+//! uses it with port 0); [`run`] is `perfbench serve`, serving until SIGINT/SIGTERM. HTTP and
+//! gRPC take connections through [`listen`](super::listen): limits, TLS, restricted endpoints.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,9 +15,11 @@ use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::ReceiverStream;
 
-use super::core::{InferenceServer, ServerOptions};
+use super::access::{RestrictedApi, Restriction};
+use super::core::{InferenceServer, ServerOptions, DEFAULT_MAX_CONNECTIONS};
+use super::listen::{self, AcceptConfig, Guard, GrpcGuardLayer, TlsFiles};
 use super::{grpc, http, metrics};
 
 /// How long shutdown waits for open connections (e.g. an idle gRPC stream) before closing them.
@@ -29,6 +32,7 @@ pub struct ServeConfig {
     pub http_port: u16,
     pub grpc_port: u16,
     pub metrics_port: u16,
+    /// What to serve, limits, access rules and TLS.
     pub options: ServerOptions,
 }
 
@@ -52,19 +56,28 @@ pub struct RunningServer {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    tls: bool,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl RunningServer {
-    /// `http://host:port` of the HTTP front end.
+    /// `http://host:port` (`https://` with TLS) of the HTTP front end.
     pub fn http_url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        format!("{}://{}", self.scheme(), self.http_addr)
     }
 
-    /// `http://host:port` of the gRPC front end.
+    /// `http://host:port` (`https://` with TLS) of the gRPC front end.
     pub fn grpc_url(&self) -> String {
-        format!("http://{}", self.grpc_addr)
+        format!("{}://{}", self.scheme(), self.grpc_addr)
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// Stops accepting, lets in-flight requests finish (up to a grace period), then returns.
@@ -88,7 +101,14 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<(TcpListener,
 }
 
 /// Loads the models and binds all three listeners; serving runs on the current tokio runtime.
+/// A bad TLS certificate or key fails here, before anything listens.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
+    let (http_tls, grpc_tls) = match &cfg.options.tls {
+        None => (None, None),
+        Some(files) => {
+            (Some(listen::server_tls_config(files, b"http/1.1")?), Some(listen::server_tls_config(files, b"h2")?))
+        }
+    };
     let options = cfg.options.clone();
     // Loading builds models (and may read a repository): off the async workers.
     let core = tokio::task::spawn_blocking(move || InferenceServer::new(options))
@@ -107,19 +127,21 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         }
     };
 
-    // Request/response traffic: send small writes at once rather than wait for more (Nagle).
-    let http_listener = http_listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
+    let guard = Arc::new(Guard {
+        restricted: cfg.options.restricted.clone(),
+        request_timeout: cfg.options.request_timeout,
+        max_connections: cfg.options.max_connections,
     });
+    let accept = |tls| AcceptConfig { tls, max_connections: cfg.options.max_connections };
+
+    let http_app =
+        http::router(core.clone()).layer(axum::middleware::from_fn_with_state(guard.clone(), listen::guard_http));
+    let http_incoming = listen::accept(http_listener, accept(http_tls), stop.subscribe());
+    let http_task = tokio::spawn(listen::serve_http(http_incoming, http_app, signal()));
+
+    // Request/response traffic: send small writes at once rather than wait for more (Nagle).
     let metrics_listener = metrics_listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
-    });
-    let http_app = http::router(core.clone());
-    let http_signal = signal();
-    let http_task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(http_listener, http_app).with_graceful_shutdown(http_signal).await {
-            tracing::error!("HTTP server failed: {e}");
-        }
     });
 
     let metrics_app = metrics::router(core.clone());
@@ -131,15 +153,13 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     });
 
     let grpc_router = tonic::transport::Server::builder()
+        .layer(GrpcGuardLayer(guard))
         .add_service(grpc::inference_service(core.clone()))
         .add_service(grpc::health_service(core.clone()));
     let grpc_signal = signal();
+    let grpc_incoming = listen::accept(grpc_listener, accept(grpc_tls), stop.subscribe());
     let grpc_task = tokio::spawn(async move {
-        let incoming = TcpListenerStream::new(grpc_listener).map(|accepted| {
-            accepted.inspect(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            })
-        });
+        let incoming = ReceiverStream::new(grpc_incoming).map(Ok::<_, std::io::Error>);
         if let Err(e) = grpc_router.serve_with_incoming_shutdown(incoming, grpc_signal).await {
             tracing::error!("gRPC server failed: {e}");
         }
@@ -151,6 +171,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         http_addr,
         grpc_addr,
         metrics_addr,
+        tls: cfg.options.tls.is_some(),
         stop,
         tasks: vec![http_task, grpc_task, metrics_task],
     })
@@ -180,11 +201,47 @@ pub struct ServeArgs {
     /// Largest request accepted, in bytes (HTTP body after decompression, gRPC message).
     #[arg(long, default_value_t = ServerOptions::default().max_request_bytes)]
     pub max_request_bytes: usize,
+    /// Most elements one input tensor may have; more is answered 429 / RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = ServerOptions::default().max_tensor_elements)]
+    pub max_tensor_elements: usize,
+    /// Most bytes of system shared memory registered at once; more is answered 429 / RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = ServerOptions::default().max_shm_bytes)]
+    pub max_shm_bytes: u64,
+    /// Most open connections per protocol (0: no limit); more are answered 503 / RESOURCE_EXHAUSTED and closed.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Seconds a request may take, body and queueing included (0: no limit); then 503 / DEADLINE_EXCEEDED.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub request_timeout: f64,
+    /// Endpoint groups that answer only requests carrying HEADER: VALUE (403 / PERMISSION_DENIED
+    /// otherwise), over HTTP and gRPC. Groups: health, metadata, inference, shared-memory,
+    /// model-config, model-repository, statistics, trace, logging. Repeatable, one key per flag.
+    #[arg(long, value_name = "GROUP[,GROUP...]:HEADER=VALUE")]
+    pub restricted_api: Vec<Restriction>,
+    /// PEM certificate chain: serve HTTPS and gRPC over TLS (metrics stay plain HTTP).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: clients must present a certificate they signed (mutual TLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl ServeArgs {
-    pub fn config(&self) -> ServeConfig {
-        ServeConfig {
+    pub fn config(&self) -> anyhow::Result<ServeConfig> {
+        if !(self.request_timeout.is_finite() && self.request_timeout >= 0.0) {
+            anyhow::bail!("--request-timeout must be a number of seconds >= 0, got {}", self.request_timeout);
+        }
+        let request_timeout = (self.request_timeout > 0.0).then(|| Duration::from_secs_f64(self.request_timeout));
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.tls_client_ca.clone() })
+            }
+            _ => None,
+        };
+        Ok(ServeConfig {
             host: self.host.clone(),
             http_port: self.http_port,
             grpc_port: self.grpc_port,
@@ -193,8 +250,14 @@ impl ServeArgs {
                 model_repository: self.model_repository.clone(),
                 models: self.models.clone(),
                 max_request_bytes: self.max_request_bytes,
+                max_tensor_elements: self.max_tensor_elements,
+                max_shm_bytes: self.max_shm_bytes,
+                request_timeout,
+                max_connections: self.max_connections,
+                restricted: RestrictedApi::new(self.restricted_api.clone()).map_err(anyhow::Error::msg)?,
+                tls,
             },
-        }
+        })
     }
 }
 
@@ -203,10 +266,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let server = start(args.config()).await?;
+        let server = start(args.config()?).await?;
         eprintln!(
-            "perfbench serve: http on {}, grpc on {}, metrics on {}",
-            server.http_addr, server.grpc_addr, server.metrics_addr
+            "perfbench serve: {} on {}, grpc{} on {}, metrics on {}",
+            if server.tls { "https" } else { "http" },
+            server.http_addr,
+            if server.tls { " over TLS" } else { "" },
+            server.grpc_addr,
+            server.metrics_addr
         );
         wait_for_signal().await?;
         tracing::info!("shutting down");

@@ -20,7 +20,7 @@ use super::nn::{
     NnError, ScratchPool, WeightInit,
 };
 use super::signature::{Signature, TensorSpec};
-use super::{param, Model};
+use super::{check_floats, mlp_floats, param, sum_floats, Model, ModelError};
 use crate::proto::inference::ModelConfig;
 use crate::server::error::{ServerError, ServerResult};
 use crate::tensor::{DataType, Tensor};
@@ -63,6 +63,19 @@ impl BertDims {
                 dims.hidden, dims.heads
             )));
         }
+        let BertDims { layers, hidden, ffn, vocab, seq, heads } = dims;
+        let qkv = hidden.checked_mul(3).and_then(|h3| mlp_floats(&[hidden, h3]));
+        let per_layer = sum_floats(&[qkv, mlp_floats(&[hidden, hidden]), mlp_floats(&[hidden, ffn, hidden])]);
+        let weights = sum_floats(&[
+            vocab.checked_mul(hidden),
+            seq.checked_mul(hidden),
+            per_layer.and_then(|n| n.checked_mul(layers)),
+        ]);
+        check_floats(config, "bert's weights", weights)?;
+        // The widest activation of one execution: a full batch's FFN, QKV or attention scores.
+        let widest = sum_floats(&[Some(ffn), hidden.checked_mul(3), heads.checked_mul(seq)]);
+        let rows = (config.max_batch_size.max(1) as usize).checked_mul(seq);
+        check_floats(config, "one batch's activations", rows.zip(widest).and_then(|(r, w)| r.checked_mul(w)))?;
         Ok(dims)
     }
 
@@ -179,14 +192,13 @@ impl BertModel {
         2.0 * macs
     }
 
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
         let sig = &self.signature;
-        let batch = sig.batch_size(inputs).map_err(|e| e.to_string())?;
-        let ids = sig.input_i32(inputs, 0).map_err(|e| e.to_string())?;
-        let types = sig.input_i32(inputs, 1).map_err(|e| e.to_string())?;
-        let mask = sig.input_i32(inputs, 2).map_err(|e| e.to_string())?;
-        let (start, end) =
-            self.scratch.with(|s| self.forward(batch, &ids, &types, &mask, s)).map_err(|e| e.to_string())?;
+        let batch = sig.batch_size(inputs)?;
+        let ids = sig.input_i32(inputs, 0)?;
+        let types = sig.input_i32(inputs, 1)?;
+        let mask = sig.input_i32(inputs, 2)?;
+        let (start, end) = self.scratch.with(|s| self.forward(batch, &ids, &types, &mask, s))?;
         Ok(sig.outputs_f32(batch, vec![start, end]))
     }
 
@@ -317,7 +329,7 @@ impl BertModel {
 }
 
 impl Model for BertModel {
-    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
         self.run(inputs)
     }
 }
@@ -431,11 +443,11 @@ mod tests {
         ids[5] = 50;
         x[0] = Tensor::from_i32(vec![1, SEQ as i64], &ids);
         let err = m.execute(&x).unwrap_err();
-        assert_eq!(err, "token id (input__0) 50 at position 5 is out of range (valid ids are 0..50)");
+        assert_eq!(err.to_string(), "token id (input__0) 50 at position 5 is out of range (valid ids are 0..50)");
 
         let mut x = inputs(1, SEQ, 50, &[8]);
         x[1] = Tensor::from_i32(vec![1, SEQ as i64], &[-1; SEQ]);
-        assert!(m.execute(&x).unwrap_err().contains("token type id (input__1) -1 at position 0"));
+        assert!(m.execute(&x).unwrap_err().to_string().contains("token type id (input__1) -1 at position 0"));
     }
 
     #[test]
@@ -443,13 +455,13 @@ mod tests {
         let m = small();
         let mut x = inputs(1, SEQ, 50, &[8]);
         x[2] = Tensor::from_i32(vec![1, 4], &[1; 4]);
-        assert!(m.execute(&x).unwrap_err().contains("input 'input__2' has shape [1, 4]"));
+        assert!(m.execute(&x).unwrap_err().to_string().contains("input 'input__2' has shape [1, 4]"));
         let mut x = inputs(1, SEQ, 50, &[8]);
         x[0] = Tensor::from_i64(vec![1, SEQ as i64], &[1; SEQ]);
-        assert!(m.execute(&x).unwrap_err().contains("dtype INT64"));
+        assert!(m.execute(&x).unwrap_err().to_string().contains("dtype INT64"));
         let mut x = inputs(2, SEQ, 50, &[8, 8]);
         x[1] = inputs(1, SEQ, 50, &[8])[1].clone();
-        assert!(m.execute(&x).unwrap_err().contains("batch size"));
+        assert!(m.execute(&x).unwrap_err().to_string().contains("batch size"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{param, IdentityModel, Model};
+use super::{param, IdentityModel, Model, ModelError};
 use crate::proto::inference::ModelConfig;
 use crate::server::error::ServerResult;
 use crate::tensor::Tensor;
@@ -36,17 +36,21 @@ impl DelayModel {
 
     /// The configured compute time of one execution of `batch` items.
     pub fn compute_time(&self, batch: u64) -> Duration {
-        self.fixed + self.per_item * batch as u32
+        self.fixed.saturating_add(self.per_item.saturating_mul(u32::try_from(batch).unwrap_or(u32::MAX)))
     }
 }
 
-/// A duration parameter in (possibly fractional) microseconds.
+/// The longest `delay_us` or `delay_per_item_us`: a config cannot wedge an instance for ever.
+const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// A duration parameter in (possibly fractional) microseconds, at most [`MAX_DELAY`].
 fn micros(config: &ModelConfig, key: &str, default: f64) -> ServerResult<Duration> {
     let us: f64 = param(config, key, default)?;
-    Duration::try_from_secs_f64(us / 1e6).map_err(|_| {
+    Duration::try_from_secs_f64(us / 1e6).ok().filter(|d| *d <= MAX_DELAY).ok_or_else(|| {
         crate::server::ServerError::invalid(format!(
-            "model '{}': parameter '{key}' must be a non-negative number of µs",
-            config.name
+            "model '{}': parameter '{key}' must be a number of µs from 0 to {}",
+            config.name,
+            MAX_DELAY.as_micros()
         ))
     })
 }
@@ -68,7 +72,7 @@ pub fn wait_until(deadline: Instant) {
 }
 
 impl Model for DelayModel {
-    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
         let start = Instant::now();
         let batch = match (self.batching, inputs.first()) {
             (true, Some(t)) => t.shape.first().copied().unwrap_or(1).max(1) as u64,
@@ -77,7 +81,7 @@ impl Model for DelayModel {
         wait_until(start + self.compute_time(batch));
         let n = self.executions.fetch_add(1, Ordering::Relaxed) + 1;
         if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
-            return Err(format!("injected failure: execution {n} (fail_every = {})", self.fail_every));
+            return Err(ModelError::Failed(format!("injected failure: execution {n} (fail_every = {})", self.fail_every)));
         }
         Ok(inputs.to_vec())
     }

@@ -16,7 +16,7 @@
 
 use super::nn::{gemm, sigmoid, sized, Embedding, Mat, MatMut, Mlp, ScratchPool, WeightInit};
 use super::signature::{sizes_param, CtrBinding};
-use super::{param, Model};
+use super::{check_floats, mlp_floats, param, sum_floats, Model, ModelError};
 use crate::proto::inference::ModelConfig;
 use crate::server::error::ServerResult;
 use crate::tensor::Tensor;
@@ -50,9 +50,13 @@ impl DlrmModel {
         let binding = CtrBinding::bind(config, 128)?;
         let (numerical, categorical, dim) = (binding.numerical, binding.categorical, binding.embedding_dim);
         let bottom_sizes = [vec![numerical], sizes_param(config, "bottom_mlp", &[512, 256])?, vec![dim]].concat();
-        let interactions = (categorical + 1) * categorical / 2;
+        let interactions = (categorical + 1).checked_mul(categorical).map(|n| n / 2);
+        let top_in = interactions.and_then(|n| n.checked_add(dim));
+        check_floats(config, "the interaction layer", top_in)?;
         let top_sizes =
-            [vec![dim + interactions], sizes_param(config, "top_mlp", &[1024, 1024, 512, 256])?, vec![1]].concat();
+            [vec![top_in.unwrap_or(0)], sizes_param(config, "top_mlp", &[1024, 1024, 512, 256])?, vec![1]].concat();
+        let tables = categorical.checked_mul(binding.table_rows).and_then(|n| n.checked_mul(dim));
+        check_floats(config, "dlrm's weights", sum_floats(&[mlp_floats(&bottom_sizes), tables, mlp_floats(&top_sizes)]))?;
 
         let mut init = WeightInit::new(param(config, "seed", DEFAULT_SEED)?);
         let bottom = Mlp::random(&mut init, &bottom_sizes, true);
@@ -92,7 +96,7 @@ impl DlrmModel {
 }
 
 impl Model for DlrmModel {
-    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
         self.binding.run_in_chunks(inputs, CHUNK_ITEMS, |items, numerical, categorical, out| {
             self.scratch.with(|s| self.forward_chunk(items, numerical, categorical, s, out))
         })
@@ -175,10 +179,10 @@ mod tests {
         let m = small();
         let mut x = inputs(2, 0);
         x[0] = Tensor::from_f32(vec![2, 12], &[0.0; 24]);
-        assert!(m.execute(&x).unwrap_err().contains("input 'numerical_features' has shape [2, 12]"));
+        assert!(m.execute(&x).unwrap_err().to_string().contains("input 'numerical_features' has shape [2, 12]"));
         let mut x = inputs(2, 0);
         x[1] = Tensor::from_i32(vec![2, 26], &[0; 52]);
-        assert!(m.execute(&x).unwrap_err().contains("dtype INT32"));
+        assert!(m.execute(&x).unwrap_err().to_string().contains("dtype INT32"));
         let err = DlrmModel::new(&config(13, 26, &[("top_mlp", "64,,8")])).err().unwrap();
         assert!(err.message.contains("'top_mlp'"), "{}", err.message);
     }

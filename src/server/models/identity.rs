@@ -1,7 +1,7 @@
 //! `identity`: each output is the input of the same position, bytes and shape unchanged.
 //! Any dtype and any shape the config allows.
 
-use super::Model;
+use super::{Model, ModelError};
 use crate::proto::inference::ModelConfig;
 use crate::server::error::{ServerError, ServerResult};
 use crate::tensor::Tensor;
@@ -29,7 +29,7 @@ impl IdentityModel {
 }
 
 impl Model for IdentityModel {
-    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
         // `Bytes` clones share the buffer: the output is the input, with no copy.
         Ok(inputs.to_vec())
     }

@@ -22,12 +22,36 @@ pub use dlrm::DlrmModel;
 pub use identity::IdentityModel;
 pub use wide_deep::WideDeepModel;
 
+/// Why a model could not compute a batch.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// The request's data is not something this model computes on (an id out of range, a shape
+    /// it cannot take): the client's mistake, answered as INVALID_ARG.
+    #[error("{0}")]
+    BadInput(String),
+    /// The model failed on data it accepts: answered as INTERNAL.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<signature::InputError> for ModelError {
+    fn from(e: signature::InputError) -> Self {
+        ModelError::BadInput(e.to_string())
+    }
+}
+
+impl From<nn::NnError> for ModelError {
+    fn from(e: nn::NnError) -> Self {
+        ModelError::BadInput(e.to_string())
+    }
+}
+
 /// A loaded model instance's compute. One value is shared by all instances of the model, so
 /// `execute` takes `&self` and runs concurrently.
 pub trait Model: Send + Sync {
     /// Runs one batch. `inputs` follow the config's input order; each carries the batch
     /// dimension first when the model batches. Returns outputs in the config's output order.
-    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String>;
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError>;
 
     /// True when `execute` takes a few µs at most and never blocks, so an idle instance may run
     /// a lone request on the thread that received it instead of waking its instance thread.
@@ -85,6 +109,31 @@ pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
         ModelKind::Dlrm => Arc::new(DlrmModel::new(config)?),
     };
     Ok(model)
+}
+
+/// Most floats a model may hold in weights, or in one execution's activations. A config (a
+/// file, or the repository API's `config` parameter) cannot make the server allocate more.
+pub const MAX_MODEL_FLOATS: usize = 1 << 28;
+
+/// Checks a float count computed with checked arithmetic (`None`: it overflowed).
+pub(crate) fn check_floats(config: &ModelConfig, what: &str, floats: Option<usize>) -> ServerResult<()> {
+    match floats {
+        Some(n) if n <= MAX_MODEL_FLOATS => Ok(()),
+        _ => Err(ServerError::invalid(format!(
+            "model '{}': {what} would take more than {MAX_MODEL_FLOATS} floats; use smaller sizes",
+            config.name
+        ))),
+    }
+}
+
+/// Weights and biases of an MLP with these layer sizes; `None` on overflow.
+pub(crate) fn mlp_floats(sizes: &[usize]) -> Option<usize> {
+    sizes.windows(2).try_fold(0usize, |acc, w| acc.checked_add(w[0].checked_mul(w[1])?.checked_add(w[1])?))
+}
+
+/// The sum of counts that may each have overflowed.
+pub(crate) fn sum_floats(counts: &[Option<usize>]) -> Option<usize> {
+    counts.iter().try_fold(0usize, |acc, n| acc.checked_add((*n)?))
 }
 
 /// Reads a numeric model parameter (`parameters { key: .. value { string_value: .. } }`).

@@ -3,7 +3,7 @@
 //! holds, and reading a batch's tensors by that binding. Also list-valued model parameters, and
 //! the binding the click-through-rate models share.
 
-use super::param;
+use super::{param, ModelError};
 use crate::proto::inference::ModelConfig;
 use crate::server::config;
 use crate::server::error::{ServerError, ServerResult};
@@ -249,11 +249,11 @@ impl CtrBinding {
         inputs: &[Tensor],
         chunk_items: usize,
         mut chunk: impl FnMut(usize, &[f32], &[i64], &mut Vec<f32>),
-    ) -> Result<Vec<Tensor>, String> {
+    ) -> Result<Vec<Tensor>, ModelError> {
         let sig = &self.signature;
-        let batch = sig.batch_size(inputs).map_err(|e| e.to_string())?;
-        let numerical = sig.input_f32(inputs, 0).map_err(|e| e.to_string())?;
-        let categorical = sig.input_i64(inputs, 1).map_err(|e| e.to_string())?;
+        let batch = sig.batch_size(inputs)?;
+        let numerical = sig.input_f32(inputs, 0)?;
+        let categorical = sig.input_i64(inputs, 1)?;
         let (n_num, n_cat) = (self.numerical, self.categorical);
         let mut probabilities = Vec::with_capacity(batch);
         for start in (0..batch).step_by(chunk_items) {

@@ -15,7 +15,7 @@
 
 use super::nn::{sigmoid, sized, Embedding, Linear, Mlp, ScratchPool, WeightInit};
 use super::signature::{sizes_param, CtrBinding};
-use super::{param, Model};
+use super::{check_floats, mlp_floats, param, sum_floats, Model, ModelError};
 use crate::proto::inference::ModelConfig;
 use crate::server::error::ServerResult;
 use crate::tensor::Tensor;
@@ -47,9 +47,12 @@ impl WideDeepModel {
         let binding = CtrBinding::bind(config, 32)?;
         let (numerical, categorical, dim) = (binding.numerical, binding.categorical, binding.embedding_dim);
         let table_rows = binding.table_rows;
+        let deep_in = categorical.checked_mul(dim).and_then(|n| n.checked_add(numerical));
+        check_floats(config, "the deep layer's input", deep_in)?;
         let deep_sizes =
-            [vec![categorical * dim + numerical], sizes_param(config, "deep_mlp", &[1024, 512, 256])?, vec![1]]
-                .concat();
+            [vec![deep_in.unwrap_or(0)], sizes_param(config, "deep_mlp", &[1024, 512, 256])?, vec![1]].concat();
+        let tables = categorical.checked_mul(table_rows).and_then(|n| n.checked_mul(dim.checked_add(1)?));
+        check_floats(config, "wide_deep's weights", sum_floats(&[tables, mlp_floats(&deep_sizes)]))?;
 
         let mut init = WeightInit::new(param(config, "seed", DEFAULT_SEED)?);
         let table_std = 1.0 / (dim as f32).sqrt();
@@ -86,7 +89,7 @@ impl WideDeepModel {
 }
 
 impl Model for WideDeepModel {
-    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
         self.binding.run_in_chunks(inputs, CHUNK_ITEMS, |items, numerical, categorical, out| {
             self.scratch.with(|s| self.forward_chunk(items, numerical, categorical, s, out))
         })
@@ -161,7 +164,7 @@ mod tests {
         let m = small();
         let mut x = inputs(2, 0);
         x[1] = Tensor::from_i64(vec![2, 15], &[0; 30]);
-        assert!(m.execute(&x).unwrap_err().contains("input 'categorical_features' has shape [2, 15]"));
+        assert!(m.execute(&x).unwrap_err().to_string().contains("input 'categorical_features' has shape [2, 15]"));
         let err = WideDeepModel::new(&config(13, 16, &[("embedding_dim", "0")])).err().unwrap();
         assert!(err.message.contains("must be positive"), "{}", err.message);
         let text = r#"backend: "wide_deep" max_batch_size: 4

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Soak and leak figures (issue 13): `perfbench serve` and `perfbench profile` at concurrency 256
+# for N minutes, over HTTP and then over gRPC, inputs and outputs in system shared memory.
+# Prints, per protocol: each minute's requests, errors and throughput (from the server's
+# statistics, so nothing the client might hide), both processes' RSS each minute and the growth
+# after the first minute, the client's own failure count, and /dev/shm before and after.
+#
+# Usage: scripts/soak.sh [MINUTES]      (default 10; builds perfbench --release unless
+#                                        PERFBENCH_BIN names a binary)
+# Env: SOAK_CONCURRENCY (256), SOAK_SHM (system | none; system), SOAK_PROTOCOLS ("http grpc"),
+#      SOAK_SHAPE (INPUT0:16), BENCH_PORT (24100). Run it under `nice` on a shared machine.
+set -euo pipefail
+source "$(dirname "$0")/../benches/common.sh"
+MINUTES=${1:-10}
+CONCURRENCY=${SOAK_CONCURRENCY:-256}
+SHM=${SOAK_SHM:-system}
+PROTOCOLS=${SOAK_PROTOCOLS:-http grpc}
+SHAPE=${SOAK_SHAPE:-INPUT0:16}
+CLIENT_PID=
+
+stop_client() {
+  if [ -n "$CLIENT_PID" ] && kill -0 "$CLIENT_PID" 2>/dev/null; then
+    kill -INT "$CLIENT_PID"
+    wait "$CLIENT_PID" 2>/dev/null || true
+  fi
+  CLIENT_PID=
+}
+trap 'stop_client; cleanup' EXIT
+
+rss_mb() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo "-"; }
+
+# success and failure counts of identity, from the statistics extension.
+server_counts() {
+  curl -sf "http://$HOST:$PORT/v2/models/identity/stats" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["model_stats"][0]["inference_stats"]
+print(s["success"]["count"], s["fail"]["count"])'
+}
+
+shm_entries() { find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort; }
+
+BIN=$(perfbench_binary)
+echo "soak: $MINUTES min per protocol, concurrency $CONCURRENCY, identity $SHAPE, shared memory $SHM"
+echo "binary: $BIN"
+for protocol in $PROTOCOLS; do
+  start_server "$BIN" identity
+  url=$HOST:$PORT
+  [ "$protocol" = grpc ] && url=$HOST:$((PORT + 1))
+  shm_entries >"$BENCH_TMP/shm-before"
+  read -r ok0 fail0 < <(server_counts)
+  # One window per minute, never stable (-s 0.001), so the client runs MINUTES windows.
+  "$BIN" profile -m identity -u "$url" -i "$protocol" --shape "$SHAPE" \
+    --concurrency-range "$CONCURRENCY" --shared-memory "$SHM" \
+    --measurement-mode time_windows -p 60000 --max-trials "$MINUTES" -s 0.001 \
+    -f "$BENCH_TMP/$protocol.csv" >"$BENCH_TMP/$protocol.log" 2>&1 &
+  CLIENT_PID=$!
+  start=$(date +%s)
+  echo
+  echo "== $protocol (server pid $SERVER_PID, client pid $CLIENT_PID)"
+  printf '%6s %10s %8s %12s %14s %14s\n' minute requests errors "infer/s" "server RSS MB" "client RSS MB"
+  printf '%6s %10s %8s %12s %14s %14s\n' 0 - - - "$(rss_mb "$SERVER_PID")" "$(rss_mb "$CLIENT_PID")"
+  prev_ok=$ok0 prev_fail=$fail0 minute=0 first_server= first_client= last_server= last_client=
+  while [ "$minute" -lt "$MINUTES" ] && kill -0 "$CLIENT_PID" 2>/dev/null; do
+    minute=$((minute + 1))
+    wait_s=$((start + 60 * minute - $(date +%s)))
+    [ "$wait_s" -gt 0 ] && sleep "$wait_s"
+    read -r ok fail < <(server_counts)
+    last_server=$(rss_mb "$SERVER_PID") last_client=$(rss_mb "$CLIENT_PID")
+    [ "$minute" = 1 ] && first_server=$last_server first_client=$last_client
+    printf '%6s %10s %8s %12s %14s %14s\n' "$minute" $((ok + fail - prev_ok - prev_fail)) $((fail - prev_fail)) \
+      "$(python3 -c "print(f'{($ok - $prev_ok) / 60:.0f}')")" "$last_server" "$last_client"
+    prev_ok=$ok prev_fail=$fail
+  done
+  stop_client
+  read -r ok fail < <(server_counts)
+  growth() { python3 -c "import sys; a, b = sys.argv[1:]; print(f'{(float(b) / float(a) - 1) * 100:+.1f}%' if a not in ('', '-') and b not in ('', '-') else 'n/a')" "$1" "$2"; }
+  echo "total: $((ok - ok0)) requests, $((fail - fail0)) errors (server); client: $(grep -ho 'perfbench: [0-9]* failed' "$BENCH_TMP/$protocol.log" | tail -1 || echo 'no summary')"
+  echo "RSS after minute 1 -> end: server $first_server -> $last_server MB ($(growth "$first_server" "$last_server")), client $first_client -> $last_client MB ($(growth "$first_client" "$last_client"))"
+  kill -TERM "$SERVER_PID"
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=
+  shm_entries >"$BENCH_TMP/shm-after"
+  echo "/dev/shm: $(wc -l <"$BENCH_TMP/shm-before") entries before, $(wc -l <"$BENCH_TMP/shm-after") after;" \
+    "left behind: $(comm -13 "$BENCH_TMP/shm-before" "$BENCH_TMP/shm-after" | tr '\n' ' ' | sed 's/ $//;s/^$/none/')"
+done

@@ -1,0 +1,434 @@
+//! TLS and compression for the network clients, with perf_analyzer's flags and meanings:
+//! `--ssl-https-*` (curl's options: verify peer, verify host, CA bundle, client certificate and
+//! key), `--ssl-grpc-*` (gRPC's SslCredentialsOptions: root certificates, private key,
+//! certificate chain) and `--grpc-compression-algorithm`. Everything runs on rustls with ring.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tonic::codec::CompressionEncoding;
+
+use super::{ClientError, ClientResult};
+
+/// How a certificate or key file is encoded (`--ssl-https-client-certificate-type`,
+/// `--ssl-https-private-key-type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileFormat {
+    #[default]
+    Pem,
+    Der,
+}
+
+impl FromStr for FileFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "PEM" => Ok(FileFormat::Pem),
+            "DER" => Ok(FileFormat::Der),
+            other => Err(format!("'{other}': expected PEM or DER")),
+        }
+    }
+}
+
+/// HTTPS, as perf_analyzer sets up curl. Used when the URL is `https://`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpsTls {
+    /// `--ssl-https-verify-peer 1`: the server's certificate must chain to a trusted CA.
+    pub verify_peer: bool,
+    /// `--ssl-https-verify-host 1|2`: the certificate must name the host of the URL.
+    pub verify_host: bool,
+    /// `--ssl-https-ca-certificates-file`: trusted CAs instead of the system's.
+    pub ca_file: Option<PathBuf>,
+    /// `--ssl-https-client-certificate-file` / `-type`.
+    pub client_cert: Option<PathBuf>,
+    pub client_cert_format: FileFormat,
+    /// `--ssl-https-private-key-file` / `-type`.
+    pub client_key: Option<PathBuf>,
+    pub client_key_format: FileFormat,
+}
+
+impl Default for HttpsTls {
+    /// curl's defaults, which perf_analyzer keeps: verify both.
+    fn default() -> Self {
+        HttpsTls {
+            verify_peer: true,
+            verify_host: true,
+            ca_file: None,
+            client_cert: None,
+            client_cert_format: FileFormat::Pem,
+            client_key: None,
+            client_key_format: FileFormat::Pem,
+        }
+    }
+}
+
+/// gRPC over TLS, as perf_analyzer sets up its SSL channel credentials.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrpcTls {
+    /// `--ssl-grpc-use-ssl`: connect over TLS.
+    pub use_ssl: bool,
+    /// `--ssl-grpc-root-certifications-file`: trusted CAs instead of the system's.
+    pub root_certs: Option<PathBuf>,
+    /// `--ssl-grpc-private-key-file`: the client's key, for mutual TLS.
+    pub private_key: Option<PathBuf>,
+    /// `--ssl-grpc-certificate-chain-file`: the client's certificate chain, for mutual TLS.
+    pub cert_chain: Option<PathBuf>,
+}
+
+/// `--grpc-compression-algorithm`: how gRPC requests are compressed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GrpcCompression {
+    #[default]
+    None,
+    Gzip,
+    Deflate,
+}
+
+impl FromStr for GrpcCompression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(GrpcCompression::None),
+            "gzip" => Ok(GrpcCompression::Gzip),
+            "deflate" => Ok(GrpcCompression::Deflate),
+            other => Err(format!("'{other}': expected none, gzip or deflate")),
+        }
+    }
+}
+
+impl GrpcCompression {
+    pub fn encoding(self) -> Option<CompressionEncoding> {
+        match self {
+            GrpcCompression::None => None,
+            GrpcCompression::Gzip => Some(CompressionEncoding::Gzip),
+            GrpcCompression::Deflate => Some(CompressionEncoding::Deflate),
+        }
+    }
+}
+
+/// Everything the network clients need for TLS and compression.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    pub https: HttpsTls,
+    pub grpc: GrpcTls,
+    pub grpc_compression: GrpcCompression,
+}
+
+/// perf_analyzer's flags, to `#[command(flatten)]` into the profile arguments.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
+pub struct TlsArgs {
+    /// HTTPS: verify the server's certificate chain (1) or not (0).
+    #[arg(long = "ssl-https-verify-peer", value_name = "0|1", value_parser = ["0", "1"])]
+    pub ssl_https_verify_peer: Option<String>,
+    /// HTTPS: check that the certificate names the host (1 or 2) or not (0).
+    #[arg(long = "ssl-https-verify-host", value_name = "0|1|2", value_parser = ["0", "1", "2"])]
+    pub ssl_https_verify_host: Option<String>,
+    /// HTTPS: PEM file of the CAs to trust instead of the system's.
+    #[arg(long = "ssl-https-ca-certificates-file", value_name = "FILE")]
+    pub ssl_https_ca_certificates_file: Option<PathBuf>,
+    /// HTTPS: the client certificate, for mutual TLS.
+    #[arg(long = "ssl-https-client-certificate-file", value_name = "FILE")]
+    pub ssl_https_client_certificate_file: Option<PathBuf>,
+    /// HTTPS: the client certificate's format.
+    #[arg(long = "ssl-https-client-certificate-type", value_name = "PEM|DER")]
+    pub ssl_https_client_certificate_type: Option<FileFormat>,
+    /// HTTPS: the client certificate's private key.
+    #[arg(long = "ssl-https-private-key-file", value_name = "FILE")]
+    pub ssl_https_private_key_file: Option<PathBuf>,
+    /// HTTPS: the private key's format.
+    #[arg(long = "ssl-https-private-key-type", value_name = "PEM|DER")]
+    pub ssl_https_private_key_type: Option<FileFormat>,
+    /// gRPC: connect over TLS. perf_analyzer takes it bare; `=true|false` is accepted too.
+    #[arg(long = "ssl-grpc-use-ssl", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub ssl_grpc_use_ssl: Option<bool>,
+    /// gRPC: PEM file of the CAs to trust instead of the system's.
+    #[arg(long = "ssl-grpc-root-certifications-file", value_name = "FILE")]
+    pub ssl_grpc_root_certifications_file: Option<PathBuf>,
+    /// gRPC: the client's PEM private key, for mutual TLS.
+    #[arg(long = "ssl-grpc-private-key-file", value_name = "FILE")]
+    pub ssl_grpc_private_key_file: Option<PathBuf>,
+    /// gRPC: the client's PEM certificate chain, for mutual TLS.
+    #[arg(long = "ssl-grpc-certificate-chain-file", value_name = "FILE")]
+    pub ssl_grpc_certificate_chain_file: Option<PathBuf>,
+    /// gRPC: compress requests with none, gzip or deflate.
+    #[arg(long = "grpc-compression-algorithm", value_name = "ALG")]
+    pub grpc_compression_algorithm: Option<GrpcCompression>,
+}
+
+impl TlsArgs {
+    /// The options, with perf_analyzer's defaults for what was not given. A key without its
+    /// certificate (or the reverse) is an error.
+    pub fn options(&self) -> ClientResult<TlsOptions> {
+        let https = HttpsTls {
+            verify_peer: self.ssl_https_verify_peer.as_deref() != Some("0"),
+            verify_host: self.ssl_https_verify_host.as_deref() != Some("0"),
+            ca_file: self.ssl_https_ca_certificates_file.clone(),
+            client_cert: self.ssl_https_client_certificate_file.clone(),
+            client_cert_format: self.ssl_https_client_certificate_type.unwrap_or_default(),
+            client_key: self.ssl_https_private_key_file.clone(),
+            client_key_format: self.ssl_https_private_key_type.unwrap_or_default(),
+        };
+        if https.client_cert.is_some() != https.client_key.is_some() {
+            return Err(ClientError::Invalid(
+                "--ssl-https-client-certificate-file and --ssl-https-private-key-file go together".into(),
+            ));
+        }
+        let grpc = GrpcTls {
+            use_ssl: self.ssl_grpc_use_ssl.unwrap_or(false),
+            root_certs: self.ssl_grpc_root_certifications_file.clone(),
+            private_key: self.ssl_grpc_private_key_file.clone(),
+            cert_chain: self.ssl_grpc_certificate_chain_file.clone(),
+        };
+        if grpc.private_key.is_some() != grpc.cert_chain.is_some() {
+            return Err(ClientError::Invalid(
+                "--ssl-grpc-private-key-file and --ssl-grpc-certificate-chain-file go together".into(),
+            ));
+        }
+        let given = grpc.root_certs.is_some() || grpc.private_key.is_some();
+        if given && !grpc.use_ssl {
+            return Err(ClientError::Invalid(
+                "--ssl-grpc-* files take effect only with --ssl-grpc-use-ssl: add it, or drop the files".into(),
+            ));
+        }
+        Ok(TlsOptions { https, grpc, grpc_compression: self.grpc_compression_algorithm.unwrap_or_default() })
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path, what: &str) -> ClientResult<Vec<u8>> {
+    std::fs::read(path).map_err(|e| ClientError::Invalid(format!("cannot read the {what} '{}': {e}", path.display())))
+}
+
+fn pem_certificates(path: &Path, what: &str) -> ClientResult<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_slice_iter(&read(path, what)?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ClientError::Invalid(format!("bad {what} '{}': {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(ClientError::Invalid(format!("the {what} '{}' holds no PEM certificate", path.display())));
+    }
+    Ok(certs)
+}
+
+fn certificates(path: &Path, format: FileFormat, what: &str) -> ClientResult<Vec<CertificateDer<'static>>> {
+    match format {
+        FileFormat::Pem => pem_certificates(path, what),
+        FileFormat::Der => Ok(vec![CertificateDer::from(read(path, what)?)]),
+    }
+}
+
+fn private_key(path: &Path, format: FileFormat) -> ClientResult<PrivateKeyDer<'static>> {
+    let bytes = read(path, "TLS private key")?;
+    let bad = |e: String| ClientError::Invalid(format!("bad TLS private key '{}': {e}", path.display()));
+    match format {
+        FileFormat::Pem => PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| bad(e.to_string())),
+        FileFormat::Der => PrivateKeyDer::try_from(bytes).map_err(|e| bad(e.to_string())),
+    }
+}
+
+/// The CAs in `ca_file`, or the system's when none is given (curl and gRPC do the same).
+fn root_store(ca_file: Option<&Path>, what: &str) -> ClientResult<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    match ca_file {
+        Some(path) => {
+            for cert in pem_certificates(path, what)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| ClientError::Invalid(format!("bad certificate in the {what} '{}': {e}", path.display())))?;
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(native.certs);
+            if roots.is_empty() {
+                return Err(ClientError::Invalid(format!(
+                    "no system CA certificates found: give the {what} with its flag"
+                )));
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// Checks the chain and, with `verify_host`, the name; without `verify_peer` accepts any
+/// certificate (handshake signatures are still checked, so the key must match the certificate).
+#[derive(Debug)]
+struct CurlLikeVerifier {
+    inner: Option<Arc<WebPkiServerVerifier>>,
+    verify_host: bool,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for CurlLikeVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(inner) = &self.inner else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.verify_host => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl HttpsTls {
+    /// The rustls configuration for reqwest (`use_preconfigured_tls`). `https` false: the URL is
+    /// plain HTTP, so nothing is loaded (reqwest still wants a configuration to be built).
+    pub fn client_config(&self, https: bool) -> ClientResult<rustls::ClientConfig> {
+        let provider = provider();
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::Invalid(format!("TLS setup failed: {e}")))?;
+        if !https {
+            return Ok(builder.with_root_certificates(RootCertStore::empty()).with_no_client_auth());
+        }
+        let inner = if self.verify_peer {
+            let roots = root_store(self.ca_file.as_deref(), "HTTPS CA certificates file")?;
+            Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| ClientError::Invalid(format!("TLS setup failed: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let verifier = Arc::new(CurlLikeVerifier { inner, verify_host: self.verify_host, provider });
+        let builder = builder.dangerous().with_custom_certificate_verifier(verifier);
+        let mut config = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => builder
+                .with_client_auth_cert(
+                    certificates(cert, self.client_cert_format, "HTTPS client certificate")?,
+                    private_key(key, self.client_key_format)?,
+                )
+                .map_err(|e| ClientError::Invalid(format!("bad HTTPS client certificate or key: {e}")))?,
+            _ => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+impl GrpcTls {
+    /// tonic's TLS configuration, or `None` without `--ssl-grpc-use-ssl`.
+    pub fn client_config(&self) -> ClientResult<Option<tonic::transport::ClientTlsConfig>> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        if !self.use_ssl {
+            return Ok(None);
+        }
+        let mut config = ClientTlsConfig::new();
+        config = match &self.root_certs {
+            Some(path) => {
+                // Parsed here too, so a bad file fails now with its name, not at the first call.
+                pem_certificates(path, "gRPC root certificates file")?;
+                config.ca_certificate(Certificate::from_pem(read(path, "gRPC root certificates file")?))
+            }
+            None => config.with_native_roots(),
+        };
+        if let (Some(key), Some(chain)) = (&self.private_key, &self.cert_chain) {
+            pem_certificates(chain, "gRPC certificate chain file")?;
+            private_key(key, FileFormat::Pem)?;
+            let identity =
+                Identity::from_pem(read(chain, "gRPC certificate chain file")?, read(key, "TLS private key")?);
+            config = config.identity(identity);
+        }
+        Ok(Some(config))
+    }
+}
+
+/// `http://host:port` → `https://host:port` (tonic uses TLS for `https` URLs only).
+pub fn https_url(url: &str) -> String {
+    match url.strip_prefix("http://") {
+        Some(rest) => format!("https://{rest}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        tls: TlsArgs,
+    }
+
+    fn parse(args: &[&str]) -> ClientResult<TlsOptions> {
+        let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap();
+        cli.tls.options()
+    }
+
+    #[test]
+    fn perf_analyzer_flags_and_defaults() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o, TlsOptions::default());
+        assert!(o.https.verify_peer && o.https.verify_host && !o.grpc.use_ssl);
+        let o = parse(&["--ssl-https-verify-peer", "0", "--ssl-https-verify-host", "0"]).unwrap();
+        assert!(!o.https.verify_peer && !o.https.verify_host);
+        assert!(parse(&["--ssl-https-verify-host", "2"]).unwrap().https.verify_host);
+        let o = parse(&["--ssl-grpc-use-ssl", "--grpc-compression-algorithm", "gzip"]).unwrap();
+        assert!(o.grpc.use_ssl);
+        assert_eq!(o.grpc_compression.encoding(), Some(CompressionEncoding::Gzip));
+        assert!(!parse(&["--ssl-grpc-use-ssl=false"]).unwrap().grpc.use_ssl);
+        assert!(parse(&["--ssl-grpc-root-certifications-file", "ca.pem"]).unwrap_err().to_string().contains("use-ssl"));
+        assert!(parse(&["--ssl-https-private-key-file", "k.pem"]).is_err());
+        let o = parse(&["--ssl-https-client-certificate-type", "DER", "--ssl-https-private-key-type", "der"]).unwrap();
+        assert_eq!((o.https.client_cert_format, o.https.client_key_format), (FileFormat::Der, FileFormat::Der));
+        assert!(Cli::try_parse_from(["x", "--grpc-compression-algorithm", "zstd"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--ssl-https-verify-peer", "3"]).is_err());
+    }
+
+    #[test]
+    fn missing_files_are_one_line_errors() {
+        let https = HttpsTls { ca_file: Some("/nonexistent/ca.pem".into()), ..Default::default() };
+        let e = https.client_config(true).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/ca.pem") && !e.contains('\n'), "{e}");
+        assert!(https.client_config(false).is_ok(), "plain HTTP loads nothing");
+        let grpc = GrpcTls { use_ssl: true, root_certs: Some("/nonexistent/ca.pem".into()), ..Default::default() };
+        assert!(grpc.client_config().unwrap_err().to_string().contains("/nonexistent/ca.pem"));
+        assert!(GrpcTls::default().client_config().unwrap().is_none());
+        assert_eq!(https_url("http://h:1"), "https://h:1");
+        assert_eq!(https_url("https://h:1"), "https://h:1");
+    }
+}

@@ -1,0 +1,420 @@
+//! Taking connections in for the HTTP and gRPC front ends: the connection limit, TLS (mutual
+//! when a client CA is given), and a guard in front of every request that enforces
+//! `--restricted-api`, the request timeout and the over-limit answer.
+//!
+//! One accept task per listener takes TCP connections and never waits on a client: TLS
+//! handshakes run in their own tasks with a deadline, so a stalled or failed handshake costs
+//! nothing but its own connection. Ready connections go out on a channel to hyper (HTTP/1.1) or
+//! tonic (HTTP/2).
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::Request;
+use axum::http::header::{HeaderValue, CONNECTION, RETRY_AFTER};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tower::{Service, ServiceExt};
+
+use super::access::{ApiGroup, RestrictedApi};
+use super::error::ServerError;
+
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an HTTP/1.1 client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection over the limit is kept this long to be told so, then closed.
+const OVER_LIMIT_LINGER: Duration = Duration::from_secs(2);
+/// Connections over the limit that are being told so at once; beyond this they are closed unread.
+const OVER_LIMIT_ANSWERED: usize = 64;
+
+/// `--tls-cert`, `--tls-key` and `--tls-client-ca`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by one of these CAs (mTLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Every certificate in a PEM file, with a one-line reason when there is none.
+pub fn read_certificates(path: &Path, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| anyhow::anyhow!("cannot read the {what} '{}': {e}", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("the {what} '{}' holds no PEM certificate", path.display());
+    }
+    Ok(certs)
+}
+
+/// The first private key (PKCS#8, PKCS#1 or SEC1) in a PEM file.
+pub fn read_private_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| anyhow::anyhow!("cannot read the TLS private key '{}': {e}", path.display()))
+}
+
+/// The server's TLS configuration, checked in full at start-up (a certificate that does not
+/// match its key is an error here, not at the first handshake). `alpn`: `h2` for gRPC,
+/// `http/1.1` for HTTP.
+pub fn server_tls_config(files: &TlsFiles, alpn: &[u8]) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let certs = read_certificates(&files.cert, "TLS certificate")?;
+    let key = read_private_key(&files.key)?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .context("TLS setup failed")?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in read_certificates(ca, "TLS client CA")? {
+                roots
+                    .add(cert)
+                    .map_err(|e| anyhow::anyhow!("bad certificate in the TLS client CA '{}': {e}", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot use the TLS client CA '{}': {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+        anyhow::anyhow!(
+            "the TLS certificate '{}' and key '{}' cannot be used together: {e}",
+            files.cert.display(),
+            files.key.display()
+        )
+    })?;
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// What a front end's listener enforces.
+#[derive(Clone)]
+pub struct AcceptConfig {
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Open connections at once; 0 means no limit.
+    pub max_connections: usize,
+}
+
+/// What the request handlers learn about their connection.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    pub remote: SocketAddr,
+    /// The connection came in over the limit: every request on it is refused.
+    pub over_limit: bool,
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// An accepted connection. It holds its place under the limit until dropped.
+pub struct Conn {
+    stream: Stream,
+    info: ConnInfo,
+    _permit: OwnedSemaphorePermit,
+    /// Over-limit connections read end-of-stream from here on, so they close soon.
+    linger: Option<Pin<Box<Sleep>>>,
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if let Some(linger) = self.linger.as_mut() {
+            if linger.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.stream {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = ConnInfo;
+    fn connect_info(&self) -> ConnInfo {
+        self.info.clone()
+    }
+}
+
+/// Accepts connections until `stop`, handing them on ready to serve (handshake done).
+pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Receiver<bool>) -> mpsc::Receiver<Conn> {
+    let (tx, rx) = mpsc::channel(256);
+    let limit = Arc::new(Semaphore::new(if config.max_connections == 0 {
+        Semaphore::MAX_PERMITS
+    } else {
+        config.max_connections
+    }));
+    let answered = Arc::new(Semaphore::new(OVER_LIMIT_ANSWERED));
+    let acceptor = config.tls.map(TlsAcceptor::from);
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|&s| s).await;
+        };
+        tokio::pin!(stopped);
+        loop {
+            let (tcp, remote) = tokio::select! {
+                _ = &mut stopped => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        // Out of descriptors, or the peer gave up before accept: wait a little.
+                        tracing::debug!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let (permit, over_limit) = match limit.clone().try_acquire_owned() {
+                Ok(p) => (p, false),
+                Err(_) => match answered.clone().try_acquire_owned() {
+                    Ok(p) => (p, true),
+                    // Too many over the limit already: close without a word.
+                    Err(_) => continue,
+                },
+            };
+            let info = ConnInfo { remote, over_limit };
+            let linger = over_limit.then(|| Box::pin(tokio::time::sleep(OVER_LIMIT_LINGER)));
+            let tx = tx.clone();
+            match &acceptor {
+                None => {
+                    let conn = Conn { stream: Stream::Plain(tcp), info, _permit: permit, linger };
+                    if tx.send(conn).await.is_err() {
+                        return;
+                    }
+                }
+                Some(acceptor) => {
+                    let handshake = acceptor.accept(tcp);
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                            Ok(Ok(tls)) => {
+                                let stream = Stream::Tls(Box::new(tls));
+                                let _ = tx.send(Conn { stream, info, _permit: permit, linger }).await;
+                            }
+                            Ok(Err(e)) => tracing::debug!(%remote, "TLS handshake failed: {e}"),
+                            Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+                        }
+                    });
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Serves HTTP/1.1 connections from `incoming` with `app` until `stop`, then lets open
+/// connections finish their request in flight.
+pub async fn serve_http(mut incoming: mpsc::Receiver<Conn>, app: axum::Router, stop: impl Future<Output = ()>) {
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    tokio::pin!(stop);
+    loop {
+        let conn = tokio::select! {
+            _ = &mut stop => break,
+            conn = incoming.recv() => match conn {
+                Some(conn) => conn,
+                None => break,
+            },
+        };
+        let info = conn.info.clone();
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(info.clone());
+            app.clone().oneshot(request.map(axum::body::Body::new))
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("HTTP connection ended: {e}");
+            }
+        });
+    }
+    graceful.shutdown().await;
+}
+
+/// What the guard in front of every request enforces.
+#[derive(Clone, Debug, Default)]
+pub struct Guard {
+    pub restricted: RestrictedApi,
+    /// Whole requests (body included) past this are answered with a timeout error.
+    pub request_timeout: Option<Duration>,
+    /// For the over-limit message.
+    pub max_connections: usize,
+}
+
+impl Guard {
+    fn over_limit(&self) -> ServerError {
+        ServerError::exhausted(format!(
+            "the server has reached its limit of {} open connections (--max-connections); retry later",
+            self.max_connections
+        ))
+    }
+
+    fn timed_out(&self, limit: Duration) -> ServerError {
+        ServerError::timeout(format!("the request did not complete within the server's timeout of {limit:?}"))
+    }
+}
+
+/// The HTTP guard, as axum middleware: over-limit connections get 503 and are closed,
+/// restricted groups need their header, and the whole request runs within the timeout.
+pub async fn guard_http(guard: axum::extract::State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    if request.extensions().get::<ConnInfo>().is_some_and(|c| c.over_limit) {
+        let mut response = guard.over_limit().into_response();
+        *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    if !guard.restricted.is_empty() {
+        let group = ApiGroup::of_http_path(request.uri().path());
+        let headers = request.headers();
+        if let Err(e) = guard.restricted.check(group, |name| headers.get(name).map(|v| v.as_bytes())) {
+            return e.into_response();
+        }
+    }
+    match guard.request_timeout {
+        None => next.run(request).await,
+        Some(limit) => match tokio::time::timeout(limit, next.run(request)).await {
+            Ok(response) => response,
+            Err(_) => guard.timed_out(limit).into_response(),
+        },
+    }
+}
+
+/// The gRPC guard, as a tower layer over tonic's routes. Streams (ModelStreamInfer, health
+/// Watch) are long-lived by design: the timeout covers unary calls; streamed inferences get the
+/// core's own timeout.
+#[derive(Clone)]
+pub struct GrpcGuardLayer(pub Arc<Guard>);
+
+impl<S> tower::Layer<S> for GrpcGuardLayer {
+    type Service = GrpcGuard<S>;
+    fn layer(&self, inner: S) -> GrpcGuard<S> {
+        GrpcGuard { inner, guard: self.0.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct GrpcGuard<S> {
+    inner: S,
+    guard: Arc<Guard>,
+}
+
+type GrpcResponse = axum::http::Response<tonic::body::Body>;
+
+impl<S> Service<axum::http::Request<tonic::body::Body>> for GrpcGuard<S>
+where
+    S: Service<axum::http::Request<tonic::body::Body>, Response = GrpcResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = GrpcResponse;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<GrpcResponse, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::http::Request<tonic::body::Body>) -> Self::Future {
+        let refuse = |e: ServerError| -> Self::Future {
+            let status: tonic::Status = e.into();
+            Box::pin(std::future::ready(Ok(status.into_http())))
+        };
+        if request.extensions().get::<ConnInfo>().is_some_and(|c| c.over_limit) {
+            return refuse(self.guard.over_limit());
+        }
+        let path = request.uri().path();
+        let streaming = path.ends_with("/ModelStreamInfer") || path.ends_with("/Watch");
+        if !self.guard.restricted.is_empty() {
+            let group = ApiGroup::of_grpc_path(path);
+            let headers = request.headers();
+            if let Err(e) = self.guard.restricted.check(group, |name| headers.get(name).map(|v| v.as_bytes())) {
+                return refuse(e);
+            }
+        }
+        // The service that was polled ready serves this call; its clone takes the next one.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let call = inner.call(request);
+        match self.guard.request_timeout.filter(|_| !streaming) {
+            None => Box::pin(call),
+            Some(limit) => {
+                let guard = self.guard.clone();
+                Box::pin(async move {
+                    match tokio::time::timeout(limit, call).await {
+                        Ok(result) => result,
+                        Err(_) => Ok(tonic::Status::from(guard.timed_out(limit)).into_http()),
+                    }
+                })
+            }
+        }
+    }
+}
