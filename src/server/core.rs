@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::access::RestrictedApi;
 use super::config;
-use super::listen::TlsFiles;
 use super::error::{ServerError, ServerResult};
 use super::infer::{admit, InferRequest, InferResponse, Limits};
+use super::listen::TlsFiles;
 use super::repository::{IndexEntry, ModelRepository, MODEL_VERSION};
 use super::shm::SharedMemoryManager;
 use crate::proto::inference::{

@@ -443,7 +443,7 @@ mod tests {
         ids[5] = 50;
         x[0] = Tensor::from_i32(vec![1, SEQ as i64], &ids);
         let err = m.execute(&x).unwrap_err();
-        assert_eq!(err, "token id (input__0) 50 at position 5 is out of range (valid ids are 0..50)");
+        assert_eq!(err.to_string(), "token id (input__0) 50 at position 5 is out of range (valid ids are 0..50)");
 
         let mut x = inputs(1, SEQ, 50, &[8]);
         x[1] = Tensor::from_i32(vec![1, SEQ as i64], &[-1; SEQ]);
