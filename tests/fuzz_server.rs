@@ -268,7 +268,7 @@ fn grpc_verdict<T>(result: Result<Result<T, Status>, tokio::time::error::Elapsed
             "{:?}: {} {}",
             status.code(),
             status.message(),
-            std::error::Error::source(&status).map(|s| error_chain(s)).unwrap_or_default()
+            std::error::Error::source(&status).map(error_chain).unwrap_or_default()
         ))),
     }
 }
