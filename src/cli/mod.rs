@@ -117,6 +117,8 @@ impl RunArgs {
 }
 
 pub fn main() -> ExitCode {
+    // reqwest is built without a crypto provider of its own: install ring's once, first.
+    crate::proto::install_crypto_provider();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
