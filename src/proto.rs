@@ -10,6 +10,17 @@ pub mod health {
     tonic::include_proto!("grpc.health.v1");
 }
 
+/// Makes ring the process's rustls crypto provider, once. reqwest is built without a provider
+/// of its own (no aws-lc build), so a `reqwest::Client` built without a preconfigured TLS setup
+/// needs this to have run; the server's start and the network clients' constructors call it.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err means another provider is installed already, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The codec of the generated services: prost, with undecodable messages answered as
 /// INVALID_ARGUMENT. tonic's `ProstCodec` calls them INTERNAL, which reads as a server fault.
 pub mod codec {
@@ -51,9 +62,9 @@ pub mod codec {
         type Error = Status;
 
         fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-            self.0.decode(buf).map_err(|s| {
-                Status::invalid_argument(format!("the message is not valid protobuf: {}", s.message()))
-            })
+            self.0
+                .decode(buf)
+                .map_err(|s| Status::invalid_argument(format!("the message is not valid protobuf: {}", s.message())))
         }
 
         fn buffer_settings(&self) -> BufferSettings {

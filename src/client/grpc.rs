@@ -17,11 +17,11 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use super::tls::{https_url, TlsOptions};
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
     OutputTarget, RequestSpec, RequestTiming, ServerInfo,
 };
-use super::tls::{https_url, TlsOptions};
 use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::{
@@ -67,6 +67,7 @@ impl GrpcClient {
     /// A client over TLS with `tls.grpc.use_ssl` (perf_analyzer's `--ssl-grpc-*`), compressing
     /// requests as `tls.grpc_compression` says.
     pub fn with_tls(url: &str, options: &ConnectOptions, tls: &TlsOptions) -> ClientResult<Self> {
+        crate::proto::install_crypto_provider();
         let tls_config = tls.grpc.client_config()?;
         let base = match tls_config {
             Some(_) => https_url(&base_url(url)),

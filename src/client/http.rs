@@ -22,11 +22,11 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
 use reqwest::{StatusCode, Url};
 use serde::{Deserialize, Serialize};
 
+use super::tls::TlsOptions;
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
     OutputTarget, RequestSpec, RequestTiming, ServerInfo,
 };
-use super::tls::TlsOptions;
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse};
 use crate::tensor::{DataType, Tensor};
 
@@ -66,6 +66,7 @@ impl HttpClient {
 
     /// A client whose `https://` URLs use `tls.https` (perf_analyzer's `--ssl-https-*`).
     pub fn with_tls(url: &str, options: &ConnectOptions, tls: &TlsOptions) -> ClientResult<Self> {
+        crate::proto::install_crypto_provider();
         let base = base_url(url);
         let parsed = Url::parse(&base).map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
         let tls_config = tls.https.client_config(parsed.scheme() == "https")?;

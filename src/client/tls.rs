@@ -241,9 +241,9 @@ fn root_store(ca_file: Option<&Path>, what: &str) -> ClientResult<RootCertStore>
     match ca_file {
         Some(path) => {
             for cert in pem_certificates(path, what)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| ClientError::Invalid(format!("bad certificate in the {what} '{}': {e}", path.display())))?;
+                roots.add(cert).map_err(|e| {
+                    ClientError::Invalid(format!("bad certificate in the {what} '{}': {e}", path.display()))
+                })?;
             }
         }
         None => {

@@ -146,7 +146,10 @@ impl FromStr for Restriction {
         // The header must be one both protocols can carry: an HTTP token that is also a valid
         // gRPC metadata key (no `-bin` suffix, no `grpc-` reserved prefix).
         let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.');
-        if header.is_empty() || !header.chars().all(valid_char) || header.starts_with("grpc-") || header.ends_with("-bin")
+        if header.is_empty()
+            || !header.chars().all(valid_char)
+            || header.starts_with("grpc-")
+            || header.ends_with("-bin")
         {
             return Err(format!("bad --restricted-api '{s}': '{header}' cannot be a header name"));
         }

@@ -19,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::access::{RestrictedApi, Restriction};
 use super::core::{InferenceServer, ServerOptions, DEFAULT_MAX_CONNECTIONS};
-use super::listen::{self, AcceptConfig, Guard, GrpcGuardLayer, TlsFiles};
+use super::listen::{self, AcceptConfig, GrpcGuardLayer, Guard, TlsFiles};
 use super::{grpc, http, metrics};
 
 /// How long shutdown waits for open connections (e.g. an idle gRPC stream) before closing them.
@@ -103,6 +103,7 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<(TcpListener,
 /// Loads the models and binds all three listeners; serving runs on the current tokio runtime.
 /// A bad TLS certificate or key fails here, before anything listens.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
+    crate::proto::install_crypto_provider();
     let (http_tls, grpc_tls) = match &cfg.options.tls {
         None => (None, None),
         Some(files) => {

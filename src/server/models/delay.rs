@@ -81,7 +81,10 @@ impl Model for DelayModel {
         wait_until(start + self.compute_time(batch));
         let n = self.executions.fetch_add(1, Ordering::Relaxed) + 1;
         if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
-            return Err(ModelError::Failed(format!("injected failure: execution {n} (fail_every = {})", self.fail_every)));
+            return Err(ModelError::Failed(format!(
+                "injected failure: execution {n} (fail_every = {})",
+                self.fail_every
+            )));
         }
         Ok(inputs.to_vec())
     }

@@ -56,7 +56,11 @@ impl DlrmModel {
         let top_sizes =
             [vec![top_in.unwrap_or(0)], sizes_param(config, "top_mlp", &[1024, 1024, 512, 256])?, vec![1]].concat();
         let tables = categorical.checked_mul(binding.table_rows).and_then(|n| n.checked_mul(dim));
-        check_floats(config, "dlrm's weights", sum_floats(&[mlp_floats(&bottom_sizes), tables, mlp_floats(&top_sizes)]))?;
+        check_floats(
+            config,
+            "dlrm's weights",
+            sum_floats(&[mlp_floats(&bottom_sizes), tables, mlp_floats(&top_sizes)]),
+        )?;
 
         let mut init = WeightInit::new(param(config, "seed", DEFAULT_SEED)?);
         let bottom = Mlp::random(&mut init, &bottom_sizes, true);
