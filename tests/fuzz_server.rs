@@ -169,7 +169,7 @@ impl Fixture {
                     shape: vec![1, 1],
                     ..Default::default()
                 }],
-                raw_input_contents: vec![vec![0; 4]],
+                raw_input_contents: vec![vec![0u8; 4].into()],
                 ..Default::default()
             };
             self.grpc_client().model_infer(request).await.expect("a good gRPC request still works");
@@ -742,7 +742,7 @@ fn grpc_request() -> impl Strategy<Value = pb::ModelInferRequest> {
             )
         })
         .prop_map(|(mut request, raw)| {
-            request.raw_input_contents = raw;
+            request.raw_input_contents = raw.into_iter().map(Bytes::from).collect();
             request
         })
 }
@@ -1055,7 +1055,7 @@ fn request_for(config: &pb::ModelConfig, seed: u64) -> Option<pb::ModelInferRequ
                 .collect(),
             None => (0..count).flat_map(|_| 1u32.to_le_bytes().into_iter().chain([b'a'])).collect(),
         };
-        raw.push(bytes);
+        raw.push(Bytes::from(bytes));
         inputs.push(InferInputTensor {
             name: input.name.clone(),
             datatype: dtype.as_str().into(),
@@ -1302,7 +1302,7 @@ fn fixed_config_cases() {
                 shape: vec![batch, 1],
                 ..Default::default()
             }],
-            raw_input_contents: vec![vec![0; 4 * batch as usize]],
+            raw_input_contents: vec![vec![0u8; 4 * batch as usize].into()],
             ..Default::default()
         };
         let mut lone = f.grpc_client();

@@ -66,7 +66,7 @@ fn identity_grpc(n: usize) -> pb::ModelInferRequest {
             shape: vec![1, n as i64],
             ..Default::default()
         }],
-        raw_input_contents: vec![vec![0; 4 * n]],
+        raw_input_contents: vec![vec![0u8; 4 * n].into()],
         ..Default::default()
     }
 }
