@@ -80,6 +80,7 @@ for protocol in $PROTOCOLS; do
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=
   shm_entries >"$BENCH_TMP/shm-after"
+  left=$(comm -13 "$BENCH_TMP/shm-before" "$BENCH_TMP/shm-after" | tr '\n' ' ')
   echo "/dev/shm: $(wc -l <"$BENCH_TMP/shm-before") entries before, $(wc -l <"$BENCH_TMP/shm-after") after;" \
-    "left behind: $(comm -13 "$BENCH_TMP/shm-before" "$BENCH_TMP/shm-after" | tr '\n' ' ' | sed 's/ $//;s/^$/none/')"
+    "left behind: ${left:-none}"
 done
