@@ -55,6 +55,10 @@ pub struct CommonArgs {
     /// Requests per window (count_windows).
     #[arg(long = "measurement-request-count")]
     pub measurement_request_count: Option<u64>,
+    /// When a point ends: `stable` (three windows within -s, perf_analyzer's rule) or
+    /// `ci=P%[,max=T]` (95% intervals of throughput, p50 and p99 within ±P%, at most T).
+    #[arg(long = "stop-when")]
+    pub stop_when: Option<String>,
     /// Windows agree when within this percentage.
     #[arg(short = 's', long = "stability-percentage")]
     pub stability_percentage: Option<f64>,
@@ -92,6 +96,7 @@ impl CommonArgs {
             measurement_interval_ms: self.measurement_interval_ms,
             measurement_mode: self.measurement_mode.clone(),
             measurement_request_count: self.measurement_request_count,
+            stop_when: self.stop_when.clone(),
             stability_percentage: self.stability_percentage,
             max_trials: self.max_trials,
             percentile: self.percentile,

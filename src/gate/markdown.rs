@@ -23,7 +23,8 @@ pub fn render(outcome: &GateOutcome, sources: &Sources<'_>) -> String {
     let _ = writeln!(
         out,
         "- allowed: throughput drop ≤ {}%, p99 rise ≤ {}%, avg rise ≤ {}%; a change counts only \
-         beyond both its allowance and the noise (the larger recorded spread of the two rows)",
+         beyond both its allowance and the noise (the 95% interval of the difference when both rows \
+         carry intervals, else the larger recorded spread of the two rows)",
         t.max_throughput_drop, t.max_p99_rise, t.max_avg_rise
     );
     let _ = writeln!(

@@ -7,8 +7,12 @@
 //!
 //! 1. `change = (current − baseline) / baseline × 100`, in percent;
 //! 2. `worse` is the change in the bad direction: `−change` for throughput, `change` for latency;
-//! 3. `noise = max(baseline spread, current spread)`, the larger of the two rows' recorded
-//!    (max − min) / mean × 100 across their stable windows (0 when a CSV has no spread column);
+//! 3. `noise`, in percent of the baseline value: when both rows carry a 95% confidence interval
+//!    of the metric (throughput and p99 in a report.csv from perfbench with intervals), the 95%
+//!    half-width of the difference, `sqrt(b² + c²)` of the two rows' half-widths (the wider side
+//!    of each); an open interval (a low-sample p99) makes it infinite, so such a p99 is never
+//!    judged. Otherwise (avg latency, older CSVs, perf_analyzer's CSV) the larger of the two rows'
+//!    recorded spreads, (max − min) / mean × 100 across their windows (0 without a spread column);
 //! 4. the metric **regresses** only when `worse > threshold` **and** `worse > noise`. When
 //!    `worse > threshold` but `worse ≤ noise`, the verdict is *within noise* and the row passes.
 //!
@@ -17,7 +21,8 @@
 //! Worked example, with `max_p99_rise = 15`: baseline p99 = 1000 µs (spread 8%), current
 //! p99 = 1200 µs (spread 25%). Then change = +20%, worse = 20 > 15, noise = max(8, 25) = 25 and
 //! 20 ≤ 25: *within noise*, the row passes. Had the current run recorded a 12% spread, noise
-//! would be 12 and 20 > 12: a regression.
+//! would be 12 and 20 > 12: a regression. With intervals instead: baseline p99 1000 ± 60 µs,
+//! current 1200 ± 80 µs give noise = sqrt(60² + 80²) / 1000 = 10%, and 20 > 10: a regression.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -53,6 +58,25 @@ impl Metric {
             Metric::Throughput => row.throughput,
             Metric::P99 => row.p99_us,
             Metric::Avg => row.avg_us,
+        }
+    }
+
+    /// The ± of the row's 95% interval of this metric (absolute), if it has one.
+    fn plus_minus(self, row: &ReportRow) -> Option<f64> {
+        let pm = match self {
+            Metric::Throughput => row.throughput_ci.plus_minus(row.throughput),
+            Metric::P99 => row.p99_ci.plus_minus(row.p99_us),
+            Metric::Avg => f64::NAN,
+        };
+        (!pm.is_nan()).then_some(pm)
+    }
+
+    /// The noise of a baseline/current pair, percent of the baseline (see the module docs).
+    fn noise_pct(self, baseline: &ReportRow, current: &ReportRow) -> f64 {
+        let base = self.value(baseline);
+        match (self.plus_minus(baseline), self.plus_minus(current)) {
+            (Some(b), Some(c)) if base > 0.0 => (b * b + c * c).sqrt() / base * 100.0,
+            _ => self.spread_pct(baseline).max(self.spread_pct(current)),
         }
     }
 
@@ -125,7 +149,7 @@ pub struct MetricCheck {
 impl MetricCheck {
     fn new(metric: Metric, baseline: &ReportRow, current: &ReportRow, thresholds: &GateThresholds) -> Self {
         let (base, cur) = (metric.value(baseline), metric.value(current));
-        let noise_pct = metric.spread_pct(baseline).max(metric.spread_pct(current));
+        let noise_pct = metric.noise_pct(baseline, current);
         let limit_pct = metric.limit_pct(thresholds);
         // Multiplying first keeps round numbers exact (a 10% drop is exactly −10, not −10.000…02).
         let change_pct = (base > 0.0).then(|| (cur - base) * 100.0 / base);
@@ -326,6 +350,32 @@ pub(crate) mod tests {
         let calmer = [ReportRow { p99_spread_pct: 12.0, ..noisy[0].clone() }];
         let outcome = compare(&base, &calmer, &GateThresholds::default()).unwrap();
         assert_eq!(verdicts(&outcome), [Verdict::Ok, Verdict::Regressed, Verdict::Ok]);
+    }
+
+    #[test]
+    fn intervals_replace_spreads_when_both_rows_have_them() {
+        use crate::results::Interval;
+        let with = |r: ReportRow, tp: (f64, f64), p99: (f64, f64)| ReportRow {
+            throughput_ci: Interval::new(tp.0, tp.1),
+            p99_ci: Interval::new(p99.0, p99.1),
+            p99_spread_pct: 50.0,
+            throughput_spread_pct: 50.0,
+            ..r
+        };
+        // The worked example with intervals: noise sqrt(60² + 80²) / 1000 = 10% < a 20% rise.
+        let base = [with(row(1, 1000.0, 1000.0, 800.0), (990.0, 1010.0), (940.0, 1060.0))];
+        let cur = [with(row(1, 1000.0, 1200.0, 800.0), (990.0, 1010.0), (1120.0, 1280.0))];
+        let outcome = compare(&base, &cur, &GateThresholds::default()).unwrap();
+        assert!((outcome.rows[0].metrics[1].noise_pct - 10.0).abs() < 1e-9);
+        assert_eq!(
+            verdicts(&outcome),
+            [Verdict::Ok, Verdict::Regressed, Verdict::Ok],
+            "spreads of 50% no longer hide it"
+        );
+        // A low-sample p99 (open above) is never judged.
+        let open = [with(row(1, 1000.0, 1200.0, 800.0), (990.0, 1010.0), (1100.0, f64::INFINITY))];
+        let outcome = compare(&base, &open, &GateThresholds::default()).unwrap();
+        assert_eq!(outcome.rows[0].metrics[1].verdict, Verdict::WithinNoise);
     }
 
     #[test]

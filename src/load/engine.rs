@@ -8,10 +8,15 @@
 //! server's backlog shows up in the numbers (no coordinated omission, as in wrk2). A request
 //! that starts more than [`LATE_SLACK`] after its intended time is counted late; one that falls
 //! due while [`LoadSpec::max_in_flight`] requests are outstanding is not sent and counted missed.
+//!
+//! Request times come from tokio's clock (the same as the OS's unless a test pauses it), so the
+//! closed loop can run on virtual time in tests.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -305,14 +310,14 @@ fn dispatch<C: InferClient>(
     runtime: tokio::runtime::Handle,
     max_in_flight: u64,
 ) {
-    let start = Instant::now();
+    let start = std::time::Instant::now();
     loop {
         let intended = start + pacer.next_offset();
         loop {
             if shared.stop.load(Ordering::Acquire) {
                 return;
             }
-            let now = Instant::now();
+            let now = std::time::Instant::now();
             if now >= intended {
                 break;
             }
@@ -328,6 +333,7 @@ fn dispatch<C: InferClient>(
         }
         shared.in_flight.fetch_add(1, Ordering::AcqRel);
         let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
+        let intended = Instant::from_std(intended);
         runtime.spawn(async move {
             let late = Instant::now().saturating_duration_since(intended) > LATE_SLACK;
             shared.send_one(&*client, &steps, shard, intended, late).await;

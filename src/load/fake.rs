@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::client::{ClientError, ClientResult, InferClient, InferResult, RequestSpec, RequestTiming, ServerInfo};
 use crate::proto::inference::{
@@ -16,6 +18,12 @@ pub struct FakeClient {
     /// Each request takes this long, times the requests in flight when `scale_with_in_flight`.
     pub latency: Duration,
     pub scale_with_in_flight: bool,
+    /// Each request's latency is drawn uniformly from `latency ± jitter` in whole milliseconds
+    /// (seeded by `seed`): random yet repeatable, and on paused time exactly as drawn (tokio's
+    /// timer rounds sleeps up to whole milliseconds).
+    pub jitter: Duration,
+    pub seed: u64,
+    pub rng: Mutex<Option<ChaCha8Rng>>,
     /// Block the calling thread instead of yielding (a client that cannot keep up).
     pub blocking: bool,
     /// Every N-th request fails with a server error.
@@ -75,7 +83,13 @@ impl InferClient for FakeClient {
             return (Err(e), RequestTiming::default());
         }
         let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
-        let latency = if self.scale_with_in_flight { self.latency * in_flight as u32 } else { self.latency };
+        let mut latency = if self.scale_with_in_flight { self.latency * in_flight as u32 } else { self.latency };
+        if !self.jitter.is_zero() {
+            let mut rng = self.rng.lock();
+            let rng = rng.get_or_insert_with(|| ChaCha8Rng::seed_from_u64(self.seed));
+            let (mid, spread) = (latency.as_millis() as i64, self.jitter.as_millis() as i64);
+            latency = Duration::from_millis(rng.random_range(mid - spread..=mid + spread).max(0) as u64);
+        }
         if self.blocking {
             std::thread::sleep(latency);
         } else {

@@ -12,12 +12,17 @@
 //!   compute infer − compute output, floored at 0;
 //! - server average batch = Δinference_count / Δexecution_count;
 //! - "response wait" (verbose CSV) = average client exchange time − client send − client recv.
+//!
+//! Beyond perf_analyzer, each row gets 95% intervals of throughput, p50 and p99 from its windows
+//! ([`super::interval`]), and is flagged overloaded when the server's queue time keeps growing
+//! from window to window (an overloaded row is never stable).
 
 use std::time::Duration;
 
+use super::interval::{keeps_growing, ratio_interval, Quantiles};
 use super::recorder::WindowRecorder;
 use super::stability::{spread_pct, WindowFigures};
-use crate::results::{LoadPoint, PointDetail, PointResult, ReportRow, ServerStats};
+use crate::results::{Interval, LoadPoint, PointDetail, PointResult, ReportRow, ServerStats};
 
 /// One window, raw.
 #[derive(Clone, Debug)]
@@ -53,6 +58,127 @@ impl Window {
     pub fn figures(&self, batch: u64, percentile: Option<f64>) -> WindowFigures {
         WindowFigures { throughput: self.throughput(batch), latency_us: self.latency_us(percentile) }
     }
+
+    /// Appends the next window: one longer window over both spans.
+    pub fn absorb(&mut self, next: &Window) {
+        self.client.merge(&next.client);
+        self.duration += next.duration;
+        self.server = match (self.server, next.server) {
+            (Some(a), Some(b)) => Some(a.plus(&b)),
+            _ => None,
+        };
+        self.end_ns = next.end_ns;
+    }
+}
+
+/// The 95% intervals of a set of windows: throughput (inferences/s), p50 and p99 (µs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Intervals {
+    pub throughput: Interval,
+    pub p50: Interval,
+    pub p99: Interval,
+    /// The point values the intervals are about.
+    pub values: [f64; 3],
+    /// Successful requests in all windows.
+    pub requests: u64,
+}
+
+impl Intervals {
+    pub fn of<'a>(windows: impl IntoIterator<Item = &'a Window>, batch: u64) -> Intervals {
+        let windows: Vec<&Window> = windows.into_iter().collect();
+        let units: Vec<(f64, f64)> =
+            windows.iter().map(|w| ((batch * w.client.ok) as f64, w.duration.as_secs_f64())).collect();
+        let quantiles = Quantiles::new(windows.iter().map(|w| &w.client.latency_us));
+        let [p50, p99] = quantiles.intervals(&[0.5, 0.99])[..] else { unreachable!("two quantiles asked") };
+        let (ok, secs) = units.iter().fold((0.0, 0.0), |(y, d), u| (y + u.0, d + u.1));
+        let throughput = if secs > 0.0 { ok / secs } else { 0.0 };
+        Intervals {
+            throughput: ratio_interval(&units),
+            p50,
+            p99,
+            values: [throughput, quantiles.quantile(0.5), quantiles.quantile(0.99)],
+            requests: quantiles.count(),
+        }
+    }
+
+    /// The widest of the three intervals, in ± percent of its value (∞ when one is unknown).
+    pub fn widest_pct(&self) -> f64 {
+        [self.throughput, self.p50, self.p99]
+            .iter()
+            .zip(self.values)
+            .map(|(ci, v)| {
+                let pct = ci.plus_minus_pct(v);
+                if pct.is_nan() {
+                    f64::INFINITY
+                } else {
+                    pct
+                }
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+/// Whether the server's average queue time grows from window to window (see
+/// [`keeps_growing`]); false without server statistics.
+pub fn overloaded<'a>(windows: impl IntoIterator<Item = &'a Window>) -> bool {
+    let queue: Option<Vec<f64>> = windows.into_iter().map(|w| w.server.map(|s| s.queue.avg_us())).collect();
+    queue.is_some_and(|q| keeps_growing(&q))
+}
+
+/// Most batches the interval rule keeps: at 32, neighbours merge into 16 batches of twice as
+/// many windows, so checking a point costs the same however long it runs, and batches grow
+/// longer (more independent) as it does.
+pub const MAX_BATCHES: usize = 32;
+
+/// The windows of a point under the interval rule, grouped into batches of equally many
+/// consecutive windows (the last one may be partial).
+#[derive(Debug, Default)]
+pub struct Batches {
+    done: Vec<Window>,
+    open: Option<Window>,
+    open_windows: usize,
+    per_batch: usize,
+    windows: usize,
+}
+
+impl Batches {
+    pub fn push(&mut self, window: Window) {
+        self.windows += 1;
+        self.open_windows += 1;
+        match &mut self.open {
+            Some(open) => open.absorb(&window),
+            None => self.open = Some(window),
+        }
+        if self.open_windows >= self.per_batch.max(1) {
+            self.done.extend(self.open.take());
+            self.open_windows = 0;
+            if self.done.len() >= MAX_BATCHES {
+                let done = std::mem::take(&mut self.done);
+                let mut pairs = done.into_iter();
+                while let Some(mut first) = pairs.next() {
+                    if let Some(second) = pairs.next() {
+                        first.absorb(&second);
+                    }
+                    self.done.push(first);
+                }
+                self.per_batch = self.per_batch.max(1) * 2;
+            }
+        }
+    }
+
+    /// Windows pushed so far.
+    pub fn windows(&self) -> usize {
+        self.windows
+    }
+
+    /// The batches, the partial one last.
+    pub fn iter(&self) -> impl Iterator<Item = &Window> + Clone {
+        self.done.iter().chain(self.open.iter())
+    }
+
+    pub fn into_windows(self) -> Vec<Window> {
+        self.done.into_iter().chain(self.open).collect()
+    }
 }
 
 /// Derives a row from the windows it merges (see the module docs for the formulas).
@@ -81,6 +207,8 @@ pub fn derive_point(
         (s.queue.avg_us(), s.compute_input.avg_us(), s.compute_infer.avg_us(), s.compute_output.avg_us());
     let (avg, send, recv) = (client.avg_latency_us(), client.avg_send_us(), client.avg_recv_us());
     let per_window = |f: &dyn Fn(&Window) -> f64| spread_pct(&windows.iter().map(f).collect::<Vec<_>>());
+    let intervals = Intervals::of(windows, batch);
+    let overloaded = overloaded(windows);
     let row = ReportRow {
         batch,
         load,
@@ -101,11 +229,15 @@ pub fn derive_point(
         failed: client.failed,
         late: client.late,
         missed: client.missed,
-        stable,
+        stable: stable && !overloaded,
         throughput_spread_pct: per_window(&|w| w.throughput(batch)),
         p99_spread_pct: per_window(&|w| w.client.percentile_us(99.0)),
         avg_spread_pct: per_window(&|w| w.client.avg_latency_us()),
         server_avg_batch: s.avg_batch(),
+        throughput_ci: intervals.throughput,
+        p50_ci: intervals.p50,
+        p99_ci: intervals.p99,
+        overloaded,
     };
     let threshold_latency_us = match percentile {
         Some(p) => client.percentile_us(p),
@@ -133,6 +265,10 @@ mod tests {
     use crate::results::server_stats::StageTotal;
 
     fn window(latency_us: u64, ok: u64, failed: u64, secs: f64) -> Window {
+        queued_window(latency_us, ok, failed, secs, 200)
+    }
+
+    fn queued_window(latency_us: u64, ok: u64, failed: u64, secs: f64, queue_us: u64) -> Window {
         let mut client = WindowRecorder::default();
         let timing = RequestTiming {
             send: Duration::from_micros(20),
@@ -150,7 +286,7 @@ mod tests {
             inference_count: ok * 2,
             execution_count: ok,
             success: stage(latency_us - 100),
-            queue: stage(200),
+            queue: stage(queue_us),
             compute_input: stage(50),
             compute_infer: stage(600),
             compute_output: stage(50),
@@ -187,5 +323,48 @@ mod tests {
         assert!(!result.row.stable);
         assert_eq!(result.detail.exchange_us, 895.0);
         assert_eq!(result.detail.first_error, None);
+    }
+
+    #[test]
+    fn rows_carry_intervals_and_requests() {
+        let windows = [window(1000, 100, 0, 1.0), window(1000, 90, 0, 1.0), window(1000, 110, 0, 1.0)];
+        let r = derive_point(&windows, 1, LoadPoint::Concurrency(1), true, None).row;
+        assert_eq!(r.requests, 300);
+        assert!(r.throughput_ci.low < 100.0 && r.throughput_ci.high > 100.0, "{:?}", r.throughput_ci);
+        assert!(r.p50_ci.low <= r.p50_us && r.p50_us <= r.p50_ci.high, "{:?}", r.p50_ci);
+        assert_eq!(r.p99_ci.high, f64::INFINITY, "300 requests do not bound a p99");
+        assert_eq!(r.low_sample_names(), ["p99"]);
+        assert!(r.stable && !r.overloaded);
+    }
+
+    #[test]
+    fn a_growing_server_queue_flags_the_row_overloaded_and_unstable() {
+        let windows: Vec<Window> = (0..4).map(|i| queued_window(5000, 100, 0, 1.0, 200 + 400 * i)).collect();
+        let r = derive_point(&windows, 1, LoadPoint::RequestRate(100.0), true, None).row;
+        assert!(r.overloaded && !r.stable);
+    }
+
+    #[test]
+    fn batches_stay_few_and_equal() {
+        let mut batches = Batches::default();
+        for _ in 0..70 {
+            batches.push(window(1000, 10, 0, 0.1));
+        }
+        assert_eq!(batches.windows(), 70);
+        // 32 → 16 batches of 2 at window 32; 32 again at window 64 → 16 of 4; then 6 more windows:
+        // one full batch of 4 and a partial one of 2.
+        let sizes: Vec<u64> = batches.iter().map(|w| w.client.ok).collect();
+        assert_eq!(sizes.len(), 18, "{sizes:?}");
+        assert!(sizes[..17].iter().all(|&n| n == 40) && sizes[17] == 20, "{sizes:?}");
+        assert_eq!(batches.into_windows().iter().map(|w| w.client.ok).sum::<u64>(), 700);
+    }
+
+    #[test]
+    fn absorbed_windows_add_up() {
+        let mut a = window(1000, 100, 0, 1.0);
+        a.absorb(&window(1000, 50, 1, 0.5));
+        assert_eq!((a.client.ok, a.client.failed), (150, 1));
+        assert_eq!(a.duration, Duration::from_secs_f64(1.5));
+        assert_eq!(a.server.unwrap().execution_count, 150);
     }
 }

@@ -263,11 +263,101 @@ impl FromStr for WindowKind {
     }
 }
 
+/// When a point ends (`--stop-when`, scenario key `stop_when`).
+///
+/// - `stable`: perf_analyzer's rule, three windows in a row within `-s` percent, at most `-r`
+///   windows.
+/// - `ci=P%[,max=T]`: once the 95% confidence intervals of throughput, p50 and p99 are each
+///   within ±P% of their value (and p99 rests on ≥ 1,000 requests), or after T (default 10 s;
+///   `500ms`, `20s`, `2m`). A point that runs out of time is flagged unstable.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum StopWhen {
+    Stable,
+    Ci { half_width_pct: f64, max_ms: u64 },
+}
+
+impl StopWhen {
+    /// The time limit of `ci=` when it names none.
+    pub const DEFAULT_MAX_MS: u64 = 10_000;
+}
+
+impl fmt::Display for StopWhen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopWhen::Stable => f.write_str("stable"),
+            StopWhen::Ci { half_width_pct, max_ms } if max_ms % 1000 == 0 => {
+                write!(f, "ci={half_width_pct}%,max={}s", max_ms / 1000)
+            }
+            StopWhen::Ci { half_width_pct, max_ms } => write!(f, "ci={half_width_pct}%,max={max_ms}ms"),
+        }
+    }
+}
+
+impl FromStr for StopWhen {
+    type Err = String;
+    fn from_str(text: &str) -> Result<StopWhen, String> {
+        let bad = |why: &str| format!("bad --stop-when '{text}': {why}");
+        let t = text.trim();
+        if t == "stable" {
+            return Ok(StopWhen::Stable);
+        }
+        let mut parts = t.split(',').map(str::trim);
+        let Some(pct) = parts.next().and_then(|p| p.strip_prefix("ci=")) else {
+            return Err(bad("expected 'stable' or 'ci=P%[,max=T]', e.g. ci=2% or ci=5%,max=30s"));
+        };
+        let half_width_pct: f64 = match pct.trim_end_matches('%').trim().parse() {
+            Ok(p) if p > 0.0 && p < 100.0 => p,
+            _ => return Err(bad("the interval width must be a percentage between 0 and 100")),
+        };
+        let mut max_ms = StopWhen::DEFAULT_MAX_MS;
+        for part in parts {
+            let Some(duration) = part.strip_prefix("max=") else {
+                return Err(bad(&format!("unknown part '{part}' (expected max=T)")));
+            };
+            max_ms = parse_duration_ms(duration).ok_or_else(|| bad("max must be a time such as 500ms, 20s or 2m"))?;
+        }
+        Ok(StopWhen::Ci { half_width_pct, max_ms })
+    }
+}
+
+/// `500ms`, `20s`, `1.5m` → milliseconds (> 0).
+fn parse_duration_ms(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1000.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000.0)
+    } else {
+        return None;
+    };
+    let ms = number.trim().parse::<f64>().ok()? * scale;
+    (ms.is_finite() && ms >= 1.0).then(|| ms.round() as u64)
+}
+
+impl From<StopWhen> for String {
+    fn from(s: StopWhen) -> String {
+        s.to_string()
+    }
+}
+
+impl TryFrom<String> for StopWhen {
+    type Error = String;
+    fn try_from(s: String) -> Result<StopWhen, String> {
+        s.parse()
+    }
+}
+
 /// How each point is measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Measurement {
     pub mode: WindowKind,
+    /// What ends a point; a plan without it uses perf_analyzer's rule.
+    #[serde(default = "stable")]
+    pub stop_when: StopWhen,
     pub interval_ms: u64,
     pub request_count: u64,
     pub stability_percentage: f64,
@@ -279,6 +369,10 @@ pub struct Measurement {
     pub total_requests: Option<u64>,
     /// Sent once per batch size before its first point, not measured.
     pub warmup_requests: u64,
+}
+
+fn stable() -> StopWhen {
+    StopWhen::Stable
 }
 
 /// Where results go.
@@ -480,6 +574,7 @@ mod tests {
                 },
                 measurement: Measurement {
                     mode: WindowKind::CountWindows,
+                    stop_when: StopWhen::Ci { half_width_pct: 2.5, max_ms: 1500 },
                     interval_ms: 5000,
                     request_count: 50,
                     stability_percentage: 10.0,
@@ -494,6 +589,25 @@ mod tests {
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         };
         let text = plan.to_toml();
+        assert!(text.contains("stop_when = \"ci=2.5%,max=1500ms\""), "{text}");
         assert_eq!(Plan::from_toml(&text).unwrap(), plan, "{text}");
+    }
+
+    #[test]
+    fn stop_rules_parse_and_print_back() {
+        for (text, rule) in [
+            ("stable", StopWhen::Stable),
+            ("ci=2%", StopWhen::Ci { half_width_pct: 2.0, max_ms: StopWhen::DEFAULT_MAX_MS }),
+            ("ci=5%,max=30s", StopWhen::Ci { half_width_pct: 5.0, max_ms: 30_000 }),
+            ("ci=0.5%, max=2m", StopWhen::Ci { half_width_pct: 0.5, max_ms: 120_000 }),
+            ("ci=1,max=750ms", StopWhen::Ci { half_width_pct: 1.0, max_ms: 750 }),
+        ] {
+            assert_eq!(text.parse::<StopWhen>().unwrap(), rule, "{text}");
+            assert_eq!(rule.to_string().parse::<StopWhen>().unwrap(), rule);
+        }
+        for bad in ["ci", "ci=0%", "ci=x", "ci=2%,max=5", "ci=2%,min=5s", "stabel"] {
+            let err = bad.parse::<StopWhen>().unwrap_err();
+            assert!(err.starts_with("bad --stop-when"), "{bad}: {err}");
+        }
     }
 }

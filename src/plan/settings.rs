@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, PlanError,
-    Protocol, Sweep, SweepKind, Target, TraceSetting, WindowKind,
+    Protocol, StopWhen, Sweep, SweepKind, Target, TraceSetting, WindowKind,
 };
 use crate::client::shm::SharedMemoryKind;
 use crate::input::{InputData, ShapeOverride};
@@ -35,6 +35,8 @@ pub struct Settings {
     pub output_shared_memory_size: Option<u64>,
     pub input_data: Option<String>,
     pub measurement_mode: Option<String>,
+    /// `stable` or `ci=P%[,max=T]` ([`StopWhen`]).
+    pub stop_when: Option<String>,
     pub measurement_interval_ms: Option<u64>,
     pub measurement_request_count: Option<u64>,
     pub request_count: Option<u64>,
@@ -82,6 +84,7 @@ impl Settings {
             output_shared_memory_size,
             input_data,
             measurement_mode,
+            stop_when,
             measurement_interval_ms,
             measurement_request_count,
             request_count,
@@ -191,6 +194,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         Some(text) => text.parse().map_err(PlanError::Invalid)?,
         None => d.window,
     };
+    let stop_when: StopWhen = s.stop_when.as_deref().unwrap_or(d.stop_when).parse().map_err(PlanError::Invalid)?;
     let out = match (kind, &s.out) {
         (SweepKind::Profile, out) => out.clone(),
         (_, Some(out)) => Some(out.clone()),
@@ -223,6 +227,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         },
         measurement: Measurement {
             mode,
+            stop_when,
             interval_ms: s.measurement_interval_ms.unwrap_or(d.measurement_interval_ms),
             request_count: s.measurement_request_count.unwrap_or(d.measurement_request_count),
             stability_percentage: s.stability_percentage.unwrap_or(d.stability_percentage),

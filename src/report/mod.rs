@@ -217,6 +217,11 @@ pub fn render_report(rows: &[ReportRow], meta: &TableMeta, plots: &[String]) -> 
     }
     md.push_str("<details>\n<summary>Results Table</summary>\n\n");
     md.push_str(&table::render_results(rows, &meta.layout));
+    let notes = table::render_notes(rows);
+    if !notes.is_empty() {
+        md.push('\n');
+        md.push_str(&notes);
+    }
     md.push_str("\n</details>\n");
     md
 }
@@ -298,6 +303,10 @@ mod tests {
             p99_spread_pct: 5.0,
             avg_spread_pct: 1.0,
             server_avg_batch: batch as f64,
+            throughput_ci: crate::results::Interval::UNKNOWN,
+            p50_ci: crate::results::Interval::UNKNOWN,
+            p99_ci: crate::results::Interval::UNKNOWN,
+            overloaded: false,
         }
     }
 

@@ -3,18 +3,22 @@
 //!
 //! Text uses the bundled DejaVu Sans (`assets/fonts/`), registered with plotters' ab_glyph
 //! support, so a PNG looks the same on every machine and needs no system fonts.
+//!
+//! Rows with 95% intervals get whiskers: on throughput points, and on p99 markers (none for a
+//! low-sample p99, whose interval is open).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use plotters::coord::Shift;
+use plotters::element::ErrorBarOrientV;
 use plotters::prelude::*;
 use plotters::style::full_palette;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::TableKind;
 use crate::results::csv::{stages_us, STAGE_NAMES};
-use crate::results::{LoadPoint, ReportRow};
+use crate::results::{Interval, LoadPoint, ReportRow};
 
 const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
@@ -197,6 +201,29 @@ fn has_stage_breakdown(rows: &[ReportRow]) -> bool {
     rows.iter().any(|r| stages_us(r).iter().any(|s| s.is_finite()))
 }
 
+/// An interval as whisker ends, when both are finite.
+fn whisker(ci: Interval) -> Option<(f64, f64)> {
+    (ci.low.is_finite() && ci.high.is_finite()).then_some((ci.low, ci.high))
+}
+
+/// The throughput whisker of a row.
+fn throughput_whisker(r: &ReportRow) -> Option<(f64, f64)> {
+    whisker(r.throughput_ci)
+}
+
+/// The p99 whisker of a row, in ms (none for a low-sample p99).
+fn p99_whisker_ms(r: &ReportRow) -> Option<(f64, f64)> {
+    if r.low_sample(99.0) {
+        return None;
+    }
+    whisker(r.p99_ci).map(|(lo, hi)| (ms(lo), ms(hi)))
+}
+
+/// The highest throughput to fit on an axis: the values and their whiskers' tops.
+fn throughput_top(rows: &[ReportRow]) -> f64 {
+    rows.iter().map(|r| throughput_whisker(r).map_or(r.throughput, |(_, hi)| hi.max(r.throughput))).fold(0.0, f64::max)
+}
+
 /// A finite upper bound with headroom, never zero (plotters needs a non-empty range).
 fn headroom(max: f64) -> f64 {
     if max.is_finite() && max > 0.0 {
@@ -295,7 +322,7 @@ fn label_for(labels: &[String], value: &SegmentValue<i32>) -> String {
 fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(rows, Axis::Batch);
-    let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
+    let y_max = headroom(throughput_top(rows));
     let mut chart = ChartBuilder::on(root)
         .margin(16)
         .x_label_area_size(50)
@@ -318,13 +345,18 @@ fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: 
     let (line, dots) = throughput_line(rows, 2);
     chart.draw_series(line).map_err(e)?.label("Inferences/second").legend(line_legend(LINE_COLOR, 2));
     chart.draw_series(dots).map_err(e)?;
+    chart.draw_series(throughput_whiskers(rows)).map_err(e)?;
     draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 14)
 }
 
 fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let x_max = headroom(rows.iter().flat_map(|r| [ms(r.avg_us), ms(r.p99_us)]).fold(0.0, f64::max));
-    let y_max = headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
+    let x_max = headroom(
+        rows.iter()
+            .flat_map(|r| [ms(r.avg_us), ms(r.p99_us), p99_whisker_ms(r).map_or(0.0, |(_, hi)| hi)])
+            .fold(0.0, f64::max),
+    );
+    let y_max = headroom(throughput_top(rows));
     let mut chart = ChartBuilder::on(root)
         .margin(16)
         .x_label_area_size(50)
@@ -357,6 +389,22 @@ fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows
             .label(name)
             .legend(line_legend(color, 2));
         chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(e)?;
+        // Throughput whiskers on every point; the p99 point also gets its latency interval.
+        let style = color.stroke_width(1);
+        chart
+            .draw_series(rows.iter().filter(|r| latency(r).is_finite()).filter_map(|r| {
+                throughput_whisker(r)
+                    .map(|(lo, hi)| ErrorBar::new_vertical(ms(latency(r)), lo, r.throughput, hi, style, 8))
+            }))
+            .map_err(e)?;
+        if name.starts_with("p99") {
+            chart
+                .draw_series(rows.iter().filter_map(|r| {
+                    p99_whisker_ms(r)
+                        .map(|(lo, hi)| ErrorBar::new_horizontal(r.throughput, lo, ms(r.p99_us), hi, style, 8))
+                }))
+                .map_err(e)?;
+        }
     }
     // Each avg point names its batch size.
     chart
@@ -388,8 +436,13 @@ fn stacked_latency<DB: DrawingBackend>(
         }
     };
     // Data fills the lower ~60%, so the legend (upper left) never covers it.
-    let y_max = 1.45 * headroom(rows.iter().flat_map(|r| [bar_top(r), ms(r.p99_us)]).fold(0.0, f64::max));
-    let t_max = 1.45 * headroom(rows.iter().map(|r| r.throughput).fold(0.0, f64::max));
+    let y_max = 1.45
+        * headroom(
+            rows.iter()
+                .flat_map(|r| [bar_top(r), ms(r.p99_us), p99_whisker_ms(r).map_or(0.0, |(_, hi)| hi)])
+                .fold(0.0, f64::max),
+        );
+    let t_max = 1.45 * headroom(throughput_top(rows));
     let x_desc = match axis {
         Axis::Batch => "Batch size",
         Axis::Load => load_axis_name(rows),
@@ -464,6 +517,20 @@ fn stacked_latency<DB: DrawingBackend>(
             .map_err(e)?
             .label("p99 latency")
             .legend(|(x, y)| TriangleMarker::new((x + 7, y), 6, BLACK.filled()));
+        chart
+            .draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
+                p99_whisker_ms(r).map(|(lo, hi)| {
+                    ErrorBar::new_vertical(
+                        SegmentValue::CenterOf(i as i32),
+                        lo,
+                        ms(r.p99_us),
+                        hi,
+                        BLACK.stroke_width(1),
+                        8,
+                    )
+                })
+            }))
+            .map_err(e)?;
     }
     if with_throughput {
         chart
@@ -481,6 +548,7 @@ fn stacked_latency<DB: DrawingBackend>(
             .label("Inferences/second (right axis)")
             .legend(line_legend(LINE_COLOR, 3));
         chart.draw_secondary_series(dots).map_err(e)?;
+        chart.draw_secondary_series(throughput_whiskers(rows)).map_err(e)?;
     }
     draw_legend(&mut *chart, SeriesLabelPosition::UpperLeft, 13)
 }
@@ -497,6 +565,27 @@ fn throughput_line<DB: DrawingBackend>(
         rows.iter().enumerate().map(|(i, r)| (SegmentValue::CenterOf(i as i32), r.throughput)).collect();
     let dots = points.iter().map(|p| Circle::new(p.clone(), 4, LINE_COLOR.filled())).collect();
     (LineSeries::new(points, LINE_COLOR.stroke_width(stroke_width)), dots)
+}
+
+/// Throughput intervals as whiskers on the category axis.
+fn throughput_whiskers(
+    rows: &[ReportRow],
+) -> Vec<ErrorBar<SegmentValue<i32>, f64, ErrorBarOrientV<SegmentValue<i32>, f64>>> {
+    rows.iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            throughput_whisker(r).map(|(lo, hi)| {
+                ErrorBar::new_vertical(
+                    SegmentValue::CenterOf(i as i32),
+                    lo,
+                    r.throughput,
+                    hi,
+                    LINE_COLOR.stroke_width(2),
+                    10,
+                )
+            })
+        })
+        .collect()
 }
 
 /// The legend mark of a line series.

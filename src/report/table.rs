@@ -4,12 +4,17 @@
 //! The seeds printed their tables with Python's `tabulate` (`pipe` format): numbers right-aligned
 //! on their decimal point, text left-aligned, every column at least two wider than its header.
 //! [`pipe_table`] reproduces that byte for byte, so a seed's table can be rendered back exactly.
+//!
+//! perfbench's own rows add what the seeds' tables lack, in the cells themselves: throughput, p50
+//! and p99 as `value ± half-width` of their 95% interval (the wider side of an asymmetric one),
+//! and a percentile resting on too few requests ([`ReportRow::low_sample`]) as `value*` without
+//! an interval. A row read from a CSV without intervals or request counts (a seed) prints plain.
 
 use serde::{Deserialize, Serialize};
 
 use crate::results::csv::{latencies_us, LATENCY_COLUMNS, REQUEST_RATE_COLUMN};
 use crate::results::format::{fixed, format_e, format_g, round_decimal};
-use crate::results::{LoadPoint, ReportRow};
+use crate::results::{Interval, LoadPoint, ReportRow};
 
 /// A column repeated with one value on every row, as 002/004 print `Precision` and `Sequence Length`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -60,10 +65,19 @@ impl PipeColumn {
     }
 }
 
-/// Whether tabulate would read the cell as a number (so the column aligns right).
+/// Whether tabulate would read the cell as a number (so the column aligns right). perfbench's
+/// marked cells (`12.5 ± 0.3`, `12.5*`) count as numbers too: seeds never hold them.
 fn is_number(cell: &str) -> bool {
+    let parses = |t: &str| {
+        let t = t.trim();
+        !t.is_empty() && t.parse::<f64>().is_ok()
+    };
     let c = cell.trim();
-    !c.is_empty() && c.parse::<f64>().is_ok()
+    let c = c.strip_suffix('*').unwrap_or(c);
+    match c.split_once(" ± ") {
+        Some((value, half)) => parses(value) && parses(half),
+        None => parses(c),
+    }
 }
 
 fn is_int(cell: &str) -> bool {
@@ -156,6 +170,95 @@ fn load_cells(rows: &[ReportRow], rate_fmt: &dyn Fn(f64) -> String) -> (bool, Ve
     (open_loop, cells)
 }
 
+/// Which measured quantity a cell shows, for its interval and low-sample mark.
+#[derive(Clone, Copy)]
+enum Quantity {
+    Throughput,
+    /// A percentile (50, 90, 95, 99).
+    Percentile(u32),
+    Other,
+}
+
+impl Quantity {
+    /// The quantity of latency column `i` of [`LATENCY_COLUMNS`].
+    fn of_latency(i: usize) -> Quantity {
+        match i {
+            7 => Quantity::Percentile(50),
+            8 => Quantity::Percentile(90),
+            9 => Quantity::Percentile(95),
+            10 => Quantity::Percentile(99),
+            _ => Quantity::Other,
+        }
+    }
+}
+
+/// A cell with its interval or low-sample mark; `format` prints both the value and the ±.
+fn marked(row: &ReportRow, quantity: Quantity, value: f64, format: &dyn Fn(f64) -> String) -> String {
+    let (ci, low): (Interval, bool) = match quantity {
+        Quantity::Throughput => (row.throughput_ci, false),
+        Quantity::Percentile(p) if row.low_sample(p as f64) => (Interval::UNKNOWN, true),
+        Quantity::Percentile(50) => (row.p50_ci, false),
+        Quantity::Percentile(99) => (row.p99_ci, false),
+        _ => (Interval::UNKNOWN, false),
+    };
+    // The interval is about the row's own value; `value` may be that value in other units.
+    let reference = match quantity {
+        Quantity::Throughput => row.throughput,
+        Quantity::Percentile(50) => row.p50_us,
+        Quantity::Percentile(99) => row.p99_us,
+        _ => value,
+    };
+    let pm = ci.plus_minus(reference) * if reference != 0.0 { value / reference } else { 1.0 };
+    let cell = format(value);
+    if low {
+        format!("{cell}*")
+    } else if pm.is_finite() {
+        format!("{cell} ± {}", format(pm))
+    } else {
+        cell
+    }
+}
+
+/// Notes under a results table for what its cells mark: the intervals, low-sample percentiles
+/// and overloaded rows. Empty for rows without any (a seed's).
+pub fn render_notes(rows: &[ReportRow]) -> String {
+    let mut notes = Vec::new();
+    let any_ci = rows.iter().any(|r| {
+        r.throughput_ci.plus_minus(r.throughput).is_finite()
+            || r.p50_ci.plus_minus(r.p50_us).is_finite()
+            || r.p99_ci.plus_minus(r.p99_us).is_finite()
+    });
+    if any_ci {
+        notes.push(
+            "± is the half-width of the 95% confidence interval (the wider side): throughput from batch \
+             means over the row's windows, p50 and p99 from a bootstrap over its windows."
+                .to_string(),
+        );
+    }
+    if rows.iter().any(|r| !r.low_sample_names().is_empty()) {
+        notes.push(
+            "\\* low-sample: the row holds fewer requests than the percentile needs (p50 20, p90 100, \
+             p95 200, p99 1,000), so the value is shown for reference only."
+                .to_string(),
+        );
+    }
+    let overloaded: Vec<String> = rows
+        .iter()
+        .filter(|r| r.overloaded)
+        .map(|r| match r.load {
+            LoadPoint::Concurrency(c) => format!("batch {} at concurrency {c}", r.batch),
+            LoadPoint::RequestRate(rate) => format!("batch {} at {} req/s", r.batch, format_g(rate)),
+        })
+        .collect();
+    if !overloaded.is_empty() {
+        notes.push(format!(
+            "Overloaded (the server queue grew window after window; latencies depend on how long it ran): {}.",
+            overloaded.join(", ")
+        ));
+    }
+    notes.iter().map(|n| format!("{n}\n")).collect::<Vec<_>>().join("\n")
+}
+
 /// The results table of `rows` in `layout`, as Markdown (ends with a newline).
 pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
     let ms = |us: f64| us / 1000.0;
@@ -177,12 +280,22 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
             });
             columns.push(PipeColumn::new(if open_loop { REQUEST_RATE_COLUMN } else { "Concurrency" }, load));
             let throughput = |t: f64| if micro { format_e(t, 2) } else { fixed(t, d) };
-            columns.push(PipeColumn::new("Inferences/Second", rows.iter().map(|r| throughput(r.throughput)).collect()));
+            columns.push(PipeColumn::new(
+                "Inferences/Second",
+                rows.iter().map(|r| marked(r, Quantity::Throughput, r.throughput, &throughput)).collect(),
+            ));
             for (i, name) in LATENCY_COLUMNS.iter().enumerate() {
+                let q = Quantity::of_latency(i);
                 let (header, cells) = if micro {
-                    (name.to_string(), rows.iter().map(|r| fixed(latencies_us(r)[i], 0)).collect())
+                    (
+                        name.to_string(),
+                        rows.iter().map(|r| marked(r, q, latencies_us(r)[i], &|v| fixed(v, 0))).collect(),
+                    )
                 } else {
-                    (format!("{name} (ms)"), rows.iter().map(|r| fixed(ms(latencies_us(r)[i]), d)).collect())
+                    (
+                        format!("{name} (ms)"),
+                        rows.iter().map(|r| marked(r, q, ms(latencies_us(r)[i]), &|v| fixed(v, d))).collect(),
+                    )
                 };
                 columns.push(PipeColumn::new(header, cells));
             }
@@ -202,9 +315,10 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
             } else {
                 columns.push(PipeColumn::new("Client Batch Size", rows.iter().map(|r| r.batch.to_string()).collect()));
             }
+            let g1 = |t: f64| format_g(round_decimal(t, 1));
             columns.push(PipeColumn::new(
                 "Inferences/second",
-                rows.iter().map(|r| format_g(round_decimal(r.throughput, 1))).collect(),
+                rows.iter().map(|r| marked(r, Quantity::Throughput, r.throughput, &g1)).collect(),
             ));
             let names: &[(&str, usize)] = if online {
                 &[
@@ -225,7 +339,11 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
                 &[("P90 Latency", 8), ("P95 Latency", 9), ("P99 Latency", 10), ("Avg Latency", 11)]
             };
             for (header, i) in names {
-                columns.push(PipeColumn::new(*header, rows.iter().map(|r| g_ms(latencies_us(r)[*i])).collect()));
+                let q = Quantity::of_latency(*i);
+                columns.push(PipeColumn::new(
+                    *header,
+                    rows.iter().map(|r| marked(r, q, ms(latencies_us(r)[*i]), &|v| g_ms(v * 1000.0))).collect(),
+                ));
             }
         }
     }
@@ -255,7 +373,9 @@ mod tests {
 
     #[test]
     fn renders_the_millisecond_layout() {
-        let md = render_results(&[sample_row(8, 1)], &Layout::Milliseconds { decimals: 1 });
+        let row =
+            ReportRow { requests: 0, throughput_ci: Interval::UNKNOWN, p50_ci: Interval::UNKNOWN, ..sample_row(8, 1) };
+        let md = render_results(&[row], &Layout::Milliseconds { decimals: 1 });
         let lines: Vec<&str> = md.lines().collect();
         assert!(lines[0].starts_with("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |"));
         assert!(lines[1].starts_with("|--------:|--------------:|--------------------:|-------------------:|"));
@@ -264,8 +384,34 @@ mod tests {
     }
 
     #[test]
+    fn rows_with_intervals_print_them_and_mark_low_sample_percentiles() {
+        // sample_row: 100 requests, throughput 2053.9 in [2000, 2100.5], p50 3850 µs in
+        // [3800, 3900]; p90, p95 and p99 need more than 100 requests.
+        let md = render_results(&[sample_row(8, 1)], &Layout::Milliseconds { decimals: 2 });
+        let row = md.lines().nth(2).unwrap();
+        assert!(row.contains(" 2053.90 ± 53.90 |"), "{row}");
+        assert!(row.contains(" 3.85 ± 0.05 |"), "{row}");
+        assert!(row.contains(" 3.90 | ") && row.contains(" 3.95* | ") && row.contains(" 4.10* | "), "{row}");
+        assert_eq!(md.lines().nth(1).unwrap().matches(":|").count(), 15, "marked cells align right: {md}");
+        let notes = render_notes(&[sample_row(8, 1)]);
+        assert!(notes.contains("95% confidence interval") && notes.contains("low-sample"), "{notes}");
+        assert!(notes.contains("Overloaded") && notes.contains("batch 8 at concurrency 1"), "{notes}");
+        let plain = ReportRow {
+            requests: 0,
+            throughput_ci: Interval::UNKNOWN,
+            p50_ci: Interval::UNKNOWN,
+            p99_ci: Interval::UNKNOWN,
+            overloaded: false,
+            ..sample_row(8, 1)
+        };
+        assert_eq!(render_notes(&[plain.clone()]), "");
+        assert!(!render_results(&[plain], &Layout::Microseconds).contains(['±', '*']));
+    }
+
+    #[test]
     fn renders_the_microsecond_layout() {
-        let md = render_results(&[sample_row(256, 1)], &Layout::Microseconds);
+        let row = ReportRow { requests: 0, throughput_ci: Interval::UNKNOWN, ..sample_row(256, 1) };
+        let md = render_results(&[row], &Layout::Microseconds);
         let lines: Vec<&str> = md.lines().collect();
         assert!(lines[0].starts_with("|    |   Batch |"));
         assert!(

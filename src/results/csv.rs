@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::row::{LoadPoint, ReportRow};
+use super::row::{Interval, LoadPoint, ReportRow};
 
 /// The columns of `report.csv`, in order (latencies in µs).
 pub const REPORT_COLUMNS: [&str; 15] = [
@@ -47,8 +47,42 @@ pub const STAGE_NAMES: [&str; 7] = report_columns(3);
 /// Every latency column: the stages, then p50, p90, p95, p99 and avg.
 pub const LATENCY_COLUMNS: [&str; 12] = report_columns(3);
 
-/// perfbench's own columns after [`REPORT_COLUMNS`]; the gate reads them by these names.
-pub const EXTRA_COLUMNS: [&str; 5] = ["Failed", "Stable", "Throughput Spread (%)", "p99 Spread (%)", "avg Spread (%)"];
+/// perfbench's own columns after [`REPORT_COLUMNS`]; the gate reads them by these names. A CSV
+/// without the later ones (an older report.csv) reads as "not measured": 0 requests (not judged
+/// low-sample), not overloaded, unknown intervals.
+pub const EXTRA_COLUMNS: [&str; 14] = [
+    "Failed",
+    "Stable",
+    "Throughput Spread (%)",
+    "p99 Spread (%)",
+    "avg Spread (%)",
+    "Requests",
+    "Overloaded",
+    "Low-Sample Percentiles",
+    CI_COLUMNS[0],
+    CI_COLUMNS[1],
+    CI_COLUMNS[2],
+    CI_COLUMNS[3],
+    CI_COLUMNS[4],
+    CI_COLUMNS[5],
+];
+
+/// The 95% interval bounds of throughput, p50 and p99 (latencies in µs), in report.csv and in
+/// perf_analyzer's CSV with `--verbose-csv`.
+pub const CI_COLUMNS: [&str; 6] = [
+    "Inferences/Second CI Low",
+    "Inferences/Second CI High",
+    "p50 latency CI Low",
+    "p50 latency CI High",
+    "p99 latency CI Low",
+    "p99 latency CI High",
+];
+
+/// A row's intervals in [`CI_COLUMNS`] order.
+pub fn ci_bounds(row: &ReportRow) -> [f64; 6] {
+    let [t, p50, p99] = [row.throughput_ci, row.p50_ci, row.p99_ci];
+    [t.low, t.high, p50.low, p50.high, p99.low, p99.high]
+}
 
 /// The second column of `report.csv` when the sweep was open loop.
 pub const REQUEST_RATE_COLUMN: &str = "Request Rate";
@@ -109,6 +143,10 @@ pub enum Field {
     ThroughputSpread,
     P99Spread,
     AvgSpread,
+    Requests,
+    Overloaded,
+    /// One of [`CI_COLUMNS`].
+    Ci(usize),
 }
 
 /// Names the column, and the unit its header states if it states one.
@@ -143,7 +181,9 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "throughput spread (%)" => Field::ThroughputSpread,
         "p99 spread (%)" => Field::P99Spread,
         "avg spread (%)" => Field::AvgSpread,
-        _ => return None,
+        "requests" => Field::Requests,
+        "overloaded" => Field::Overloaded,
+        other => return CI_COLUMNS.iter().position(|c| c.eq_ignore_ascii_case(other)).map(|i| (Field::Ci(i), unit)),
     };
     Some((field, unit))
 }
@@ -263,6 +303,9 @@ struct RowBuilder {
     failed: u64,
     stable: bool,
     spreads_pct: [f64; 3],
+    requests: u64,
+    overloaded: bool,
+    ci: [f64; 6],
 }
 
 impl Default for RowBuilder {
@@ -278,6 +321,9 @@ impl Default for RowBuilder {
             failed: 0,
             stable: true,
             spreads_pct: [f64::NAN; 3],
+            requests: 0,
+            overloaded: false,
+            ci: [f64::NAN; 6],
         }
     }
 }
@@ -308,13 +354,15 @@ impl RowBuilder {
                 let f = number()?;
                 self.failed = if f.is_nan() { 0 } else { f as u64 };
             }
-            Field::Stable => {
-                self.stable = match value.to_ascii_lowercase().as_str() {
-                    "true" | "1" | "yes" | "" => true,
-                    "false" | "0" | "no" => false,
-                    _ => return Err(()),
-                }
+            Field::Stable => self.stable = flag(value, true)?,
+            Field::Overloaded => self.overloaded = flag(value, false)?,
+            Field::Requests => {
+                let n = number()?;
+                self.requests = if n.is_nan() { 0 } else { n as u64 };
             }
+            // Throughput bounds (0, 1) are per second; latency bounds take the column's unit.
+            Field::Ci(i) if i < 2 => self.ci[i] = number()?,
+            Field::Ci(i) => self.ci[i] = unit.to_us(number()?),
             Field::ThroughputSpread => self.spreads_pct[0] = number()?,
             Field::P99Spread => self.spreads_pct[1] = number()?,
             Field::AvgSpread => self.spreads_pct[2] = number()?,
@@ -323,6 +371,7 @@ impl RowBuilder {
     }
 
     fn finish(self, open_loop: bool) -> ReportRow {
+        let ci = |i: usize| Interval::new(self.ci[i], self.ci[i + 1]);
         let [client_send_us, network_us, server_queue_us, compute_input_us, compute_infer_us, compute_output_us, client_recv_us] =
             self.stages_us;
         let avg_us = if self.avg_us.is_nan() { self.stages_us.iter().sum() } else { self.avg_us };
@@ -347,7 +396,7 @@ impl RowBuilder {
             p95_us: self.percentiles_us[2],
             p99_us: self.percentiles_us[3],
             avg_us,
-            requests: 0,
+            requests: self.requests,
             failed: self.failed,
             late: 0,
             missed: 0,
@@ -356,7 +405,21 @@ impl RowBuilder {
             p99_spread_pct: self.spreads_pct[1],
             avg_spread_pct: self.spreads_pct[2],
             server_avg_batch: 0.0,
+            throughput_ci: ci(0),
+            p50_ci: ci(2),
+            p99_ci: ci(4),
+            overloaded: self.overloaded,
         }
+    }
+}
+
+/// A true/false cell; empty reads as `empty`.
+fn flag(value: &str, empty: bool) -> Result<bool, ()> {
+    match value.to_ascii_lowercase().as_str() {
+        "" => Ok(empty),
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(()),
     }
 }
 
@@ -423,6 +486,15 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
     columns.push(f64_column("Throughput Spread (%)", &|r| r.throughput_spread_pct));
     columns.push(f64_column("p99 Spread (%)", &|r| r.p99_spread_pct));
     columns.push(f64_column("avg Spread (%)", &|r| r.avg_spread_pct));
+    columns.push(Column::new("Requests".into(), rows.iter().map(|r| r.requests).collect::<Vec<u64>>()));
+    columns.push(Column::new("Overloaded".into(), rows.iter().map(|r| r.overloaded).collect::<Vec<bool>>()));
+    columns.push(Column::new(
+        "Low-Sample Percentiles".into(),
+        rows.iter().map(|r| r.low_sample_names().join(";")).collect::<Vec<String>>(),
+    ));
+    for (i, name) in CI_COLUMNS.iter().enumerate() {
+        columns.push(f64_column(name, &|r| ci_bounds(r)[i]));
+    }
     DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 
@@ -565,6 +637,10 @@ request/response,response wait
             p99_spread_pct: 4.5,
             avg_spread_pct: 1.0,
             server_avg_batch: 8.0,
+            throughput_ci: Interval::new(2000.0, 2100.5),
+            p50_ci: Interval::new(3800.0, 3900.0),
+            p99_ci: Interval::new(4000.0, f64::INFINITY),
+            overloaded: true,
         }
     }
 
@@ -583,5 +659,20 @@ request/response,response wait
         assert_eq!(back[1].failed, 2);
         assert!(!back[1].stable);
         assert_eq!(back[1].throughput_spread_pct, 3.25);
+        assert_eq!(back[1].requests, 100);
+        assert!(back[1].overloaded);
+        assert_eq!(back[1].throughput_ci, Interval::new(2000.0, 2100.5));
+        assert_eq!(back[1].p99_ci, Interval::new(4000.0, f64::INFINITY), "an open bound survives");
+        assert!(text.lines().nth(1).unwrap().contains(",p95;p99,"), "{text}");
+    }
+
+    #[test]
+    fn an_older_report_csv_reads_with_unknown_intervals() {
+        let old = "Batch,Concurrency,Inferences/Second,p99 latency,avg latency,Failed,Stable\n1,4,100,900,800,0,true\n";
+        let rows = parse_csv(old, Unit::Us, "old.csv").unwrap();
+        assert_eq!(rows[0].requests, 0);
+        assert!(!rows[0].overloaded);
+        assert!(!rows[0].throughput_ci.is_known() && !rows[0].p99_ci.is_known());
+        assert!(rows[0].low_sample_names().is_empty());
     }
 }

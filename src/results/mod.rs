@@ -11,5 +11,5 @@ pub mod row;
 pub mod server_stats;
 
 pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord};
-pub use row::{LoadPoint, ReportRow};
+pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
 pub use server_stats::{ServerStats, StageTotal};

@@ -2,11 +2,15 @@
 //! `--collect-metrics`), latencies as whole microseconds (truncated, as perf_analyzer's integer
 //! division does) and Inferences/Second in C++ stream notation (6 significant digits).
 //! Rows are written and flushed one at a time, so a run that dies keeps every measured row.
+//! `--verbose-csv` adds perfbench's 95% intervals after all of perf_analyzer's columns (its own
+//! columns stay a byte-identical prefix): throughput as a double, latencies in whole µs, an
+//! unmeasured bound empty and an unbounded one `inf`.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+use super::csv::{ci_bounds, CI_COLUMNS};
 use super::format::format_g;
 use super::{LoadPoint, PointResult};
 
@@ -44,7 +48,26 @@ pub fn header(first: LoadPoint, columns: CsvColumns) -> String {
     if columns.gpu_metrics {
         line.push_str(METRICS_COLUMNS);
     }
+    if columns.verbose {
+        for name in CI_COLUMNS {
+            line.push(',');
+            line.push_str(name);
+        }
+    }
     line
+}
+
+/// One interval bound: throughput as a double, latency in whole µs.
+fn bound(value: f64, latency: bool) -> String {
+    if value.is_nan() {
+        String::new()
+    } else if value.is_infinite() {
+        "inf".into()
+    } else if latency {
+        us(value).to_string()
+    } else {
+        format_g(value)
+    }
 }
 
 fn per_gpu<T: std::fmt::Display>(values: &[(String, T)]) -> String {
@@ -88,6 +111,12 @@ pub fn row_line(result: &PointResult, columns: CsvColumns) -> String {
             per_gpu(&g.total_memory_bytes)
         ));
     }
+    if columns.verbose {
+        for (i, value) in ci_bounds(r).into_iter().enumerate() {
+            line.push(',');
+            line.push_str(&bound(value, i >= 2));
+        }
+    }
     line
 }
 
@@ -116,7 +145,7 @@ impl PaCsvWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{GpuFigures, PointDetail, ReportRow};
+    use crate::results::{GpuFigures, Interval, PointDetail, ReportRow};
 
     #[test]
     fn headers_match_perf_analyzer_2_50_byte_for_byte() {
@@ -126,13 +155,14 @@ mod tests {
         );
         assert_eq!(
             header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: false }),
-            "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait"
+            "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait,\
+Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latency CI High,p99 latency CI Low,p99 latency CI High"
         );
         assert!(
             header(LoadPoint::RequestRate(10.0), CsvColumns::default()).starts_with("Request Rate,Inferences/Second,")
         );
         assert!(header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: true })
-            .ends_with(",response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory"));
+            .contains(",response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory,"));
     }
 
     #[test]
@@ -176,6 +206,10 @@ mod tests {
             p99_spread_pct: 1.0,
             avg_spread_pct: 1.0,
             server_avg_batch: 1.0,
+            throughput_ci: Interval::new(350.25, 356.5),
+            p50_ci: Interval::new(5300.7, 5400.2),
+            p99_ci: Interval::new(12000.0, f64::INFINITY),
+            overloaded: false,
         };
         PointResult { row, detail: PointDetail { exchange_us: 5640.5, ..Default::default() } }
     }
@@ -185,12 +219,21 @@ mod tests {
         let columns = CsvColumns { verbose: true, gpu_metrics: false };
         assert_eq!(
             row_line(&result(), columns),
-            "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004,5657,70,5570"
+            "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004,5657,70,5570,350.25,356.5,5300,5400,12000,inf"
+        );
+        assert_eq!(
+            row_line(&result(), CsvColumns::default()),
+            "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004"
         );
         let mut with_gpu = result();
         with_gpu.detail.gpu = Some(GpuFigures { utilization: vec![("GPU-1".into(), 0.5)], ..Default::default() });
         let line = row_line(&with_gpu, CsvColumns { verbose: true, gpu_metrics: true });
-        assert!(line.ends_with(",GPU-1:0.5;,,,"), "{line}");
+        assert!(line.ends_with(",GPU-1:0.5;,,,,350.25,356.5,5300,5400,12000,inf"), "{line}");
+        // The verbose CSV reads back with its intervals.
+        let text = format!("{}\n{}\n", header(LoadPoint::Concurrency(1), columns), row_line(&result(), columns));
+        let rows = crate::results::csv::parse_csv(&text, crate::results::csv::Unit::Us, "pa.csv").unwrap();
+        assert_eq!(rows[0].throughput_ci, Interval::new(350.25, 356.5));
+        assert_eq!(rows[0].p99_ci, Interval::new(12000.0, f64::INFINITY));
     }
 
     #[test]

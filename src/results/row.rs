@@ -12,6 +12,64 @@ pub enum LoadPoint {
     RequestRate(f64),
 }
 
+/// A 95% confidence interval. Bounds are NaN when not measured (a CSV without interval columns,
+/// a row of one window); an upper bound is +∞ when the samples cannot bound it (a tail percentile
+/// of too few requests).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Interval {
+    pub const UNKNOWN: Interval = Interval { low: f64::NAN, high: f64::NAN };
+
+    pub fn new(low: f64, high: f64) -> Interval {
+        Interval { low, high }
+    }
+
+    /// Both bounds measured (the upper may be +∞).
+    pub fn is_known(&self) -> bool {
+        !self.low.is_nan() && !self.high.is_nan()
+    }
+
+    /// The larger distance from `value` to a bound: the "±" of an interval that need not be
+    /// symmetric. NaN when unknown.
+    pub fn plus_minus(&self, value: f64) -> f64 {
+        if !self.is_known() {
+            return f64::NAN;
+        }
+        (value - self.low).max(self.high - value).max(0.0)
+    }
+
+    /// [`plus_minus`](Self::plus_minus) in percent of `value` (NaN when unknown or `value` ≤ 0).
+    pub fn plus_minus_pct(&self, value: f64) -> f64 {
+        if value > 0.0 {
+            self.plus_minus(value) / value * 100.0
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+impl Default for Interval {
+    fn default() -> Self {
+        Interval::UNKNOWN
+    }
+}
+
+/// Requests a row needs before its `percentile` counts as measured: ten beyond it (p50: 20,
+/// p90: 100, p95: 200, p99: 1,000). With fewer, the percentile rests on a handful of the slowest
+/// requests, and one scheduling hiccup moves it by tens of percent.
+pub fn min_requests_for(percentile: f64) -> u64 {
+    const TAIL_SAMPLES: f64 = 10.0;
+    let beyond = (1.0 - percentile / 100.0).max(1e-6);
+    (TAIL_SAMPLES / beyond).round() as u64
+}
+
+/// The percentiles every row reports, with their report.csv names.
+pub const PERCENTILES: [(f64, &str); 4] = [(50.0, "p50"), (90.0, "p90"), (95.0, "p95"), (99.0, "p99")];
+
 /// One measured sweep point. Latencies are in microseconds; throughput in inferences/second.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReportRow {
@@ -46,6 +104,26 @@ pub struct ReportRow {
     pub avg_spread_pct: f64,
     /// Server-side average executed batch (Δinference_count / Δexecution_count), 0 if unknown.
     pub server_avg_batch: f64,
+    /// 95% confidence intervals of throughput, p50 and p99 (see `measure::interval`).
+    pub throughput_ci: Interval,
+    pub p50_ci: Interval,
+    pub p99_ci: Interval,
+    /// The server queue time kept growing window over window: the load exceeds what the server
+    /// sustains, and the row's latencies depend on how long it was measured.
+    pub overloaded: bool,
+}
+
+impl ReportRow {
+    /// Whether `percentile` of this row rests on fewer requests than [`min_requests_for`] asks.
+    /// A row whose request count is unknown (0: a CSV without a `Requests` column) is not judged.
+    pub fn low_sample(&self, percentile: f64) -> bool {
+        self.requests > 0 && self.requests < min_requests_for(percentile)
+    }
+
+    /// The names of the row's low-sample percentiles, e.g. `["p95", "p99"]`.
+    pub fn low_sample_names(&self) -> Vec<&'static str> {
+        PERCENTILES.iter().filter(|(p, _)| self.low_sample(*p)).map(|(_, name)| *name).collect()
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +155,33 @@ impl ReportRow {
             p99_spread_pct: 0.0,
             avg_spread_pct: 0.0,
             server_avg_batch: 0.0,
+            throughput_ci: Interval::UNKNOWN,
+            p50_ci: Interval::UNKNOWN,
+            p99_ci: Interval::UNKNOWN,
+            overloaded: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_need_ten_requests_beyond_them() {
+        assert_eq!([50.0, 90.0, 95.0, 99.0].map(min_requests_for), [20, 100, 200, 1000]);
+        let row = ReportRow { requests: 500, ..ReportRow::zeroed(LoadPoint::Concurrency(1)) };
+        assert_eq!(row.low_sample_names(), ["p99"]);
+        let unknown = ReportRow { requests: 0, ..row };
+        assert!(unknown.low_sample_names().is_empty(), "an old CSV's rows are not judged");
+    }
+
+    #[test]
+    fn plus_minus_is_the_wider_side() {
+        let ci = Interval::new(90.0, 130.0);
+        assert_eq!(ci.plus_minus(100.0), 30.0);
+        assert_eq!(ci.plus_minus_pct(100.0), 30.0);
+        assert!(Interval::UNKNOWN.plus_minus(1.0).is_nan());
+        assert_eq!(Interval::new(1.0, f64::INFINITY).plus_minus(2.0), f64::INFINITY);
     }
 }

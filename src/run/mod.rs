@@ -16,7 +16,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 
 use self::interrupt::Interrupt;
-use self::observe::{window_mode, Export, Recorder};
+use self::observe::{stop_rule, window_mode, Export, Recorder};
 use self::session::Session;
 use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, SweepPoints, Target as SweepTarget};
 use crate::client::grpc::GrpcClient;
@@ -340,6 +340,7 @@ fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
     let m = &sweep.measurement;
     MeasureSettings {
         window: window_mode(sweep),
+        stop: stop_rule(sweep),
         stability_pct: m.stability_percentage,
         max_trials: m.max_trials,
         percentile: m.percentile,

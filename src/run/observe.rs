@@ -3,17 +3,20 @@
 //! shows perf_analyzer's blocks (`profile`) or a progress line, and `--collect-metrics` scrapes
 //! GPU gauges beside each point. [`Recorder::finish`] writes what needs all rows: report.md,
 //! the plots and the profile export.
+//!
+//! A results-folder sweep starts by printing what it will measure and how long it may take, and
+//! its progress line counts points ("[k/N]") with an ETA from the points measured so far.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::sweep::SweepObserver;
+use super::sweep::{SweepObserver, WindowProgress, WARMUP_MAX};
 use crate::load::LoadMode;
 use crate::measure::gpu_metrics::GpuCollector;
-use crate::measure::{Window, WindowFigures, WindowMode};
-use crate::plan::{Distribution, Load, Sweep, SweepKind, WindowKind};
+use crate::measure::{Stop, WindowMode, STABLE_WINDOWS};
+use crate::plan::{Distribution, Levels, Load, StopWhen, Sweep, SweepKind, WindowKind};
 use crate::report::pa_summary::{self, RunDescription, Wire};
 use crate::report::{pa_export, RunConfig, TableKind};
 use crate::results::csv::write_report_csv;
@@ -40,6 +43,9 @@ pub struct Recorder {
     label: String,
     /// Points of the sweep (batch sizes × load levels), when known: "[k/N]".
     planned: Option<usize>,
+    /// The longest a point may take, when the rule bounds it (the ETA before the first point).
+    point_bound: Option<Duration>,
+    started: Instant,
     pub results: Vec<PointResult>,
     gpu: Option<(reqwest::Client, String, Duration)>,
     collector: Option<GpuCollector>,
@@ -98,12 +104,11 @@ impl Recorder {
                 Some((http, url, Duration::from_millis(m.interval_ms)))
             }
         };
-        let planned = match &sweep.load {
-            Load::Concurrency { levels } if !sweep.binary_search => {
-                levels.max().map(|_| levels.values(0).len() * sweep.batch_sizes.values(0).len())
-            }
-            _ => None,
-        };
+        let planned = planned_points(sweep);
+        let point_bound = point_bound(sweep);
+        if sweep.kind != SweepKind::Profile {
+            eprintln!("{}", sweep_outline(sweep, planned, point_bound));
+        }
         Ok(Recorder {
             kind: sweep.kind,
             wire,
@@ -112,6 +117,8 @@ impl Recorder {
             progress,
             label: String::new(),
             planned,
+            point_bound,
+            started: Instant::now(),
             results: Vec::new(),
             gpu,
             collector: None,
@@ -147,16 +154,33 @@ impl Recorder {
     }
 }
 
-impl SweepObserver for Recorder {
-    fn point_started(&mut self, mode: &LoadMode) {
-        self.label = match mode.point() {
-            LoadPoint::Concurrency(c) => format!("concurrency {c}"),
-            LoadPoint::RequestRate(r) => format!("{} req/s", format_g(r)),
+impl Recorder {
+    /// "ETA 1m 20s" from the points measured so far (or the bound per point before the first).
+    fn eta(&self) -> String {
+        let Some(planned) = self.planned else {
+            return String::new();
         };
+        let done = self.results.len();
+        let left = planned.saturating_sub(done);
+        let per_point = if done > 0 { Some(self.started.elapsed() / done as u32) } else { self.point_bound };
+        match per_point {
+            Some(p) if left > 0 => format!(" · ETA {}", human(p * left as u32)),
+            _ => String::new(),
+        }
+    }
+}
+
+impl SweepObserver for Recorder {
+    fn warm_up_started(&mut self, mode: &LoadMode) {
+        self.progress.set_message(format!("warming up at {}{}", point_label(mode), self.eta()));
+    }
+
+    fn point_started(&mut self, mode: &LoadMode) {
+        self.label = point_label(mode);
         if let Some(n) = self.planned {
             self.label = format!("[{}/{n}] {}", self.results.len() + 1, self.label);
         }
-        self.progress.set_message(format!("{}: measuring", self.label));
+        self.progress.set_message(format!("{}: measuring{}", self.label, self.eta()));
         if self.verbose > 0 && self.description.is_some() {
             let load = match mode.point() {
                 LoadPoint::Concurrency(c) => format!("Request concurrency: {c}"),
@@ -169,25 +193,32 @@ impl SweepObserver for Recorder {
         }
     }
 
-    fn window_done(&mut self, trial: usize, window: &Window, figures: WindowFigures, stable: bool) {
+    fn window_done(&mut self, w: &WindowProgress) {
         if self.verbose > 0 {
             // perf_analyzer's -v line, which scripts parse.
             let line = format!(
                 "  Pass [{}] throughput: {} infer/sec. Avg latency: {} usec (std {} usec). ",
-                trial + 1,
-                format_g(figures.throughput),
-                window.client.avg_latency_us() as u64,
-                window.client.stdev_us() as u64
+                w.trial + 1,
+                format_g(w.figures.throughput),
+                w.avg_latency_us as u64,
+                w.stdev_us as u64
             );
             self.progress.suspend(|| println!("{line}"));
         }
+        let state = match (w.settling, w.widest_pct, w.stable) {
+            (true, _, _) => "settling".to_string(),
+            (_, _, true) => "done".to_string(),
+            (_, Some(pct), false) if pct.is_finite() => format!("intervals ±{pct:.1}%"),
+            (_, Some(_), false) => "intervals open".to_string(),
+            (_, None, false) => "not yet stable".to_string(),
+        };
         self.progress.set_message(format!(
-            "{}: window {} · {:.1} infer/s · {:.0} µs · {}",
+            "{}: window {} · {:.1} infer/s · {:.0} µs · {state}{}",
             self.label,
-            trial + 1,
-            figures.throughput,
-            figures.latency_us,
-            if stable { "stable" } else { "not yet stable" }
+            w.trial + 1,
+            w.figures.throughput,
+            w.figures.latency_us,
+            self.eta()
         ));
     }
 
@@ -207,13 +238,26 @@ impl SweepObserver for Recorder {
             self.progress.suspend(|| println!("{block}"));
         } else {
             let r = &result.row;
+            let pm = |pct: f64| if pct.is_finite() { format!(" ±{pct:>4.1}%") } else { "       ".into() };
+            let mut flags = Vec::new();
+            if r.low_sample(99.0) {
+                flags.push(format!("p99 from {} requests", r.requests));
+            }
+            if r.overloaded {
+                flags.push("overloaded".into());
+            }
+            if !r.stable {
+                flags.push("unstable".into());
+            }
             let line = format!(
-                "batch {:>5} · {:<16} {:>10.1} infer/s · p99 {:>9.0} µs{}",
+                "batch {:>5} · {:<22} {:>10.1} infer/s{} · p99 {:>9.0} µs{}{}",
                 r.batch,
                 self.label,
                 r.throughput,
+                pm(r.throughput_ci.plus_minus_pct(r.throughput)),
                 r.p99_us,
-                if r.stable { "" } else { " (unstable)" }
+                pm(r.p99_ci.plus_minus_pct(r.p99_us)),
+                if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) }
             );
             self.progress.suspend(|| eprintln!("{line}"));
         }
@@ -257,11 +301,138 @@ fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str) -> RunDescrip
     }
 }
 
+/// What ends a point of this sweep.
+pub fn stop_rule(sweep: &Sweep) -> Stop {
+    match sweep.measurement.stop_when {
+        StopWhen::Stable => Stop::Stable,
+        StopWhen::Ci { half_width_pct, max_ms } => {
+            Stop::Intervals { half_width_pct, max: Duration::from_millis(max_ms) }
+        }
+    }
+}
+
+fn point_label(mode: &LoadMode) -> String {
+    match mode.point() {
+        LoadPoint::Concurrency(c) => format!("concurrency {c}"),
+        LoadPoint::RequestRate(r) => format!("{} req/s", format_g(r)),
+    }
+}
+
+/// Points the sweep measures (batch sizes × load levels), when known in advance: not for a
+/// binary search or an open-ended range (a linear sweep under `-l` may stop before the last).
+fn planned_points(sweep: &Sweep) -> Option<usize> {
+    let levels = match &sweep.load {
+        _ if sweep.binary_search => return None,
+        Load::Concurrency { levels: Levels::Range { end: None, .. } } => return None,
+        Load::Concurrency { levels } => levels.values(0).len(),
+        Load::RequestRate { start, end, step, .. } => ((end - start) / step + 1e-9).floor() as usize + 1,
+        Load::Trace { .. } => 1,
+    };
+    Some(levels * sweep.batch_sizes.values(0).len())
+}
+
+/// The longest one point may take, when the rule bounds it.
+fn point_bound(sweep: &Sweep) -> Option<Duration> {
+    let m = &sweep.measurement;
+    if m.total_requests.is_some() {
+        return None;
+    }
+    match (stop_rule(sweep), m.mode) {
+        (Stop::Intervals { max, .. }, _) => Some(max),
+        (Stop::Stable, WindowKind::TimeWindows) => Some(Duration::from_millis(m.interval_ms) * m.max_trials as u32),
+        (Stop::Stable, WindowKind::CountWindows) => None,
+    }
+}
+
+/// The line a results-folder sweep starts with: its points, their rule and the time it may take.
+fn sweep_outline(sweep: &Sweep, planned: Option<usize>, bound: Option<Duration>) -> String {
+    let batches = sweep.batch_sizes.values(0).len();
+    let points = match planned {
+        Some(n) => format!(
+            "{n} points ({batches} batch size{} × {} load{})",
+            plural(batches),
+            n / batches.max(1),
+            plural(n / batches.max(1))
+        ),
+        None => "points until the latency limit".to_string(),
+    };
+    let m = &sweep.measurement;
+    let rule = match (m.total_requests, m.stop_when) {
+        (Some(n), _) => format!("{n} requests each"),
+        (None, StopWhen::Ci { half_width_pct, max_ms }) => format!(
+            "each until its 95% intervals are within ±{half_width_pct}% (at most {})",
+            human(Duration::from_millis(max_ms))
+        ),
+        (None, StopWhen::Stable) => {
+            format!(
+                "each until {STABLE_WINDOWS} windows agree within {}% (at most {} windows)",
+                m.stability_percentage, m.max_trials
+            )
+        }
+    };
+    let total = match (planned, bound) {
+        (Some(n), Some(b)) => {
+            let warm_up =
+                if matches!(m.stop_when, StopWhen::Ci { .. }) { WARMUP_MAX * batches as u32 } else { Duration::ZERO };
+            format!("; expected to take at most {}", human(b * n as u32 + warm_up))
+        }
+        _ => String::new(),
+    };
+    format!("{}: {points}, {rule}{total}", sweep.kind.name())
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// "45s", "3m 20s", "1h 05m".
+fn human(d: Duration) -> String {
+    let s = d.as_secs_f64().round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
 /// What ends a window of this sweep.
 pub fn window_mode(sweep: &Sweep) -> WindowMode {
     let m = &sweep.measurement;
     match m.mode {
         WindowKind::TimeWindows => WindowMode::Time(Duration::from_millis(m.interval_ms)),
         WindowKind::CountWindows => WindowMode::Count(m.request_count),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::parse_plan;
+
+    fn sweep(line: &str) -> Sweep {
+        let plan = parse_plan(["perfbench"].into_iter().chain(line.split_whitespace())).unwrap();
+        plan.sweeps[0].clone()
+    }
+
+    #[test]
+    fn a_sweep_announces_its_points_and_longest_time() {
+        let s = sweep("online --concurrency 8..256 --out o");
+        let outline = sweep_outline(&s, planned_points(&s), point_bound(&s));
+        assert_eq!(
+            outline,
+            "online: 32 points (1 batch size × 32 loads), each until its 95% intervals are within ±5% (at most 8s); \
+             expected to take at most 4m 21s"
+        );
+        let s = sweep("offline --batch-sizes 1,8,16 --stop-when stable --out o");
+        let outline = sweep_outline(&s, planned_points(&s), point_bound(&s));
+        assert_eq!(
+            outline,
+            "offline: 3 points (3 batch sizes × 1 load), each until 3 windows agree within 10% (at most 10 windows)"
+        );
+        assert_eq!(human(Duration::from_secs(3725)), "1h 02m");
     }
 }

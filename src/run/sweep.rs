@@ -1,18 +1,39 @@
 //! The measuring loop of one batch size: warm up, then measure each load point in turn (a
 //! linear range, or a binary search for the largest value under `-l`), handing every row to an
 //! observer as soon as it is measured so it reaches disk before the next point starts. Each
-//! point runs the load until its windows are stable ([`measure_point`]).
+//! point runs the load until its windows are stable or its intervals tight enough
+//! ([`measure_point`]).
+//!
+//! All durations come from tokio's clock, so tests can run a sweep on paused (virtual) time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use crate::client::{ClientError, InferClient};
 use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, RunningLoad, Schedule};
-use crate::measure::{derive_point, is_stable, MeasureSettings, Window, WindowFigures, WindowMode, STABLE_WINDOWS};
+use crate::measure::window::overloaded;
+use crate::measure::{
+    derive_point, is_stable, window_requests, Batches, Intervals, MeasureSettings, Stop, Window, WindowFigures,
+    WindowMode, STABLE_WINDOWS,
+};
 use crate::plan::MAX_OPEN_CONCURRENCY;
-use crate::results::{LoadPoint, PointResult, ServerStats};
+use crate::results::{min_requests_for, LoadPoint, PointResult, ServerStats};
+
+/// The interval rule looks at a point only after this many windows (after the settling one):
+/// batch means need about ten batches for Student's t to stand on, and checking earlier would
+/// stop on a lucky streak.
+pub const MIN_INTERVAL_WINDOWS: usize = 10;
+/// Under the interval rule a window lasts at least this long, so the per-window work (swapping
+/// and merging the recorders, reading the server's statistics) stays a few percent of the time.
+pub const MIN_WINDOW_TIME: Duration = Duration::from_millis(50);
+/// Warm-up (interval rule): windows until two in a row agree on throughput within this share.
+pub const WARMUP_SETTLED_PCT: f64 = 10.0;
+/// Warm-up (interval rule) gives up settling after this long.
+pub const WARMUP_MAX: Duration = Duration::from_secs(5);
 
 /// The load points of a sweep.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,10 +75,28 @@ pub struct Target<C: InferClient> {
     pub server_stats: bool,
 }
 
+/// One window as the progress display sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowProgress {
+    /// 0-based index of the window within its point.
+    pub trial: usize,
+    pub figures: WindowFigures,
+    /// The point's rule is met after this window.
+    pub stable: bool,
+    /// Interval rule: the widest interval so far, ± percent (None until checked).
+    pub widest_pct: Option<f64>,
+    /// The window only settled the load after a change and is not part of the row.
+    pub settling: bool,
+    /// The client's mean and standard deviation of latency in this window (perf_analyzer's -v).
+    pub avg_latency_us: f64,
+    pub stdev_us: f64,
+}
+
 /// Sees the sweep as it goes: the progress display and the row writers.
 pub trait SweepObserver {
+    fn warm_up_started(&mut self, _mode: &LoadMode) {}
     fn point_started(&mut self, _mode: &LoadMode) {}
-    fn window_done(&mut self, _trial: usize, _window: &Window, _figures: WindowFigures, _stable: bool) {}
+    fn window_done(&mut self, _window: &WindowProgress) {}
     /// A row is measured; writers persist it here. An error ends the sweep.
     fn point_done(&mut self, result: &PointResult) -> std::io::Result<()>;
 }
@@ -91,13 +130,22 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         }
     }
 
+    /// Sends `--warmup-request-count` requests at the first point's load; under the interval
+    /// rule it goes on until throughput settles ([`settle`]), at most [`WARMUP_MAX`].
     async fn warm_up(&mut self, mode: LoadMode) -> Result<(), SweepError> {
-        if self.plan.warmup_requests == 0 {
+        let settling = matches!(self.settings.stop, Stop::Intervals { .. });
+        if self.plan.warmup_requests == 0 && !settling {
             return Ok(());
         }
-        let spec = LoadSpec { request_budget: Some(self.plan.warmup_requests), log_requests: false, ..self.spec(mode) };
+        self.observer.warm_up_started(&mode);
+        let budget = (!settling).then_some(self.plan.warmup_requests);
+        let spec = LoadSpec { request_budget: budget, log_requests: false, ..self.spec(mode.clone()) };
         let load = RunningLoad::start(self.target.client.clone(), self.target.requests.clone(), &spec)?;
-        let outcome = load.wait_completed(self.plan.warmup_requests).await;
+        let outcome = if settling {
+            settle(&load, self.settings, &mode, self.plan.warmup_requests).await
+        } else {
+            load.wait_completed(self.plan.warmup_requests).await
+        };
         load.stop().await;
         outcome.map_err(|error| SweepError::Unreachable { error, measured: 0 })
     }
@@ -112,10 +160,8 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             model: self.target.server_stats.then_some((self.target.model.as_str(), self.target.version.as_str())),
         };
         let observer = &mut *self.observer;
-        let measured = measure_point(&load, &stats, self.settings, mode.point(), |trial, window, figures, stable| {
-            observer.window_done(trial, window, figures, stable)
-        })
-        .await;
+        let measured =
+            measure_point(&load, &stats, self.settings, mode.point(), |window| observer.window_done(window)).await;
         load.stop().await;
         let result = measured.map_err(|error| SweepError::Unreachable { error, measured: self.results.len() })?;
         self.observer.point_done(&result)?;
@@ -242,33 +288,116 @@ fn epoch_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
 
-/// Measures windows of a running load until the last [`STABLE_WINDOWS`] agree or `max_trials`
-/// windows were taken, and derives the row from the last (up to) three. `on_window` sees each
-/// window's figures as it ends (progress display).
+/// Warm-up under the interval rule: at least `min_requests`, then windows (sized as the
+/// point's will be) until two in a row agree on throughput within [`WARMUP_SETTLED_PCT`], or
+/// [`WARMUP_MAX`] has passed.
+async fn settle(
+    load: &RunningLoad,
+    settings: &MeasureSettings,
+    mode: &LoadMode,
+    min_requests: u64,
+) -> Result<(), ClientError> {
+    let deadline = Instant::now() + WARMUP_MAX;
+    let _ = tokio::time::timeout_at(deadline, load.wait_completed(min_requests)).await.unwrap_or(Ok(()))?;
+    let base = match settings.window {
+        WindowMode::Count(n) => n,
+        WindowMode::Time(_) => 1,
+    };
+    let in_flight = match mode {
+        LoadMode::Concurrency(c) => *c as f64,
+        LoadMode::Schedule(_) => f64::NAN,
+    };
+    drop(load.take_window());
+    let mut previous: Option<f64> = None;
+    let mut started = Instant::now();
+    while Instant::now() < deadline {
+        let goal = load.completed() + window_requests(base, in_flight);
+        let _ = tokio::time::timeout_at(deadline, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
+        let span = started.elapsed();
+        if span < MIN_WINDOW_TIME {
+            load.wait_for(MIN_WINDOW_TIME - span).await?;
+        }
+        let window = load.take_window();
+        let ended = Instant::now();
+        let throughput = window.ok as f64 / (ended - started).as_secs_f64().max(1e-9);
+        started = ended;
+        if let Some(before) = previous {
+            if before > 0.0 && (throughput - before).abs() <= before * WARMUP_SETTLED_PCT / 100.0 {
+                break;
+            }
+        }
+        previous = Some(throughput);
+    }
+    Ok(())
+}
+
+/// Measures windows of a running load until the point's rule ([`Stop`]) is met, and derives the
+/// row. `on_window` sees each window as it ends (progress display).
+///
+/// - `--request-count`: one window of exactly that many requests.
+/// - [`Stop::Stable`]: windows until the last [`STABLE_WINDOWS`] agree or `max_trials` were
+///   taken; the row merges the last (up to) three.
+/// - [`Stop::Intervals`]: a first window lets the load settle and is dropped; then windows until
+///   the intervals of throughput, p50 and p99 are tight enough, p99 has its requests and the
+///   queue is not growing, or the time is up. The row merges every window after the first.
+///
+/// Count windows hold at least `k ×` the requests in flight ([`window_requests`]): the
+/// concurrency, or for an open loop the previous window's throughput × latency (Little's law).
 pub async fn measure_point<C: InferClient>(
     load: &RunningLoad,
     stats: &StatsSource<'_, C>,
     settings: &MeasureSettings,
     point: LoadPoint,
-    mut on_window: impl FnMut(usize, &Window, WindowFigures, bool),
+    mut on_window: impl FnMut(&WindowProgress),
 ) -> Result<PointResult, ClientError> {
+    let begun = Instant::now();
     let mut before = stats.read().await?;
     if settings.request_count.is_none() {
         // Whatever finished before the first boundary belongs to no window. With a request
         // count every request belongs to the one window.
         drop(load.take_window());
     }
+    let (deadline, target_pct) = match settings.stop {
+        Stop::Intervals { half_width_pct, max } if settings.request_count.is_none() => {
+            (Some(begun + max), Some(half_width_pct))
+        }
+        _ => (None, None),
+    };
+    // Under the interval rule no window outlasts a share of the time allowed, so even a slow
+    // model gets the windows its intervals need before the deadline.
+    let window_cap = deadline.map(|d| (d - begun) / (MIN_INTERVAL_WINDOWS as u32 + 2));
+    let mut in_flight = match point {
+        LoadPoint::Concurrency(c) => c as f64,
+        LoadPoint::RequestRate(_) => f64::NAN,
+    };
     let mut started = (Instant::now(), epoch_ns());
-    let mut windows: Vec<Window> = Vec::new();
-    let mut figures: Vec<WindowFigures> = Vec::new();
     let mut boundaries = vec![started.1];
-    let trials = if settings.request_count.is_some() { 1 } else { settings.max_trials.max(1) };
+    let mut windows: Vec<Window> = Vec::new();
+    let mut batches = Batches::default();
+    let mut figures: Vec<WindowFigures> = Vec::new();
+    let trials = match (settings.request_count, target_pct) {
+        (Some(_), _) => 1,
+        (None, Some(_)) => usize::MAX,
+        (None, None) => settings.max_trials.max(1),
+    };
     let mut stable = false;
-    for trial in 0..trials {
-        match (settings.request_count, settings.window) {
-            (Some(n), _) => load.wait_completed(n).await?,
-            (None, WindowMode::Time(span)) => load.wait_for(span).await?,
-            (None, WindowMode::Count(n)) => load.wait_completed(load.completed() + n).await?,
+    let mut trial = 0;
+    while trial < trials {
+        match (settings.request_count, settings.window, window_cap) {
+            (Some(n), _, _) => load.wait_completed(n).await?,
+            (None, WindowMode::Time(span), None) => load.wait_for(span).await?,
+            (None, WindowMode::Time(span), Some(cap)) => load.wait_for(span.min(cap)).await?,
+            (None, WindowMode::Count(n), None) => {
+                load.wait_completed(load.completed() + window_requests(n, in_flight)).await?
+            }
+            (None, WindowMode::Count(n), Some(cap)) => {
+                let goal = load.completed() + window_requests(n, in_flight);
+                let _ = tokio::time::timeout_at(started.0 + cap, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
+                let span = started.0.elapsed();
+                if span < MIN_WINDOW_TIME {
+                    load.wait_for(MIN_WINDOW_TIME - span).await?;
+                }
+            }
         }
         let after = stats.read().await?;
         let client = load.take_window();
@@ -277,20 +406,59 @@ pub async fn measure_point<C: InferClient>(
             (Some(b), Some(a)) => Some(a.since(b)),
             _ => None,
         };
-        windows.push(Window { client, duration: ended.0 - started.0, server, start_ns: started.1, end_ns: ended.1 });
+        let window = Window { client, duration: ended.0 - started.0, server, start_ns: started.1, end_ns: ended.1 };
         boundaries.push(ended.1);
-        figures.push(windows[trial].figures(settings.batch, settings.percentile));
-        stable = settings.request_count.is_some() || is_stable(&figures, settings.stability_pct);
-        on_window(trial, &windows[trial], figures[trial], stable);
-        if stable {
+        let window_figures = window.figures(settings.batch, settings.percentile);
+        if matches!(point, LoadPoint::RequestRate(_)) {
+            // Little's law: requests in flight = request throughput × latency.
+            let requests_per_s = window_figures.throughput / settings.batch.max(1) as f64;
+            in_flight = requests_per_s * window.client.avg_latency_us() / 1e6;
+        }
+        let mut progress = WindowProgress {
+            trial,
+            figures: window_figures,
+            stable: false,
+            widest_pct: None,
+            settling: false,
+            avg_latency_us: window.client.avg_latency_us(),
+            stdev_us: window.client.stdev_us(),
+        };
+        match target_pct {
+            None => {
+                windows.push(window);
+                figures.push(window_figures);
+                stable = settings.request_count.is_some() || is_stable(&figures, settings.stability_pct);
+                progress.stable = stable;
+            }
+            Some(_) if trial == 0 => progress.settling = true,
+            Some(target) => {
+                let ok: u64 = batches.iter().map(|w| w.client.ok).sum::<u64>() + window.client.ok;
+                batches.push(window);
+                if batches.windows() >= MIN_INTERVAL_WINDOWS && ok >= min_requests_for(99.0) {
+                    let widest = Intervals::of(batches.iter(), settings.batch).widest_pct();
+                    progress.widest_pct = Some(widest);
+                    stable = widest <= target && !overloaded(batches.iter());
+                    progress.stable = stable;
+                }
+            }
+        }
+        on_window(&progress);
+        trial += 1;
+        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d) && batches.windows() > 0;
+        if stable || out_of_time {
             break;
         }
         before = after;
         started = ended;
     }
-    let merged = &windows[windows.len().saturating_sub(STABLE_WINDOWS)..];
-    let mut result = derive_point(merged, settings.batch, point, stable, settings.percentile);
-    result.detail.trials = windows.len();
+    let mut result = match target_pct {
+        None => {
+            let merged = &windows[windows.len().saturating_sub(STABLE_WINDOWS)..];
+            derive_point(merged, settings.batch, point, stable, settings.percentile)
+        }
+        Some(_) => derive_point(&batches.into_windows(), settings.batch, point, stable, settings.percentile),
+    };
+    result.detail.trials = trial;
     result.detail.window_boundaries_ns = boundaries;
     Ok(result)
 }
@@ -307,7 +475,7 @@ mod tests {
     }
 
     impl SweepObserver for Collect {
-        fn window_done(&mut self, _: usize, _: &Window, _: WindowFigures, _: bool) {
+        fn window_done(&mut self, _: &WindowProgress) {
             self.windows += 1;
         }
         fn point_done(&mut self, result: &PointResult) -> std::io::Result<()> {
@@ -461,6 +629,131 @@ mod tests {
         assert_eq!(r.load, crate::results::LoadPoint::RequestRate(200.0));
         // 2 in flight × 50 ms → 40/s sent; the other ~160/s are missed.
         assert!(r.missed > r.requests, "missed {} vs sent {}", r.missed, r.requests);
+    }
+
+    /// Runs `body` on a current-thread runtime with tokio's clock paused: every sleep advances
+    /// virtual time at once, so the statistics below do not depend on machine speed and the same
+    /// seed gives the same run.
+    fn on_virtual_time<F: std::future::Future>(body: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(body)
+    }
+
+    /// A steady model: latency uniform over 100..=300 ms in whole ms (mean 200 ms, fine enough
+    /// for percentiles within 1%), so 8 in flight give exactly 40 requests/s in the long run.
+    fn steady(seed: u64) -> Target<FakeClient> {
+        target(FakeClient {
+            jitter: Duration::from_millis(100),
+            seed,
+            ..FakeClient::with_latency(Duration::from_millis(200))
+        })
+    }
+    const STEADY_CONCURRENCY: u64 = 8;
+    const STEADY_THROUGHPUT: f64 = 40.0;
+
+    /// The online defaults: count windows of 50 (scaled with the load), intervals within ±5%,
+    /// at most 8 s per point.
+    fn interval_rule(half_width_pct: f64, max: Duration) -> MeasureSettings {
+        MeasureSettings {
+            window: WindowMode::Count(50),
+            stop: Stop::Intervals { half_width_pct, max },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_throughput_interval_covers_the_configured_value() {
+        let settings = interval_rule(5.0, Duration::from_secs(300));
+        let p = LoadPlan {
+            warmup_requests: 10,
+            ..plan(SweepPoints::Concurrency { start: STEADY_CONCURRENCY, end: Some(STEADY_CONCURRENCY), step: 1 })
+        };
+        let mut covered = 0;
+        let mut report = Vec::new();
+        for seed in 0..20 {
+            let rows = on_virtual_time(sweep(&steady(seed), &p, &settings, &mut Collect::default())).unwrap();
+            let r = &rows[0].row;
+            let ci = r.throughput_ci;
+            assert!(ci.is_known(), "{ci:?}");
+            assert!(r.stable && r.requests >= 1000, "seed {seed}: {r:?}");
+            covered += usize::from(ci.low <= STEADY_THROUGHPUT && STEADY_THROUGHPUT <= ci.high);
+            report.push(format!("{:.1} ± {:.1}", r.throughput, ci.plus_minus(r.throughput)));
+        }
+        eprintln!("coverage: {covered}/20 intervals hold {STEADY_THROUGHPUT}/s: {}", report.join(", "));
+        assert!(covered >= 18, "{covered}/20: {report:?}");
+    }
+
+    /// Measures one point of the steady model; returns the row and the point's virtual time.
+    async fn timed_point(seed: u64, settings: &MeasureSettings) -> (PointResult, Duration) {
+        let t = steady(seed);
+        let spec = LoadSpec::new(LoadMode::Concurrency(STEADY_CONCURRENCY));
+        let load = RunningLoad::start(t.client.clone(), t.requests.clone(), &spec).unwrap();
+        // Past the start-up transient, as after a warm-up.
+        load.wait_completed(100).await.unwrap();
+        let stats = StatsSource { client: &*t.client, model: Some(("m", "")) };
+        let started = Instant::now();
+        let point = LoadPoint::Concurrency(STEADY_CONCURRENCY);
+        let result = measure_point(&load, &stats, settings, point, |_| {}).await.unwrap();
+        let took = started.elapsed();
+        load.stop().await;
+        (result, took)
+    }
+
+    fn widest_pct(r: &PointResult) -> f64 {
+        let r = &r.row;
+        [
+            r.throughput_ci.plus_minus_pct(r.throughput),
+            r.p50_ci.plus_minus_pct(r.p50_us),
+            r.p99_ci.plus_minus_pct(r.p99_us),
+        ]
+        .into_iter()
+        .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn early_stopping_reaches_the_fixed_windows_width_in_half_the_time() {
+        // Fixed windows, perf_analyzer's way: three windows of 1,000 requests (stable at once on
+        // a steady model); their intervals rest on 2 degrees of freedom. The width they give, on
+        // average over seeds, is the width the interval rule is then asked for.
+        let fixed = MeasureSettings {
+            window: WindowMode::Count(1000),
+            stability_pct: 100.0,
+            max_trials: 3,
+            ..Default::default()
+        };
+        let seeds = 0..8;
+        let runs: Vec<(f64, Duration)> = seeds
+            .clone()
+            .map(|seed| {
+                let (row, took) = on_virtual_time(timed_point(seed, &fixed));
+                assert_eq!(row.detail.trials, 3);
+                (widest_pct(&row), took)
+            })
+            .collect();
+        let width = runs.iter().map(|r| r.0).sum::<f64>() / runs.len() as f64;
+        let fixed_time: Duration = runs.iter().map(|r| r.1).sum();
+        let mut early_time = Duration::ZERO;
+        for seed in seeds {
+            let (row, took) = on_virtual_time(timed_point(seed, &interval_rule(width, Duration::from_secs(300))));
+            assert!(row.row.stable && widest_pct(&row) <= width, "seed {seed}");
+            early_time += took;
+        }
+        let n = runs.len() as f64;
+        let ratio = early_time.as_secs_f64() / fixed_time.as_secs_f64();
+        eprintln!(
+            "to ±{width:.2}% (throughput, p50, p99): fixed windows {:.1} s, early stopping {:.1} s per point: {ratio:.2}",
+            fixed_time.as_secs_f64() / n,
+            early_time.as_secs_f64() / n
+        );
+        assert!(ratio <= 0.5, "{ratio:.2}");
+    }
+
+    #[test]
+    fn a_point_out_of_time_is_unstable_and_bounded() {
+        // ±0.1% is out of reach in 10 s: the row comes back flagged, after about 10 s.
+        let (row, took) = on_virtual_time(timed_point(1, &interval_rule(0.1, Duration::from_secs(10))));
+        assert!(!row.row.stable);
+        assert!(took >= Duration::from_secs(10) && took < Duration::from_secs(11), "{took:?}");
+        assert!(row.row.low_sample(99.0), "400 requests: {}", row.row.requests);
     }
 
     #[test]
