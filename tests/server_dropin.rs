@@ -35,8 +35,8 @@ async fn start() -> (RunningServer, Client) {
     (server, client)
 }
 
-fn le_bytes<T: Copy, const N: usize>(values: &[T], to: fn(T) -> [u8; N]) -> Vec<u8> {
-    values.iter().flat_map(|&v| to(v)).collect()
+fn le_bytes<T: Copy, const N: usize>(values: &[T], to: fn(T) -> [u8; N]) -> bytes::Bytes {
+    values.iter().flat_map(|&v| to(v)).collect::<Vec<u8>>().into()
 }
 
 fn input(name: &str, datatype: &str, shape: &[i64]) -> InferInputTensor {
@@ -117,8 +117,8 @@ async fn repeat_streams_one_response_per_element_then_the_final_flag() {
         assert_eq!(final_flag(r), Some(false));
         assert_eq!(r.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["OUT", "IDX"]);
         assert_eq!(r.outputs[0].shape, [1]);
-        assert_eq!(r.raw_output_contents[0], (4 + i as i32).to_le_bytes());
-        assert_eq!(r.raw_output_contents[1], (i as u32).to_le_bytes());
+        assert_eq!(r.raw_output_contents[0][..], (4 + i as i32).to_le_bytes());
+        assert_eq!(r.raw_output_contents[1][..], (i as u32).to_le_bytes());
     }
     assert_eq!(final_flag(&three[3]), Some(true));
     assert!(three[3].outputs.is_empty() && three[3].model_name == "repeat");
