@@ -8,6 +8,7 @@ Stages:
   profile  perf_analyzer vs `perfbench profile`, both against Triton
   serve    perf_analyzer against `perfbench serve` (bundled zoo) vs perf_analyzer against Triton
 
+Verdicts: ok (exit 0), fail (non-zero) or hang (killed after LINE_TIMEOUT_S).
 Messages: perf_analyzer's reason is its first error line on stderr, with its framing stripped
 (`error:`, `Thread [0] had error:`, `Failed to init manager inputs:`, ... see `pa_reason`), cut
 at the first sentence end and normalised (lower case, quotes dropped, whitespace collapsed). A
@@ -228,7 +229,7 @@ def messages_agree(reference, ref_line, other):
     """Whether `other` gives the same one-line reason as the reference perf_analyzer run."""
     if reference.ok and other.ok:
         return True
-    if reference.ok != other.ok:
+    if reference.verdict != other.verdict or other.timed_out:
         return False
     key = pa_reason(reference, ref_line)
     return bool(key) and key in normalise(other.stderr + "\n" + other.stdout)
@@ -287,15 +288,32 @@ def endpoints_of(server, tls_port, dead_port):
     }
 
 
-def reset_trace(endpoints):
-    """Trace settings outlive a run on the server: put them back after a line that set them."""
-    body = json.dumps({"trace_level": ["OFF"]}).encode()
-    req = urllib.request.Request(f"http://{endpoints['http']}/v2/trace/setting", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        urllib.request.urlopen(req, timeout=5).read()
-    except OSError:
-        pass
+def reset_trace(endpoints, model):
+    """Trace settings outlive a run on the server: after a line that set them, the global ones go
+    back to the defaults and the model's own are cleared (perf_analyzer and perfbench may set
+    either; a model left tracing with its trace_count spent makes the next setter fail)."""
+    settings = ["trace_level", "trace_rate", "trace_count", "log_frequency"]
+    for path, body in [
+        (f"/v2/models/{model}/trace/setting", {k: None for k in settings}),
+        ("/v2/trace/setting", {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
+                               "log_frequency": "0"}),
+    ]:
+        req = urllib.request.Request(f"http://{endpoints['http']}{path}", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=5).read()
+        except OSError:
+            pass
+
+
+def model_of(args):
+    """The -m of a command line (None when it has none)."""
+    for i, a in enumerate(args):
+        if a == "-m" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("-m") and len(a) > 2:
+            return a[2:].lstrip("=")
+    return None
 
 
 # --- stages ---------------------------------------------------------------------------------------
@@ -376,8 +394,8 @@ class Corpus:
         args = expand(line.args, endpoints, out_dir)
         cmd = (self.pa if tool == "pa" else [*self.perfbench, "profile"]) + args
         outcome = run(cmd)
-        if any(a.startswith("--trace-level") for a in args):
-            reset_trace(endpoints)
+        if any(a.startswith(("--trace-", "--log-frequency")) for a in args) and model_of(args):
+            reset_trace(endpoints, model_of(args))
         return outcome
 
     def reference_of(self, line, again=False):
@@ -412,7 +430,8 @@ class Corpus:
                 row.other = self._run(tool, line, self.triton if name == "profile" else self.serve)
             if row.reference.ok != row.other.ok and row.reference.noisy():
                 row.reference = self.reference_of(line, again=True)
-            row.verdict_agrees = row.reference.ok == row.other.ok
+            # A hang is a verdict of its own: killing a tool is not the same as its failing.
+            row.verdict_agrees = row.reference.verdict == row.other.verdict
             row.message_agrees = row.verdict_agrees and messages_agree(row.reference, line, row.other)
             notes = []
             if row.reference.verdict != line.expect:

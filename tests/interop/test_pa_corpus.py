@@ -31,7 +31,7 @@ def test_corpus_is_well_formed():
     # Both protocols, both shared-memory kinds, sync and async, good and bad lines.
     joined = [" ".join(line.args) for line in lines]
     for needle in ["{http}", "-i grpc", "--shared-memory system", "--shared-memory none", "--sync", "-a ",
-                   "--streaming", "validation", "-b 0"]:
+                   "--streaming", "_valid", "-b 0", "--input-data {data}/dir_"]:
         assert any(needle in j or needle in " ".join(line.tags) for j, line in zip(joined, lines)), needle
     assert {line.expect for line in lines} == {"ok", "fail"}
 
