@@ -2,7 +2,7 @@
 //! i of IN it answers OUT = [IN[i]], IDX = [i] after DELAY[i] ms (each delay counted from the
 //! previous response), then sends the final flag WAIT ms later. An empty IN gets only the flag.
 //! Inputs IN INT32 [-1], DELAY UINT32 [-1], WAIT UINT32 [1]; outputs OUT INT32 [1], IDX UINT32 [1];
-//! no batching.
+//! no batching. A request whose DELAYs and WAIT add up to more than 60 s is refused.
 
 use std::time::Duration;
 
@@ -12,6 +12,9 @@ use crate::server::error::{ServerError, ServerResult};
 use crate::tensor::{DataType, Tensor};
 
 pub struct RepeatModel;
+
+/// The longest schedule one request may ask for: a stream is not held open for days.
+const MAX_SCHEDULE_MS: u64 = 60_000;
 
 impl RepeatModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
@@ -53,6 +56,12 @@ impl Model for RepeatModel {
         if values.shape != delays.shape {
             let why = format!("expected IN and DELAY shape to match, got {:?} and {:?}", values.shape, delays.shape);
             return Err(ModelError::BadInput(why));
+        }
+        let total_ms: u64 = delays.to_u32().iter().chain(&wait.to_u32()).map(|&d| u64::from(d)).sum();
+        if total_ms > MAX_SCHEDULE_MS {
+            return Err(ModelError::BadInput(format!(
+                "DELAY and WAIT add up to {total_ms} ms, more than the {MAX_SCHEDULE_MS} ms one request may take"
+            )));
         }
         let ms = |v: u32| Duration::from_millis(v.into());
         let responses = values
@@ -110,6 +119,11 @@ mod tests {
             .execute_decoupled(&[empty, Tensor::from_u32(vec![1], &[1]), Tensor::from_u32(vec![1], &[0])])
             .unwrap_err();
         assert!(e.to_string().contains("IN and DELAY shape"), "{e}");
+        let one = Tensor::from_i32(vec![1], &[1]);
+        let e = m
+            .execute_decoupled(&[one, Tensor::from_u32(vec![1], &[59_000]), Tensor::from_u32(vec![1], &[2_000])])
+            .unwrap_err();
+        assert!(e.to_string().contains("61000 ms"), "{e}");
     }
 
     #[test]
