@@ -315,4 +315,5 @@ impl Tensor {
     typed_access!(to_f32, from_f32, f32, DataType::Fp32);
     typed_access!(to_i32, from_i32, i32, DataType::Int32);
     typed_access!(to_i64, from_i64, i64, DataType::Int64);
+    typed_access!(to_u32, from_u32, u32, DataType::Uint32);
 }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use super::access::RestrictedApi;
 use super::config;
 use super::error::{ServerError, ServerResult};
-use super::infer::{admit, InferRequest, InferResponse, Limits};
+use super::infer::{admit, Answer, InferRequest, InferResponse, Limits};
 use super::listen::TlsFiles;
 use super::repository::{IndexEntry, LoadedModel, ModelRepository, MODEL_VERSION};
 use super::shm::SharedMemoryManager;
+use super::trace::TraceSettings;
 use crate::proto::inference::{
     model_metadata_response::TensorMetadata, ModelConfig, ModelMetadataResponse, ModelStatistics,
 };
@@ -23,7 +24,7 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Extensions listed in server metadata. perf_analyzer reads server statistics only when
 /// `statistics` is listed.
 pub const EXTENSIONS: &[&str] =
-    &["model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data", "statistics"];
+    &["model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data", "statistics", "trace"];
 
 /// What the server serves, before any socket is opened.
 #[derive(Clone, Debug)]
@@ -68,10 +69,16 @@ impl Default for ServerOptions {
     }
 }
 
+/// Triton's refusal of a decoupled model on the unary gRPC call (the in-process client says the same).
+pub const DECOUPLED_UNARY: &str = "ModelInfer RPC doesn't support models with decoupled transaction policy";
+/// Triton's refusal of a decoupled model on HTTP.
+pub const DECOUPLED_HTTP: &str = "HTTP end point doesn't support models with decoupled transaction policy";
+
 pub struct InferenceServer {
     pub options: ServerOptions,
     pub repository: ModelRepository,
     pub shm: SharedMemoryManager,
+    pub trace: TraceSettings,
     /// Model metadata requests answered since start (a sweep should ask once).
     metadata_requests: std::sync::atomic::AtomicU64,
 }
@@ -80,7 +87,13 @@ impl InferenceServer {
     pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
         let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
         let shm = SharedMemoryManager::with_limit(options.max_shm_bytes);
-        Ok(Arc::new(InferenceServer { options, repository, shm, metadata_requests: Default::default() }))
+        Ok(Arc::new(InferenceServer {
+            options,
+            repository,
+            shm,
+            trace: TraceSettings::default(),
+            metadata_requests: Default::default(),
+        }))
     }
 
     pub fn is_live(&self) -> bool {
@@ -129,7 +142,9 @@ impl InferenceServer {
         Ok(config::to_json(&self.model_config(name, version)?))
     }
 
-    /// Runs one inference through the model's batcher, within `request_timeout`.
+    /// Runs one inference through the model's batcher, within `request_timeout`, for a protocol
+    /// that carries one response per request: a decoupled model is refused, as Triton's
+    /// ModelInfer refuses it.
     pub async fn infer(&self, request: InferRequest) -> ServerResult<InferResponse> {
         let model = self.repository.get(&request.model_name, &request.model_version)?;
         self.infer_on(&model, request).await
@@ -138,6 +153,22 @@ impl InferenceServer {
     /// [`infer`](Self::infer) on the model the request names, already looked up by the caller
     /// (the HTTP front end needs its config to decode the body), within `request_timeout`.
     pub async fn infer_on(&self, model: &LoadedModel, request: InferRequest) -> ServerResult<InferResponse> {
+        if model.scheduler.decoupled() {
+            return Err(ServerError::unsupported(DECOUPLED_UNARY));
+        }
+        match self.answer(model, request).await? {
+            Answer::Single(response) => Ok(response),
+            Answer::Decoupled(_) => unreachable!("only decoupled models answer so, and they are refused above"),
+        }
+    }
+
+    /// Runs one inference for a stream, which also carries a decoupled model's responses.
+    pub async fn infer_stream(&self, request: InferRequest) -> ServerResult<Answer> {
+        let model = self.repository.get(&request.model_name, &request.model_version)?;
+        self.answer(&model, request).await
+    }
+
+    async fn answer(&self, model: &LoadedModel, request: InferRequest) -> ServerResult<Answer> {
         let received = Instant::now();
         let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
         let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, &limits, received)?;

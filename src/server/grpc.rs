@@ -1,13 +1,15 @@
 //! The gRPC front end (KSERVE_V2.md §6): `inference.GRPCInferenceService` and
 //! `grpc.health.v1.Health` over [`InferenceServer`]. Inputs come as `raw_input_contents` or typed
 //! `contents`; outputs always go back in `raw_output_contents` (empty for shm outputs), as Triton
-//! does. Streamed inference reports each failure in its response and keeps the stream open.
+//! does. Streamed inference reports each failure in its response and keeps the stream open; a
+//! decoupled model's responses are played out on the stream at their scheduled times.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,7 +19,10 @@ use tonic::{Request, Response, Status, Streaming};
 use super::core::{InferenceServer, EXTENSIONS, SERVER_NAME, SERVER_VERSION};
 use super::error::{ServerError, ServerResult};
 use super::http::{blocking, no_repository_name};
-use super::infer::{InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, ShmRef};
+use super::infer::{
+    Answer, DecoupledResponses, InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput,
+    ShmRef,
+};
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
@@ -254,23 +259,74 @@ impl GrpcService {
     }
 }
 
-/// One streamed answer: the response, or the error with the request's identity; either way
-/// marked as the final (only) response of that request.
-fn stream_response(
-    result: ServerResult<pb::ModelInferResponse>,
+/// Marks a streamed response final or not, as Triton does on every streamed response.
+fn with_final_flag(mut response: pb::ModelInferResponse, last: bool) -> pb::ModelStreamInferResponse {
+    response.parameters.insert(
+        "triton_final_response".to_string(),
+        InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) },
+    );
+    pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
+}
+
+/// Whether the request asked for an empty response carrying the final flag of a decoupled
+/// model (Triton sends it only then; perf_analyzer asks, to know when a request is complete).
+fn wants_empty_final(request: &pb::ModelInferRequest) -> bool {
+    matches!(
+        request.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
+        Some(ParameterChoice::BoolParam(true))
+    )
+}
+
+/// A decoupled model's responses, each at its time, then (if asked for) the empty final one.
+fn decoupled_stream(answer: DecoupledResponses, empty_final: bool) -> BoxStream<'static, pb::ModelStreamInferResponse> {
+    let DecoupledResponses { model_name, model_version, id, responses, final_after } = answer;
+    let body = futures::stream::iter(responses).then(|(after, response)| async move {
+        tokio::time::sleep(after).await;
+        with_final_flag(encode_response(response), false)
+    });
+    let last = futures::stream::once(async move {
+        tokio::time::sleep(final_after).await;
+        empty_final.then(|| {
+            with_final_flag(pb::ModelInferResponse { id, model_name, model_version, ..Default::default() }, true)
+        })
+    })
+    .filter_map(|last| async move { last });
+    body.chain(last).boxed()
+}
+
+/// Everything one streamed request gets back.
+fn answer_stream(
+    service: GrpcService,
+    request: pb::ModelInferRequest,
+) -> BoxStream<'static, pb::ModelStreamInferResponse> {
+    futures::stream::once(async move {
+        let (id, name, version) = (request.id.clone(), request.model_name.clone(), request.model_version.clone());
+        let empty_final = wants_empty_final(&request);
+        let answer = match decode_request(request) {
+            Ok(request) => service.core.infer_stream(request).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Answer::Decoupled(answer)) => decoupled_stream(answer, empty_final),
+            Ok(Answer::Single(response)) => {
+                futures::stream::once(async move { with_final_flag(encode_response(response), true) }).boxed()
+            }
+            Err(e) => futures::stream::once(async move { stream_error(e, id, name, version) }).boxed(),
+        }
+    })
+    .flatten()
+    .boxed()
+}
+
+/// A failed streamed request: the error with the request's identity, marked final.
+fn stream_error(
+    error: ServerError,
     id: String,
     model_name: String,
     model_version: String,
 ) -> pb::ModelStreamInferResponse {
-    let (error_message, mut response) = match result {
-        Ok(r) => (String::new(), r),
-        Err(e) => (e.message, pb::ModelInferResponse { id, model_name, model_version, ..Default::default() }),
-    };
-    response.parameters.insert(
-        "triton_final_response".to_string(),
-        InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
-    );
-    pb::ModelStreamInferResponse { error_message, infer_response: Some(response) }
+    let response = pb::ModelInferResponse { id, model_name, model_version, ..Default::default() };
+    pb::ModelStreamInferResponse { error_message: error.message, ..with_final_flag(response, true) }
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
@@ -279,19 +335,13 @@ fn reply<T>(result: ServerResult<T>) -> GrpcResult<T> {
     result.map(Response::new).map_err(Status::from)
 }
 
-/// Trace settings as a server that does not trace reports them.
-fn trace_defaults() -> pb::TraceSettingResponse {
-    let setting =
-        |v: &[&str]| pb::trace_setting_response::SettingValue { value: v.iter().map(|s| s.to_string()).collect() };
-    let settings = [
-        ("trace_level", setting(&["OFF"])),
-        ("trace_rate", setting(&["1000"])),
-        ("trace_count", setting(&["-1"])),
-        ("log_frequency", setting(&["0"])),
-        ("trace_file", setting(&[])),
-        ("trace_mode", setting(&["triton"])),
-    ];
-    pb::TraceSettingResponse { settings: settings.into_iter().map(|(k, v)| (k.to_string(), v)).collect() }
+fn trace_response(settings: crate::server::trace::Settings) -> pb::TraceSettingResponse {
+    pb::TraceSettingResponse {
+        settings: settings
+            .into_iter()
+            .map(|(k, value)| (k, pb::trace_setting_response::SettingValue { value }))
+            .collect(),
+    }
 }
 
 fn log_defaults() -> pb::LogSettingsResponse {
@@ -347,7 +397,9 @@ impl GrpcInferenceService for GrpcService {
     type ModelStreamInferStream = ReceiverStream<Result<pb::ModelStreamInferResponse, Status>>;
 
     /// Each request runs as soon as it arrives, so responses may interleave; clients match them
-    /// by `id`. A bad request answers with `error_message` and the stream goes on.
+    /// by `id`. A bad request answers with `error_message` and the stream goes on. A decoupled
+    /// model's request gets its responses (each flagged not final) and, when asked for with
+    /// `triton_enable_empty_final_response`, an empty response flagged final.
     async fn model_stream_infer(
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
@@ -356,18 +408,11 @@ impl GrpcInferenceService for GrpcService {
         let (tx, rx) = mpsc::channel(64);
         let service = self.clone();
         tokio::spawn(async move {
-            let mut in_flight = futures::stream::FuturesUnordered::new();
+            let mut in_flight: SelectAll<BoxStream<'static, pb::ModelStreamInferResponse>> = SelectAll::new();
             loop {
                 tokio::select! {
                     next = incoming.next() => match next {
-                        Some(Ok(request)) => {
-                            let service = service.clone();
-                            in_flight.push(async move {
-                                let (id, name, version) =
-                                    (request.id.clone(), request.model_name.clone(), request.model_version.clone());
-                                stream_response(service.infer(request).await, id, name, version)
-                            });
-                        }
+                        Some(Ok(request)) => in_flight.push(answer_stream(service.clone(), request)),
                         Some(Err(status)) => {
                             // The transport itself failed (e.g. an oversized message): end the stream with it.
                             while let Some(done) = in_flight.next().await {
@@ -528,11 +573,20 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(Default::default()))
     }
 
+    /// Reads, or with settings changes, the trace settings; an empty value list clears a setting.
     async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
-        if request.into_inner().settings.is_empty() {
-            return Ok(Response::new(trace_defaults()));
+        let r = request.into_inner();
+        if !r.model_name.is_empty() {
+            self.core.repository.get(&r.model_name, "")?;
         }
-        Err(ServerError::unsupported("perfbench does not trace requests; trace settings cannot be changed").into())
+        let updates: Vec<_> =
+            r.settings.into_iter().map(|(k, v)| (k, (!v.value.is_empty()).then_some(v.value))).collect();
+        let settings = if updates.is_empty() {
+            Ok(self.core.trace.get(&r.model_name))
+        } else {
+            self.core.trace.update(&r.model_name, updates)
+        };
+        reply(settings.map(trace_response))
     }
 
     async fn log_settings(&self, request: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {

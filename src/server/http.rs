@@ -79,7 +79,7 @@ fn routes(core: Arc<InferenceServer>) -> Router {
         .route("/v2/models/{m}/versions/{v}/stats", get(model_stats_v))
         .route("/v2/models/{m}/infer", post(infer))
         .route("/v2/models/{m}/versions/{v}/infer", post(infer_v))
-        .route("/v2/models/{m}/trace/setting", get(trace_setting).post(change_trace_setting))
+        .route("/v2/models/{m}/trace/setting", get(model_trace_setting).post(change_model_trace_setting))
         .route("/v2/trace/setting", get(trace_setting).post(change_trace_setting))
         .route("/v2/logging", get(log_settings).post(change_log_settings))
         .route("/v2/repository/index", post(repository_index))
@@ -289,6 +289,9 @@ async fn run_infer(
         })?),
     };
     let model = core.repository.get(name, version)?;
+    if model.scheduler.decoupled() {
+        return Err(ServerError::unsupported(crate::server::core::DECOUPLED_HTTP));
+    }
     let decoded = decode_request(&model.config, version, body, header_len)?;
     check_json_outputs(&model.config, &decoded.request, &decoded.formats)?;
     let response = core.infer_on(&model, decoded.request).await?;
@@ -305,29 +308,64 @@ async fn run_infer(
     Ok(http)
 }
 
-/// Trace settings as a server that does not trace reports them.
-fn trace_defaults() -> Value {
-    json!({
-        "trace_level": ["OFF"],
-        "trace_rate": "1000",
-        "trace_count": "-1",
-        "log_frequency": "0",
-        "trace_file": "",
-        "trace_mode": "triton",
-    })
+/// Trace settings as Triton prints them: `trace_level` a list, the others one string each.
+fn trace_json(settings: &crate::server::trace::Settings) -> Value {
+    let map = settings
+        .iter()
+        .map(|(k, v)| {
+            let value = if k == "trace_level" { json!(v) } else { json!(v.first().cloned().unwrap_or_default()) };
+            (k.clone(), value)
+        })
+        .collect();
+    Value::Object(map)
 }
 
-async fn trace_setting() -> Json<Value> {
-    Json(trace_defaults())
+async fn trace_setting(State(core): Core) -> Json<Value> {
+    Json(trace_json(&core.trace.get("")))
 }
 
-/// Reading the settings back is fine; changing them is not: perfbench does not trace.
-async fn change_trace_setting(State(core): Core, body: Body) -> ServerResult<Json<Value>> {
-    let update: serde_json::Map<String, Value> = read_json(&core, body).await?;
-    if update.is_empty() {
-        return Ok(Json(trace_defaults()));
+async fn model_trace_setting(State(core): Core, Path(m): Path<String>) -> ServerResult<Json<Value>> {
+    core.repository.get(&m, "")?;
+    Ok(Json(trace_json(&core.trace.get(&m))))
+}
+
+/// Changes trace settings: each value a string, a list of strings, or null (clears it).
+async fn update_trace(core: &InferenceServer, model: &str, body: Body) -> ServerResult<Json<Value>> {
+    let update: serde_json::Map<String, Value> = read_json(core, body).await?;
+    let mut updates = Vec::with_capacity(update.len());
+    for (key, value) in update {
+        let values = match value {
+            Value::Null => None,
+            Value::String(s) => Some(vec![s]),
+            Value::Array(items) => Some(
+                items
+                    .into_iter()
+                    .map(|v| match v {
+                        Value::String(s) => Ok(s),
+                        other => {
+                            Err(ServerError::invalid(format!("trace setting '{key}': expected strings, got {other}")))
+                        }
+                    })
+                    .collect::<ServerResult<Vec<_>>>()?,
+            ),
+            other => {
+                return Err(ServerError::invalid(format!(
+                    "trace setting '{key}': expected a string, a list of strings or null, got {other}"
+                )))
+            }
+        };
+        updates.push((key, values));
     }
-    Err(ServerError::unsupported("perfbench does not trace requests; trace settings cannot be changed"))
+    Ok(Json(trace_json(&core.trace.update(model, updates)?)))
+}
+
+async fn change_trace_setting(State(core): Core, body: Body) -> ServerResult<Json<Value>> {
+    update_trace(&core, "", body).await
+}
+
+async fn change_model_trace_setting(State(core): Core, Path(m): Path<String>, body: Body) -> ServerResult<Json<Value>> {
+    core.repository.get(&m, "")?;
+    update_trace(&core, &m, body).await
 }
 
 fn log_defaults() -> Value {

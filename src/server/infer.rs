@@ -3,7 +3,7 @@
 //! against the model config, with Triton's error texts, before it reaches the batcher.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -75,6 +75,25 @@ pub struct InferResponse {
     pub outputs: Vec<OutputTensor>,
 }
 
+/// What the server answers to one request: one response, or, from a decoupled model, a schedule
+/// of zero or more responses and the final flag, which only a stream can carry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Single(InferResponse),
+    Decoupled(DecoupledResponses),
+}
+
+/// A decoupled model's answer to one request: each response is sent `.0` after the one before
+/// it (or after the request, for the first); the final flag follows `final_after` the last one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DecoupledResponses {
+    pub model_name: String,
+    pub model_version: String,
+    pub id: String,
+    pub responses: Vec<(Duration, InferResponse)>,
+    pub final_after: Duration,
+}
+
 /// Where an admitted input's bytes live until the batcher gathers them.
 pub enum InputBytes {
     Raw(Bytes),
@@ -105,7 +124,9 @@ impl InputBytes {
     }
 }
 
-/// An admitted input, in model-config order.
+/// An admitted input, in model-config order. An optional input the request left out is admitted
+/// as an empty tensor (a zero-sized last dimension), so requests with and without it never batch
+/// together and the model sees that it is absent.
 pub struct AdmittedInput {
     pub shape: Vec<i64>,
     pub bytes: InputBytes,
@@ -281,6 +302,10 @@ pub fn admit(
     for (spec, slot) in config.input.iter().zip(slots) {
         match slot {
             Some(i) => inputs.push(i),
+            None if spec.optional => {
+                let shape = if batching { vec![batch_size.unwrap_or(1) as i64, 0] } else { vec![0] };
+                inputs.push(AdmittedInput { shape, bytes: InputBytes::Raw(Bytes::new()) });
+            }
             None => {
                 return Err(ServerError::invalid(format!(
                     "expected {} inputs but got fewer for model '{model}': input '{}' is missing",

@@ -17,6 +17,7 @@ pub mod scheduler;
 pub mod serve;
 pub mod shm;
 pub mod stats;
+pub mod trace;
 
 pub use self::core::{InferenceServer, ServerOptions};
 pub use error::{ErrorKind, ServerError, ServerResult};

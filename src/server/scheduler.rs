@@ -7,6 +7,8 @@
 //! Stage times are taken here, where the work happens, with monotonic clocks:
 //! queue = enqueue → dequeue; compute_input = gathering inputs into the batch buffers;
 //! compute_infer = `Model::execute`; compute_output = scattering outputs into responses or regions.
+//! A decoupled model runs one request per execution and answers with a schedule of responses
+//! (`Model::execute_decoupled`), which the front end plays out; the instance is free at once.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -18,7 +20,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 
 use super::error::{ServerError, ServerResult};
-use super::infer::{AdmittedRequest, InferResponse, InputBytes, OutputData, OutputTensor};
+use super::infer::{AdmittedRequest, Answer, DecoupledResponses, InferResponse, InputBytes, OutputData, OutputTensor};
 use super::models::{Model, ModelError};
 use super::stats::{ComputeTimes, ModelStats};
 use crate::proto::inference::{model_config::SchedulingChoice, ModelConfig};
@@ -96,7 +98,7 @@ struct Pending {
     request: AdmittedRequest,
     enqueued: Instant,
     /// `None` for a request executed inline: its caller takes the result directly.
-    reply: Option<oneshot::Sender<ServerResult<InferResponse>>>,
+    reply: Option<oneshot::Sender<ServerResult<Answer>>>,
 }
 
 #[derive(Default)]
@@ -112,6 +114,8 @@ struct Shared {
     name: String,
     config: ModelConfig,
     policy: BatchPolicy,
+    /// `model_transaction_policy { decoupled: true }`: answers only over a stream.
+    decoupled: bool,
     model: Arc<dyn Model>,
     /// The model allows inline execution (`Model::runs_inline`).
     inline: bool,
@@ -155,6 +159,7 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             policy: BatchPolicy::from_config(&config),
+            decoupled: config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
             config,
             inline: model.runs_inline(),
             model,
@@ -178,7 +183,7 @@ impl Scheduler {
     /// is queued and `decide` would execute this request alone right now, it runs here instead
     /// (if the model allows it): the same batch of one, without waking an instance thread and
     /// waiting for its reply.
-    pub async fn infer(&self, request: AdmittedRequest) -> ServerResult<InferResponse> {
+    pub async fn infer(&self, request: AdmittedRequest) -> ServerResult<Answer> {
         let shared = &*self.shared;
         let enqueued = Instant::now();
         let rx = {
@@ -200,6 +205,11 @@ impl Scheduler {
         };
         shared.wake.notify_one();
         rx.await.map_err(|_| ServerError::unavailable(format!("model '{}' was unloaded", shared.name)))?
+    }
+
+    /// Whether the model is decoupled: its answers carry zero or more responses, for a stream.
+    pub fn decoupled(&self) -> bool {
+        self.shared.decoupled
     }
 
     /// Requests waiting for an instance (for `nv_inference_pending_request_count`).
@@ -256,10 +266,7 @@ fn instance_loop(shared: &Shared) {
                 let mut blocked = false;
                 for p in q.items.iter() {
                     let n = p.request.batch_size;
-                    if total + n > limit
-                        || p.request.batch_key() != key
-                        || !sizes.is_empty() && !mergeable(&shared.config)
-                    {
+                    if total + n > limit || p.request.batch_key() != key || !sizes.is_empty() && !mergeable(shared) {
                         blocked = true;
                         break;
                     }
@@ -294,12 +301,16 @@ fn instance_loop(shared: &Shared) {
 }
 
 /// BYTES outputs have no fixed per-item size, so their requests are never merged.
-fn mergeable(config: &ModelConfig) -> bool {
-    config.output.iter().all(|o| DataType::from_config_enum(o.data_type) != Some(DataType::Bytes))
+fn mergeable(shared: &Shared) -> bool {
+    !shared.decoupled
+        && shared.config.output.iter().all(|o| DataType::from_config_enum(o.data_type) != Some(DataType::Bytes))
 }
 
-/// Runs one batch and records its statistics; returns each request's response, in order.
-fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerResult<InferResponse>> {
+/// Runs one batch and records its statistics; returns each request's answer, in order.
+fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerResult<Answer>> {
+    if shared.decoupled {
+        return batch.iter().map(|p| execute_decoupled(shared, p, dequeued)).collect();
+    }
     let total: usize = batch.iter().map(|p| p.request.batch_size).sum();
     let batching = shared.policy.max_batch_size > 0;
 
@@ -308,19 +319,8 @@ fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerR
     let t_infer = Instant::now();
     let outputs = gathered.and_then(|inputs| {
         match std::panic::catch_unwind(AssertUnwindSafe(|| shared.model.execute(&inputs))) {
-            Ok(Ok(outputs)) if outputs.len() == shared.config.output.len() => Ok(outputs),
-            Ok(Ok(outputs)) => Err(ServerError::internal(format!(
-                "model '{}' returned {} outputs, expected {}",
-                shared.name,
-                outputs.len(),
-                shared.config.output.len()
-            ))),
-            Ok(Err(ModelError::BadInput(message))) => {
-                Err(ServerError::invalid(format!("model '{}' cannot compute on the request: {message}", shared.name)))
-            }
-            Ok(Err(ModelError::Failed(message))) => {
-                Err(ServerError::internal(format!("model '{}' failed: {message}", shared.name)))
-            }
+            Ok(Ok(outputs)) => check_output_count(shared, outputs),
+            Ok(Err(e)) => Err(model_error(shared, e)),
             Err(_) => Err(ServerError::internal(format!("model '{}' panicked during execution", shared.name))),
         }
     });
@@ -364,7 +364,71 @@ fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerR
     if succeeded > 0 {
         shared.stats.record_execution(total as u64, compute);
     }
-    results
+    results.into_iter().map(|r| r.map(Answer::Single)).collect()
+}
+
+fn check_output_count<T>(shared: &Shared, outputs: Vec<T>) -> ServerResult<Vec<T>> {
+    if outputs.len() == shared.config.output.len() {
+        return Ok(outputs);
+    }
+    Err(ServerError::internal(format!(
+        "model '{}' returned {} outputs, expected {}",
+        shared.name,
+        outputs.len(),
+        shared.config.output.len()
+    )))
+}
+
+/// A model's error as the client sees it: bad input is the client's mistake, the rest is ours.
+fn model_error(shared: &Shared, e: ModelError) -> ServerError {
+    match e {
+        ModelError::BadInput(message) => {
+            ServerError::invalid(format!("model '{}' cannot compute on the request: {message}", shared.name))
+        }
+        ModelError::Failed(message) => ServerError::internal(format!("model '{}' failed: {message}", shared.name)),
+    }
+}
+
+/// One request of a decoupled model: its outputs are computed now, each response scattered like
+/// a batch of one, and the schedule goes back to the front end.
+fn execute_decoupled(shared: &Shared, p: &Pending, dequeued: Instant) -> ServerResult<Answer> {
+    let n = p.request.batch_size;
+    let batching = shared.policy.max_batch_size > 0;
+    let t_input = Instant::now();
+    let gathered = gather_inputs(&shared.config, std::slice::from_ref(p), n, batching);
+    let t_infer = Instant::now();
+    let planned = gathered.and_then(|inputs| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| shared.model.execute_decoupled(&inputs))) {
+            Ok(Ok(plan)) => Ok(plan),
+            Ok(Err(e)) => Err(model_error(shared, e)),
+            Err(_) => Err(ServerError::internal(format!("model '{}' panicked during execution", shared.name))),
+        }
+    });
+    let t_output = Instant::now();
+    let answer = planned.and_then(|plan| {
+        let mut responses = Vec::with_capacity(plan.responses.len());
+        for r in plan.responses {
+            let outputs = check_output_count(shared, r.outputs)?;
+            responses.push((r.after, scatter(shared, &p.request, &outputs, 0, n, n, batching)?));
+        }
+        Ok(DecoupledResponses {
+            model_name: shared.name.clone(),
+            model_version: p.request.model_version.clone(),
+            id: p.request.id.clone(),
+            responses,
+            final_after: plan.final_after,
+        })
+    });
+    let done = Instant::now();
+    let compute = ComputeTimes { input: t_infer - t_input, infer: t_output - t_infer, output: done - t_output };
+    match &answer {
+        Ok(_) => {
+            shared.stats.record_success(done - p.request.received, dequeued - p.enqueued, compute);
+            shared.stats.record_execution(n as u64, compute);
+        }
+        Err(_) => shared.stats.record_failure(done - p.request.received),
+    }
+    answer.map(Answer::Decoupled)
 }
 
 /// compute_input: one tensor per config input holding the whole batch.
@@ -550,7 +614,7 @@ mod tests {
     #[test]
     fn an_idle_instance_runs_a_lone_request_on_the_callers_thread() {
         let (s, model, stats) = scheduler(true, "dynamic_batching { max_queue_delay_microseconds: 0 }");
-        let response = block_on(s.infer(request())).unwrap();
+        let Answer::Single(response) = block_on(s.infer(request())).unwrap() else { panic!("one response") };
         assert_eq!((response.id.as_str(), response.outputs[0].shape.as_slice()), ("r", &[1i64, 1][..]));
         assert_eq!(*model.threads.lock(), vec![std::thread::current().id()]);
         let snap = stats.snapshot("m", "1");

@@ -11,8 +11,10 @@ The fixtures in conftest.py stop every server started here, also when a test fai
 """
 
 import csv
+import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -172,6 +174,57 @@ def start_perfbench(log_dir, models, repository=None):
         cmd += ["--model-repository", str(repository)]
     log = Path(log_dir) / f"perfbench-serve-{port}.log"
     server = Server("perfbench serve", cmd, port, log, models)
+    try:
+        return server.wait_ready()
+    except Exception:
+        server.stop()
+        raise
+
+
+def peers_dir():
+    """Where scripts/setup-peers.sh installed the peers (its virtualenv holds the Triton wheel)."""
+    return Path(os.environ.get("PERFBENCH_PEERS", Path.home() / ".cache" / "perfbench-peers"))
+
+
+# The model repository the real Triton serves in the drop-in suite (python-backend models).
+TRITON_REPO = HERE / "models"
+TRITON_REPO_MODELS = sorted(p.name for p in TRITON_REPO.iterdir() if (p / "config.pbtxt").is_file())
+
+
+def start_triton_repo(run_dir, repo=TRITON_REPO, models=None):
+    """The tritonserver binary of the nvidia-pytriton wheel, run directly on a plain model
+    repository of python-backend models (ensembles, sequence batching, decoupled models), with a
+    trace file so clients may change the trace settings. Returns the ready `Server`."""
+    peers = peers_dir()
+    python = peers / "venv" / "bin" / "python"
+    site = Path(glob.glob(str(peers / "venv" / "lib" / "python3*" / "site-packages"))[0])
+    wheel = site / "pytriton" / "tritonserver"
+    probe = "import sys, sysconfig; print(f'{sys.version_info[0]}.{sys.version_info[1]}'); print(sysconfig.get_config_var('LIBDIR'))"
+    pyver, pylib = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
+                                  check=True).stdout.split()
+    run_dir = Path(run_dir)
+    backends = run_dir / "backends"
+    if backends.exists():
+        shutil.rmtree(backends)
+    shutil.copytree(wheel / "backends", backends)
+    # The python backend looks for its stub next to libtriton_python.so; the wheel keeps one per Python.
+    shutil.copy(wheel / "python_backend_stubs" / pyver / "triton_python_backend_stub", backends / "python")
+    # Triton refuses an ensemble without a version folder, and git keeps no empty folder.
+    for config in Path(repo).glob("*/config.pbtxt"):
+        (config.parent / "1").mkdir(exist_ok=True)
+    port = free_port_block()
+    env = dict(os.environ)
+    # The stub runs the python on PATH (it needs numpy) and links libpython and the wheel's libcudart.
+    env["PATH"] = f"{python.parent}:{env.get('PATH', '')}"
+    env["LD_LIBRARY_PATH"] = f"{pylib}:{site / 'nvidia_pytriton.libs'}"
+    cmd = [
+        str(wheel / "bin" / "tritonserver"), f"--model-repository={repo}",
+        f"--backend-directory={backends}", "--model-control-mode=explicit", "--load-model=*",
+        "--http-port", str(port), "--grpc-port", str(port + 1), "--metrics-port", str(port + 2),
+        "--trace-config", f"triton,file={run_dir / 'trace.json'}", "--trace-config", "level=OFF",
+    ]
+    models = TRITON_REPO_MODELS if models is None else models
+    server = Server("triton (model repository)", cmd, port, run_dir / "triton.log", models, env=env)
     try:
         return server.wait_ready()
     except Exception:

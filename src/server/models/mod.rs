@@ -2,25 +2,45 @@
 //! whole batch and gets the batch's outputs back; the model never sees requests or protocols.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::config;
 use super::error::{ServerError, ServerResult};
 use crate::proto::inference::ModelConfig;
 use crate::tensor::Tensor;
 
+mod arith;
 mod bert;
 mod delay;
 mod dlrm;
 mod identity;
 mod nn;
+mod repeat;
 mod signature;
 mod wide_deep;
 
+pub use arith::{AddOptionalModel, AddSubModel};
 pub use bert::BertModel;
 pub use delay::DelayModel;
 pub use dlrm::DlrmModel;
 pub use identity::IdentityModel;
+pub use repeat::RepeatModel;
 pub use wide_deep::WideDeepModel;
+
+/// What a decoupled model answers to one request: zero or more responses, each sent `after` the
+/// one before it, then the final flag `final_after` the last response.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Responses {
+    pub responses: Vec<TimedResponse>,
+    pub final_after: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimedResponse {
+    pub after: Duration,
+    /// Outputs in the config's output order.
+    pub outputs: Vec<Tensor>,
+}
 
 /// Why a model could not compute a batch.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +79,14 @@ pub trait Model: Send + Sync {
     fn runs_inline(&self) -> bool {
         false
     }
+
+    /// Runs one request of a decoupled model (`model_transaction_policy { decoupled: true }`).
+    /// The schedule is computed here and played out by the front end, so a model that answers
+    /// late holds no instance thread while it waits. The default answers once, at once.
+    fn execute_decoupled(&self, inputs: &[Tensor]) -> Result<Responses, ModelError> {
+        let outputs = self.execute(inputs)?;
+        Ok(Responses { responses: vec![TimedResponse { after: Duration::ZERO, outputs }], final_after: Duration::ZERO })
+    }
 }
 
 /// The bundled model kinds; a config names one in its `backend` field.
@@ -69,11 +97,22 @@ pub enum ModelKind {
     Bert,
     WideDeep,
     Dlrm,
+    AddSub,
+    AddOptional,
+    Repeat,
 }
 
 impl ModelKind {
-    pub const ALL: [ModelKind; 5] =
-        [ModelKind::Identity, ModelKind::Delay, ModelKind::Bert, ModelKind::WideDeep, ModelKind::Dlrm];
+    pub const ALL: [ModelKind; 8] = [
+        ModelKind::Identity,
+        ModelKind::Delay,
+        ModelKind::Bert,
+        ModelKind::WideDeep,
+        ModelKind::Dlrm,
+        ModelKind::AddSub,
+        ModelKind::AddOptional,
+        ModelKind::Repeat,
+    ];
 
     /// The `backend` string of the config.
     pub fn backend(self) -> &'static str {
@@ -83,6 +122,9 @@ impl ModelKind {
             ModelKind::Bert => "bert",
             ModelKind::WideDeep => "wide_deep",
             ModelKind::Dlrm => "dlrm",
+            ModelKind::AddSub => "add_sub",
+            ModelKind::AddOptional => "add_optional",
+            ModelKind::Repeat => "repeat",
         }
     }
 
@@ -107,6 +149,9 @@ pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
         ModelKind::Bert => Arc::new(BertModel::new(config)?),
         ModelKind::WideDeep => Arc::new(WideDeepModel::new(config)?),
         ModelKind::Dlrm => Arc::new(DlrmModel::new(config)?),
+        ModelKind::AddSub => Arc::new(AddSubModel::new(config)?),
+        ModelKind::AddOptional => Arc::new(AddOptionalModel::new(config)?),
+        ModelKind::Repeat => Arc::new(RepeatModel::new(config)?),
     };
     Ok(model)
 }

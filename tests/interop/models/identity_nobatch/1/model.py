@@ -1,0 +1,1 @@
+../../identity/1/model.py
