@@ -56,7 +56,7 @@ need_tools() {
 build() {
   TARGET=${CARGO_TARGET_DIR:-$ROOT/target}/release
   if [ -z "${BENCH_SKIP_BUILD:-}" ]; then
-    (cd "$ROOT" && cargo build --release --locked --quiet --bin perfbench --example echo_axum --example echo_tonic) >&2 ||
+    (cd "$ROOT" && cargo build --release --locked --quiet --bin perfbench --features bench-echo --example echo_axum --example echo_tonic) >&2 ||
       die "cargo build --release failed"
   fi
   BIN=${PERFBENCH_BIN:-$TARGET/perfbench}

@@ -3,13 +3,11 @@
 //! metadata fetched once for many points), and Ctrl-C: exit 130 with the finished rows on disk
 //! and no shared-memory segment left behind.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{perfbench, stderr};
+use crate::common::{perfbench, stderr};
 use perfbench::server::serve::{self, ServeConfig};
 
 fn report_rows(dir: &Path) -> usize {

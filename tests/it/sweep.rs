@@ -1,12 +1,10 @@
 //! `perfbench offline`, `online` and `run` end to end against the embedded server: each writes
 //! a complete results folder whose rows are consistent; bad syntax and bad scenarios exit 2.
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 
-use common::{perfbench, stderr};
+use crate::common::{perfbench, stderr};
 use perfbench::results::csv::REPORT_COLUMNS;
 use perfbench::results::{LoadPoint, ReportRow};
 

@@ -2,8 +2,6 @@
 //! the generated tonic client: raw and typed inputs, streaming, every bad input of issue 2 (each
 //! followed by a good request), system shared memory, statistics, repository and health.
 
-mod common;
-
 use std::collections::HashMap;
 
 use perfbench::proto::health::health_check_response::ServingStatus;
@@ -19,7 +17,7 @@ use perfbench::server::ServerOptions;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use common::{f32_bytes, Region};
+use crate::common::{f32_bytes, Region};
 
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 

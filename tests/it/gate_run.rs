@@ -2,12 +2,10 @@
 //! scenario against a server whose model got twice as slow (the `delay` model's `delay_us`
 //! doubled through the scenario's `[model] config`) fails with exit code 1.
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 
-use common::perfbench;
+use crate::common::perfbench;
 
 /// A short offline + online scenario over a delay model taking `delay_us` per execution.
 /// Thresholds are generous (noise on a busy 2-core box), far below the injected 100%.

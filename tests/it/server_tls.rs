@@ -3,8 +3,6 @@
 //! (CA file, verify peer/host, client certificate), gRPC request compression, handshakes that
 //! fail without hurting the server, and bad certificate files refused at start-up in one line.
 
-mod common;
-
 use std::path::PathBuf;
 
 use perfbench::client::grpc::GrpcClient;
@@ -20,7 +18,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-use common::{perfbench, stderr};
+use crate::common::{perfbench, stderr};
 
 /// A CA, a server certificate for `localhost` signed by it, a client certificate signed by it,
 /// and an unrelated CA, as PEM files in a temporary directory.
@@ -127,7 +125,6 @@ fn one_line(e: &str, needle: &str) {
     assert!(e.to_lowercase().contains(needle), "'{needle}' expected in: {e}");
 }
 
-#[ignore = "the hyper-based HTTP inference client speaks only http:// so far (issue 13 note)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_and_grpc_over_tls_with_the_ca() {
     let pki = Pki::new();
@@ -155,7 +152,6 @@ async fn https_and_grpc_over_tls_with_the_ca() {
 }
 
 /// perf_analyzer's `--ssl-https-verify-peer 0` and `--ssl-https-verify-host 0`, curl's meanings.
-#[ignore = "the hyper-based HTTP inference client speaks only http:// so far (issue 13 note)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_peer_and_verify_host() {
     let pki = Pki::new();
@@ -174,7 +170,6 @@ async fn verify_peer_and_verify_host() {
     server.shutdown().await;
 }
 
-#[ignore = "the hyper-based HTTP inference client speaks only http:// so far (issue 13 note)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
     let pki = Pki::new();
@@ -247,7 +242,6 @@ fn serve_with_a_bad_key_exits_with_one_line() {
 
 /// Helper for the lead's wiring check: `perfbench profile` over HTTPS and gRPC+TLS.
 #[test]
-#[ignore = "needs perf_analyzer's --ssl-* flags wired into profile (TlsArgs)"]
 fn profile_over_https_and_grpc_tls() {
     let pki = Pki::new();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

@@ -2,13 +2,11 @@
 //! the bundled server's `delay` models (known compute time), with count windows and small request
 //! counts so each test takes seconds. Timing bounds are generous: CI is a noisy 2-core box.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{perfbench, stderr};
+use crate::common::{perfbench, stderr};
 use perfbench::results::{LoadPoint, ReportRow};
 
 /// Runs `perfbench profile` with `args` and short count windows of `requests` requests (stable

@@ -3,8 +3,6 @@
 //! memory (size, existence, an object shrunk behind the server's back), open connections and
 //! the request timeout. Hitting a limit is a clear error and the server keeps serving.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -23,7 +21,7 @@ use serde_json::{json, Value};
 use tonic::transport::Channel;
 use tonic::Code;
 
-use common::{perfbench, stderr, Region};
+use crate::common::{perfbench, stderr, Region};
 
 fn restricted(spec: &str) -> RestrictedApi {
     RestrictedApi::new(vec![spec.parse::<Restriction>().unwrap()]).unwrap()

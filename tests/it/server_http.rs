@@ -2,8 +2,6 @@
 //! reqwest: happy paths, every bad input of issue 2 (each followed by a good request), system
 //! shared memory, statistics, the repository extension and Prometheus metrics.
 
-mod common;
-
 use std::io::{Read, Write};
 
 use perfbench::server::serve::{self, RunningServer, ServeConfig};
@@ -11,7 +9,7 @@ use perfbench::server::ServerOptions;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 
-use common::{f32_bytes, Region};
+use crate::common::{f32_bytes, Region};
 
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 

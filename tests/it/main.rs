@@ -1,0 +1,19 @@
+//! The integration tests, one binary: each module was a test file of its own. One binary links
+//! once, which keeps a cold `cargo test` within CI's disk and time (every test binary links the
+//! whole crate, polars included).
+
+mod client;
+mod common;
+mod compute_models;
+mod fuzz_server;
+mod gate;
+mod gate_run;
+mod plan;
+mod profile;
+mod seed_tables;
+mod server_dropin;
+mod server_grpc;
+mod server_guard;
+mod server_http;
+mod server_tls;
+mod sweep;
