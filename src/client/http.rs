@@ -46,6 +46,8 @@ pub struct HttpClient {
     headers: HeaderMap,
     /// Idle inference connections, reused last-in first-out.
     idle: Mutex<Vec<Connection>>,
+    /// For `https://`: the TLS connector and the name the certificate must carry.
+    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
 }
 
 /// One keep-alive HTTP/1.1 connection for inference requests.
@@ -89,21 +91,31 @@ impl HttpClient {
             .pool_max_idle_per_host(options.concurrency.max(1))
             .connect_timeout(Duration::from_secs(10))
             .default_headers(headers.clone())
-            .tls_backend_preconfigured(tls_config)
+            .tls_backend_preconfigured(tls_config.clone())
             .build()
             .map_err(|e| ClientError::Invalid(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
-        let parsed = Url::parse(&base).expect("checked above");
-        if parsed.scheme() != "http" {
-            return Err(ClientError::Invalid(format!("bad server URL '{url}': only http:// is supported")));
-        }
         let host = parsed.host_str().unwrap_or("localhost");
+        let tls = match parsed.scheme() {
+            "http" => None,
+            "https" => {
+                // An IPv6 literal keeps its brackets in the URL but not in a server name.
+                let name = rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                    .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+                Some((tokio_rustls::TlsConnector::from(Arc::new(tls_config)), name))
+            }
+            other => {
+                return Err(ClientError::Invalid(format!(
+                    "bad server URL '{url}': scheme '{other}' (http:// or https://)"
+                )))
+            }
+        };
         let address = format!("{host}:{}", parsed.port_or_known_default().unwrap_or(80));
         let host = match parsed.port() {
             Some(port) => format!("{host}:{port}"),
             None => host.to_string(),
         };
         let host = HeaderValue::from_str(&host).map_err(|_| ClientError::Invalid(format!("bad server URL '{url}'")))?;
-        Ok(HttpClient { base, http, address, host, headers, idle: Mutex::new(Vec::new()) })
+        Ok(HttpClient { base, http, address, host, headers, idle: Mutex::new(Vec::new()), tls })
     }
 
     /// An idle inference connection, or a new one. The flag says whether it was reused.
@@ -126,11 +138,13 @@ impl HttpClient {
             .map_err(|e| unreachable(&e))?
             .map_err(|e| unreachable(&e))?;
         stream.set_nodelay(true).map_err(|e| unreachable(&e))?;
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(&e))?;
-        // The connection task ends when the server closes it or the sender is dropped.
-        tokio::spawn(connection);
-        Ok(sender)
+        let sender = match &self.tls {
+            None => handshake(stream).await,
+            Some((connector, name)) => {
+                handshake(connector.connect(name.clone(), stream).await.map_err(|e| unreachable(&e))?).await
+            }
+        };
+        sender.map_err(|e| unreachable(&e))
     }
 
     /// Sends an inference request and returns the response head and the connection it used. A
@@ -207,6 +221,17 @@ impl HttpClient {
     async fn post_empty(&self, url: Url) -> ClientResult<()> {
         self.call(self.http.post(url).header(CONTENT_LENGTH, 0)).await.map(|_| ())
     }
+}
+
+/// An HTTP/1.1 connection over `io`, driven by its own task, which ends when the server closes
+/// it or the sender is dropped.
+async fn handshake<I>(io: I) -> Result<Connection, hyper::Error>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(connection);
+    Ok(sender)
 }
 
 /// The message of a KServe `{"error": ...}` body, or the status and raw body otherwise.
@@ -543,6 +568,24 @@ impl InferClient for HttpClient {
             self.url(&["v2", "cudasharedmemory", "region", name, "unregister"])
         };
         self.post_empty(url).await
+    }
+
+    async fn trace_setting(&self, model: &str, settings: &[(String, Vec<String>)]) -> ClientResult<()> {
+        // Triton takes trace_level as a list and the other settings as single strings.
+        let body: serde_json::Map<String, serde_json::Value> = settings
+            .iter()
+            .map(|(key, values)| {
+                let value = match (key.as_str(), values.as_slice()) {
+                    ("trace_level", values) => serde_json::json!(values),
+                    (_, [one]) => serde_json::json!(one),
+                    (_, values) => serde_json::json!(values),
+                };
+                (key.clone(), value)
+            })
+            .collect();
+        let url = self.model_url(model, "", &["trace", "setting"]);
+        let request = self.http.post(url).header(reqwest::header::CONTENT_TYPE, "application/json");
+        self.call(request.body(serde_json::Value::Object(body).to_string())).await.map(|_| ())
     }
 }
 
