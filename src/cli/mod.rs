@@ -5,6 +5,7 @@
 
 pub mod profile;
 pub mod sweep;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

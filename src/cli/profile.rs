@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::tls::TlsArgs;
 use crate::plan::settings::{resolve, Settings};
 use crate::plan::{invalid, Levels, Model, Plan, PlanError, SweepKind, Target, TraceSetting};
 
@@ -25,6 +26,8 @@ pub struct CallArgs {
     /// Metrics endpoint (default: localhost:8002/metrics, or the bundled server's).
     #[arg(long = "metrics-url")]
     pub metrics_url: Option<String>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// The flags `profile`, `offline` and `online` share: where to connect, what to send, how to
@@ -106,6 +109,7 @@ impl CommonArgs {
             streaming: self.call.streaming.then_some(true),
             collect_metrics: self.call.collect_metrics.then_some(true),
             metrics_url: self.call.metrics_url.clone(),
+            tls: self.call.tls.options(),
             ..Settings::default()
         }
     }
@@ -134,32 +138,8 @@ pub struct UnsupportedFlags {
     input_tensor_format: Option<Option<String>>,
     #[arg(long = "output-tensor-format", hide = true, num_args = 0..=1)]
     output_tensor_format: Option<Option<String>>,
-    #[arg(long = "ssl-grpc-use-ssl", hide = true, num_args = 0..=1)]
-    ssl_grpc_use_ssl: Option<Option<String>>,
-    #[arg(long = "ssl-grpc-root-certifications-file", hide = true, num_args = 0..=1)]
-    ssl_grpc_root_certifications_file: Option<Option<String>>,
-    #[arg(long = "ssl-grpc-private-key-file", hide = true, num_args = 0..=1)]
-    ssl_grpc_private_key_file: Option<Option<String>>,
-    #[arg(long = "ssl-grpc-certificate-chain-file", hide = true, num_args = 0..=1)]
-    ssl_grpc_certificate_chain_file: Option<Option<String>>,
-    #[arg(long = "ssl-https-verify-peer", hide = true, num_args = 0..=1)]
-    ssl_https_verify_peer: Option<Option<String>>,
-    #[arg(long = "ssl-https-verify-host", hide = true, num_args = 0..=1)]
-    ssl_https_verify_host: Option<Option<String>>,
-    #[arg(long = "ssl-https-ca-certificates-file", hide = true, num_args = 0..=1)]
-    ssl_https_ca_certificates_file: Option<Option<String>>,
-    #[arg(long = "ssl-https-client-certificate-file", hide = true, num_args = 0..=1)]
-    ssl_https_client_certificate_file: Option<Option<String>>,
-    #[arg(long = "ssl-https-client-certificate-type", hide = true, num_args = 0..=1)]
-    ssl_https_client_certificate_type: Option<Option<String>>,
-    #[arg(long = "ssl-https-private-key-file", hide = true, num_args = 0..=1)]
-    ssl_https_private_key_file: Option<Option<String>>,
-    #[arg(long = "ssl-https-private-key-type", hide = true, num_args = 0..=1)]
-    ssl_https_private_key_type: Option<Option<String>>,
     #[arg(long = "data-directory", hide = true, num_args = 0..=1)]
     data_directory: Option<Option<String>>,
-    #[arg(long = "grpc-compression-algorithm", hide = true, num_args = 0..=1)]
-    grpc_compression_algorithm: Option<Option<String>>,
     #[arg(long = "bls-composing-models", hide = true, num_args = 0..=1)]
     bls_composing_models: Option<Option<String>>,
     #[arg(long = "periodic-concurrency-range", hide = true, num_args = 0..=1)]
@@ -182,19 +162,7 @@ impl UnsupportedFlags {
         let given: &[(&'static str, bool)] = &[
             ("--input-tensor-format", self.input_tensor_format.is_some()),
             ("--output-tensor-format", self.output_tensor_format.is_some()),
-            ("--ssl-grpc-use-ssl", self.ssl_grpc_use_ssl.is_some()),
-            ("--ssl-grpc-root-certifications-file", self.ssl_grpc_root_certifications_file.is_some()),
-            ("--ssl-grpc-private-key-file", self.ssl_grpc_private_key_file.is_some()),
-            ("--ssl-grpc-certificate-chain-file", self.ssl_grpc_certificate_chain_file.is_some()),
-            ("--ssl-https-verify-peer", self.ssl_https_verify_peer.is_some()),
-            ("--ssl-https-verify-host", self.ssl_https_verify_host.is_some()),
-            ("--ssl-https-ca-certificates-file", self.ssl_https_ca_certificates_file.is_some()),
-            ("--ssl-https-client-certificate-file", self.ssl_https_client_certificate_file.is_some()),
-            ("--ssl-https-client-certificate-type", self.ssl_https_client_certificate_type.is_some()),
-            ("--ssl-https-private-key-file", self.ssl_https_private_key_file.is_some()),
-            ("--ssl-https-private-key-type", self.ssl_https_private_key_type.is_some()),
             ("--data-directory", self.data_directory.is_some()),
-            ("--grpc-compression-algorithm", self.grpc_compression_algorithm.is_some()),
             ("--bls-composing-models", self.bls_composing_models.is_some()),
             ("--periodic-concurrency-range", self.periodic_concurrency_range.is_some()),
             ("--request-period", self.request_period.is_some()),
@@ -451,7 +419,16 @@ mod tests {
     #[test]
     fn unsupported_flags_are_named() {
         assert_eq!(resolve("-m m --max-threads 0").unwrap_err(), invalid("--max-threads must be at least 1"));
-        assert_eq!(resolve("-m m --ssl-grpc-use-ssl").unwrap_err().to_string(), "not supported: --ssl-grpc-use-ssl");
+        assert_eq!(
+            resolve("-m m --bls-composing-models a,b").unwrap_err().to_string(),
+            "not supported: --bls-composing-models"
+        );
+        let e = resolve("-m m -i grpc --ssl-grpc-use-ssl").unwrap_err().to_string();
+        assert!(e.contains("needs -u"), "{e}");
+        let plan = resolve("-m m -u h:1 -i grpc --ssl-grpc-use-ssl --grpc-compression-algorithm gzip").unwrap();
+        assert!(plan.sweeps[0].call.tls.grpc.use_ssl);
+        let e = resolve("-m m -u h:1 --ssl-https-private-key-file k.pem").unwrap_err().to_string();
+        assert!(e.contains("go together"), "{e}");
         assert_eq!(
             resolve("-m m --service-kind openai").unwrap_err().to_string(),
             "not supported: --service-kind openai"

@@ -374,6 +374,15 @@ impl InferClient for GrpcClient {
         let response = self.client().cuda_shared_memory_unregister(self.request(request)).await;
         response.map(|_| ()).map_err(|s| self.status_error(s))
     }
+
+    async fn trace_setting(&self, model: &str, settings: &[(String, Vec<String>)]) -> ClientResult<()> {
+        use crate::proto::inference::trace_setting_request::SettingValue;
+        let settings =
+            settings.iter().map(|(key, values)| (key.clone(), SettingValue { value: values.clone() })).collect();
+        let request = crate::proto::inference::TraceSettingRequest { settings, model_name: model.into() };
+        let response = self.client().trace_setting(self.request(request)).await;
+        response.map(|_| ()).map_err(|s| self.status_error(s))
+    }
 }
 
 #[cfg(test)]

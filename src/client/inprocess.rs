@@ -149,4 +149,8 @@ impl InferClient for InProcessClient {
     async fn unregister_cuda_shm(&self, _name: &str) -> ClientResult<()> {
         Ok(())
     }
+
+    async fn trace_setting(&self, _model: &str, _settings: &[(String, Vec<String>)]) -> ClientResult<()> {
+        Err(ClientError::Invalid("trace settings need a server reached over HTTP or gRPC".into()))
+    }
 }

@@ -164,4 +164,11 @@ pub trait InferClient: Send + Sync + 'static {
     fn unregister_system_shm(&self, name: &str) -> impl Future<Output = ClientResult<()>> + Send;
     /// Unregisters CUDA regions (perf_analyzer always calls this, even for system shm).
     fn unregister_cuda_shm(&self, name: &str) -> impl Future<Output = ClientResult<()>> + Send;
+    /// Changes the trace settings of `model` (the trace extension): each setting's name and
+    /// values, as perf_analyzer's `--trace-*` flags send them.
+    fn trace_setting(
+        &self,
+        model: &str,
+        settings: &[(String, Vec<String>)],
+    ) -> impl Future<Output = ClientResult<()>> + Send;
 }

@@ -12,13 +12,15 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use serde::{Deserialize, Serialize};
 use tonic::codec::CompressionEncoding;
 
 use super::{ClientError, ClientResult};
 
 /// How a certificate or key file is encoded (`--ssl-https-client-certificate-type`,
 /// `--ssl-https-private-key-type`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FileFormat {
     #[default]
     Pem,
@@ -37,7 +39,8 @@ impl FromStr for FileFormat {
 }
 
 /// HTTPS, as perf_analyzer sets up curl. Used when the URL is `https://`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct HttpsTls {
     /// `--ssl-https-verify-peer 1`: the server's certificate must chain to a trusted CA.
     pub verify_peer: bool,
@@ -69,7 +72,8 @@ impl Default for HttpsTls {
 }
 
 /// gRPC over TLS, as perf_analyzer sets up its SSL channel credentials.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct GrpcTls {
     /// `--ssl-grpc-use-ssl`: connect over TLS.
     pub use_ssl: bool,
@@ -82,7 +86,8 @@ pub struct GrpcTls {
 }
 
 /// `--grpc-compression-algorithm`: how gRPC requests are compressed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GrpcCompression {
     #[default]
     None,
@@ -112,92 +117,35 @@ impl GrpcCompression {
     }
 }
 
-/// Everything the network clients need for TLS and compression.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Everything the network clients need for TLS and compression (a plan's `[sweeps.call.tls]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TlsOptions {
     pub https: HttpsTls,
     pub grpc: GrpcTls,
     pub grpc_compression: GrpcCompression,
 }
 
-/// perf_analyzer's flags, to `#[command(flatten)]` into the profile arguments.
-#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
-pub struct TlsArgs {
-    /// HTTPS: verify the server's certificate chain (1) or not (0).
-    #[arg(long = "ssl-https-verify-peer", value_name = "0|1", value_parser = ["0", "1"])]
-    pub ssl_https_verify_peer: Option<String>,
-    /// HTTPS: check that the certificate names the host (1 or 2) or not (0).
-    #[arg(long = "ssl-https-verify-host", value_name = "0|1|2", value_parser = ["0", "1", "2"])]
-    pub ssl_https_verify_host: Option<String>,
-    /// HTTPS: PEM file of the CAs to trust instead of the system's.
-    #[arg(long = "ssl-https-ca-certificates-file", value_name = "FILE")]
-    pub ssl_https_ca_certificates_file: Option<PathBuf>,
-    /// HTTPS: the client certificate, for mutual TLS.
-    #[arg(long = "ssl-https-client-certificate-file", value_name = "FILE")]
-    pub ssl_https_client_certificate_file: Option<PathBuf>,
-    /// HTTPS: the client certificate's format.
-    #[arg(long = "ssl-https-client-certificate-type", value_name = "PEM|DER")]
-    pub ssl_https_client_certificate_type: Option<FileFormat>,
-    /// HTTPS: the client certificate's private key.
-    #[arg(long = "ssl-https-private-key-file", value_name = "FILE")]
-    pub ssl_https_private_key_file: Option<PathBuf>,
-    /// HTTPS: the private key's format.
-    #[arg(long = "ssl-https-private-key-type", value_name = "PEM|DER")]
-    pub ssl_https_private_key_type: Option<FileFormat>,
-    /// gRPC: connect over TLS. perf_analyzer takes it bare; `=true|false` is accepted too.
-    #[arg(long = "ssl-grpc-use-ssl", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
-          value_parser = clap::builder::BoolishValueParser::new())]
-    pub ssl_grpc_use_ssl: Option<bool>,
-    /// gRPC: PEM file of the CAs to trust instead of the system's.
-    #[arg(long = "ssl-grpc-root-certifications-file", value_name = "FILE")]
-    pub ssl_grpc_root_certifications_file: Option<PathBuf>,
-    /// gRPC: the client's PEM private key, for mutual TLS.
-    #[arg(long = "ssl-grpc-private-key-file", value_name = "FILE")]
-    pub ssl_grpc_private_key_file: Option<PathBuf>,
-    /// gRPC: the client's PEM certificate chain, for mutual TLS.
-    #[arg(long = "ssl-grpc-certificate-chain-file", value_name = "FILE")]
-    pub ssl_grpc_certificate_chain_file: Option<PathBuf>,
-    /// gRPC: compress requests with none, gzip or deflate.
-    #[arg(long = "grpc-compression-algorithm", value_name = "ALG")]
-    pub grpc_compression_algorithm: Option<GrpcCompression>,
-}
+impl TlsOptions {
+    /// perf_analyzer's defaults: nothing to set up.
+    pub fn is_default(&self) -> bool {
+        *self == TlsOptions::default()
+    }
 
-impl TlsArgs {
-    /// The options, with perf_analyzer's defaults for what was not given. A key without its
-    /// certificate (or the reverse) is an error.
-    pub fn options(&self) -> ClientResult<TlsOptions> {
-        let https = HttpsTls {
-            verify_peer: self.ssl_https_verify_peer.as_deref() != Some("0"),
-            verify_host: self.ssl_https_verify_host.as_deref() != Some("0"),
-            ca_file: self.ssl_https_ca_certificates_file.clone(),
-            client_cert: self.ssl_https_client_certificate_file.clone(),
-            client_cert_format: self.ssl_https_client_certificate_type.unwrap_or_default(),
-            client_key: self.ssl_https_private_key_file.clone(),
-            client_key_format: self.ssl_https_private_key_type.unwrap_or_default(),
-        };
-        if https.client_cert.is_some() != https.client_key.is_some() {
-            return Err(ClientError::Invalid(
-                "--ssl-https-client-certificate-file and --ssl-https-private-key-file go together".into(),
-            ));
+    /// A key without its certificate (or the reverse), or gRPC files without `use_ssl`, are
+    /// mistakes perf_analyzer would silently ignore; they are refused here.
+    pub fn check(&self) -> Result<(), String> {
+        if self.https.client_cert.is_some() != self.https.client_key.is_some() {
+            return Err("--ssl-https-client-certificate-file and --ssl-https-private-key-file go together".into());
         }
-        let grpc = GrpcTls {
-            use_ssl: self.ssl_grpc_use_ssl.unwrap_or(false),
-            root_certs: self.ssl_grpc_root_certifications_file.clone(),
-            private_key: self.ssl_grpc_private_key_file.clone(),
-            cert_chain: self.ssl_grpc_certificate_chain_file.clone(),
-        };
+        let grpc = &self.grpc;
         if grpc.private_key.is_some() != grpc.cert_chain.is_some() {
-            return Err(ClientError::Invalid(
-                "--ssl-grpc-private-key-file and --ssl-grpc-certificate-chain-file go together".into(),
-            ));
+            return Err("--ssl-grpc-private-key-file and --ssl-grpc-certificate-chain-file go together".into());
         }
-        let given = grpc.root_certs.is_some() || grpc.private_key.is_some();
-        if given && !grpc.use_ssl {
-            return Err(ClientError::Invalid(
-                "--ssl-grpc-* files take effect only with --ssl-grpc-use-ssl: add it, or drop the files".into(),
-            ));
+        if (grpc.root_certs.is_some() || grpc.private_key.is_some()) && !grpc.use_ssl {
+            return Err("--ssl-grpc-* files take effect only with --ssl-grpc-use-ssl: add it, or drop the files".into());
         }
-        Ok(TlsOptions { https, grpc, grpc_compression: self.grpc_compression_algorithm.unwrap_or_default() })
+        Ok(())
     }
 }
 
@@ -386,38 +334,6 @@ pub fn https_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        tls: TlsArgs,
-    }
-
-    fn parse(args: &[&str]) -> ClientResult<TlsOptions> {
-        let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap();
-        cli.tls.options()
-    }
-
-    #[test]
-    fn perf_analyzer_flags_and_defaults() {
-        let o = parse(&[]).unwrap();
-        assert_eq!(o, TlsOptions::default());
-        assert!(o.https.verify_peer && o.https.verify_host && !o.grpc.use_ssl);
-        let o = parse(&["--ssl-https-verify-peer", "0", "--ssl-https-verify-host", "0"]).unwrap();
-        assert!(!o.https.verify_peer && !o.https.verify_host);
-        assert!(parse(&["--ssl-https-verify-host", "2"]).unwrap().https.verify_host);
-        let o = parse(&["--ssl-grpc-use-ssl", "--grpc-compression-algorithm", "gzip"]).unwrap();
-        assert!(o.grpc.use_ssl);
-        assert_eq!(o.grpc_compression.encoding(), Some(CompressionEncoding::Gzip));
-        assert!(!parse(&["--ssl-grpc-use-ssl=false"]).unwrap().grpc.use_ssl);
-        assert!(parse(&["--ssl-grpc-root-certifications-file", "ca.pem"]).unwrap_err().to_string().contains("use-ssl"));
-        assert!(parse(&["--ssl-https-private-key-file", "k.pem"]).is_err());
-        let o = parse(&["--ssl-https-client-certificate-type", "DER", "--ssl-https-private-key-type", "der"]).unwrap();
-        assert_eq!((o.https.client_cert_format, o.https.client_key_format), (FileFormat::Der, FileFormat::Der));
-        assert!(Cli::try_parse_from(["x", "--grpc-compression-algorithm", "zstd"]).is_err());
-        assert!(Cli::try_parse_from(["x", "--ssl-https-verify-peer", "3"]).is_err());
-    }
 
     #[test]
     fn missing_files_are_one_line_errors() {
@@ -430,5 +346,16 @@ mod tests {
         assert!(GrpcTls::default().client_config().unwrap().is_none());
         assert_eq!(https_url("http://h:1"), "https://h:1");
         assert_eq!(https_url("https://h:1"), "https://h:1");
+    }
+
+    #[test]
+    fn files_go_in_pairs() {
+        let key_only = HttpsTls { client_key: Some("k.pem".into()), ..Default::default() };
+        let o = TlsOptions { https: key_only, ..Default::default() };
+        assert!(o.check().unwrap_err().contains("go together"));
+        let root_only = GrpcTls { root_certs: Some("ca.pem".into()), ..Default::default() };
+        let o = TlsOptions { grpc: root_only, ..Default::default() };
+        assert!(o.check().unwrap_err().contains("use-ssl"));
+        assert!(TlsOptions::default().check().is_ok());
     }
 }

@@ -114,4 +114,7 @@ impl InferClient for FakeClient {
     async fn unregister_cuda_shm(&self, _: &str) -> ClientResult<()> {
         Ok(())
     }
+    async fn trace_setting(&self, _: &str, _: &[(String, Vec<String>)]) -> ClientResult<()> {
+        Ok(())
+    }
 }

@@ -19,6 +19,7 @@ pub use levels::{Levels, LevelsError};
 pub use settings::Settings;
 
 use crate::client::shm::SharedMemoryKind;
+use crate::client::tls::TlsOptions;
 use crate::gate::thresholds::GateThresholds;
 use crate::input::{InputData, ShapeOverride};
 
@@ -168,6 +169,9 @@ pub struct Call {
     /// `--collect-metrics`: scrape GPU gauges while each point runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
+    /// HTTPS (for `https://` URLs) and gRPC TLS and compression.
+    #[serde(default, skip_serializing_if = "TlsOptions::is_default")]
+    pub tls: TlsOptions,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -461,6 +465,10 @@ impl Sweep {
     fn validate(&self, target: &Target) -> Result<(), PlanError> {
         if self.call.streaming && self.protocol != Protocol::Grpc {
             return Err(invalid("--streaming needs -i grpc: HTTP has no streaming inference"));
+        }
+        self.call.tls.check().map_err(PlanError::Invalid)?;
+        if self.call.tls.grpc.use_ssl && !matches!(target, Target::Remote { .. }) {
+            return Err(invalid("--ssl-grpc-use-ssl needs -u: the bundled server listens without TLS"));
         }
         self.batch_sizes.check().map_err(|e| invalid(format!("bad batch sizes {e}")))?;
         if let Some(limit) = self.latency_limit_ms {

@@ -12,6 +12,7 @@ use super::{
     Protocol, StopWhen, Sweep, SweepKind, Target, TraceSetting, WindowKind,
 };
 use crate::client::shm::SharedMemoryKind;
+use crate::client::tls::TlsOptions;
 use crate::input::{InputData, ShapeOverride};
 
 /// One sweep's settings; scenario keys are these names. Unknown keys are an error.
@@ -60,6 +61,8 @@ pub struct Settings {
     pub string_length: Option<usize>,
     pub string_data: Option<String>,
     pub trace: Option<Vec<TraceSetting>>,
+    /// perf_analyzer's `--ssl-*` and `--grpc-compression-algorithm`.
+    pub tls: Option<TlsOptions>,
 }
 
 impl Settings {
@@ -107,6 +110,7 @@ impl Settings {
             string_length,
             string_data,
             trace,
+            tls,
         )
     }
 }
@@ -183,6 +187,8 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         .flatten()
         .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
         .collect::<Result<Vec<_>, _>>()?;
+    let tls = s.tls.clone().unwrap_or_default();
+    tls.check().map_err(PlanError::Invalid)?;
     let collect = s.collect_metrics.unwrap_or(false);
     if s.metrics_url.is_some() && !collect {
         return Err(invalid("--metrics-url needs --collect-metrics"));
@@ -208,6 +214,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             streaming: s.streaming.unwrap_or(false),
             asynchronous: s.asynchronous.unwrap_or(false),
             max_threads: s.max_threads,
+            tls,
             metrics: collect.then(|| Metrics {
                 url: s.metrics_url.clone(),
                 interval_ms: s.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),

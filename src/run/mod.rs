@@ -235,14 +235,14 @@ async fn run_sweep(
             drive(client, model, sweep, context, interrupt).await
         }
         (Endpoint::Network { http, metrics, device, .. }, Protocol::Http) => {
-            trace::apply(http, Protocol::Http, &model.name, &sweep.trace).await?;
-            let client = HttpClient::new(http, &connect).map_err(RunError::client)?;
+            let client = HttpClient::with_tls(http, &connect, &sweep.call.tls).map_err(RunError::client)?;
+            trace::apply(&client, &model.name, &sweep.trace).await?;
             let context = Context { wire: Wire::Http, service_kind: "TRITON", metrics, device };
             drive(client, model, sweep, context, interrupt).await
         }
         (Endpoint::Network { grpc, metrics, device, .. }, Protocol::Grpc) => {
-            trace::apply(grpc, Protocol::Grpc, &model.name, &sweep.trace).await?;
-            let client = GrpcClient::new(grpc, &connect).map_err(RunError::client)?;
+            let client = GrpcClient::with_tls(grpc, &connect, &sweep.call.tls).map_err(RunError::client)?;
+            trace::apply(&client, &model.name, &sweep.trace).await?;
             let context = Context { wire: Wire::Grpc, service_kind: "TRITON", metrics, device };
             drive(client, model, sweep, context, interrupt).await
         }

@@ -298,7 +298,8 @@ async fn settle(
     min_requests: u64,
 ) -> Result<(), ClientError> {
     let deadline = Instant::now() + WARMUP_MAX;
-    let _ = tokio::time::timeout_at(deadline, load.wait_completed(min_requests)).await.unwrap_or(Ok(()))?;
+    // Past the deadline the warm-up simply ends.
+    tokio::time::timeout_at(deadline, load.wait_completed(min_requests)).await.unwrap_or(Ok(()))?;
     let base = match settings.window {
         WindowMode::Count(n) => n,
         WindowMode::Time(_) => 1,
@@ -312,7 +313,7 @@ async fn settle(
     let mut started = Instant::now();
     while Instant::now() < deadline {
         let goal = load.completed() + window_requests(base, in_flight);
-        let _ = tokio::time::timeout_at(deadline, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
+        tokio::time::timeout_at(deadline, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
         let span = started.elapsed();
         if span < MIN_WINDOW_TIME {
             load.wait_for(MIN_WINDOW_TIME - span).await?;
@@ -392,7 +393,7 @@ pub async fn measure_point<C: InferClient>(
             }
             (None, WindowMode::Count(n), Some(cap)) => {
                 let goal = load.completed() + window_requests(n, in_flight);
-                let _ = tokio::time::timeout_at(started.0 + cap, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
+                tokio::time::timeout_at(started.0 + cap, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
                 let span = started.0.elapsed();
                 if span < MIN_WINDOW_TIME {
                     load.wait_for(MIN_WINDOW_TIME - span).await?;
