@@ -8,6 +8,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// The most values a bounded range may hold: each is a measured point of seconds, so more is a
+/// typo, and collecting them would only exhaust memory.
+pub const MAX_POINTS: u64 = 10_000;
+
 /// The levels of one sweep axis.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "LevelsText", into = "String")]
@@ -74,7 +78,8 @@ impl Levels {
         Ok(levels)
     }
 
-    /// Every value at least 1, a range ascending with a step of at least 1.
+    /// Every value at least 1, a range ascending with a step of at least 1 and at most
+    /// [`MAX_POINTS`] values.
     pub fn check(&self) -> Result<(), LevelsError> {
         let err = |why: &str| LevelsError { text: self.to_string(), why: why.to_string() };
         match self {
@@ -85,6 +90,10 @@ impl Levels {
             Levels::Range { start, end: Some(end), .. } if end < start => {
                 Err(err("the range is descending: the end is below the start"))
             }
+            Levels::Range { start, end: Some(end), step } if (end - start) / step >= MAX_POINTS => Err(err(&format!(
+                "{} points, more than a sweep can measure (at most {MAX_POINTS}): raise the step",
+                (end - start) / step + 1
+            ))),
             _ => Ok(()),
         }
     }
