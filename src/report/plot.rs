@@ -567,10 +567,11 @@ fn throughput_line<DB: DrawingBackend>(
     (LineSeries::new(points, LINE_COLOR.stroke_width(stroke_width)), dots)
 }
 
+/// A vertical whisker at one category of the bar charts.
+type Whisker = ErrorBar<SegmentValue<i32>, f64, ErrorBarOrientV<SegmentValue<i32>, f64>>;
+
 /// Throughput intervals as whiskers on the category axis.
-fn throughput_whiskers(
-    rows: &[ReportRow],
-) -> Vec<ErrorBar<SegmentValue<i32>, f64, ErrorBarOrientV<SegmentValue<i32>, f64>>> {
+fn throughput_whiskers(rows: &[ReportRow]) -> Vec<Whisker> {
     rows.iter()
         .enumerate()
         .filter_map(|(i, r)| {

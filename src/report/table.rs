@@ -404,7 +404,7 @@ mod tests {
             overloaded: false,
             ..sample_row(8, 1)
         };
-        assert_eq!(render_notes(&[plain.clone()]), "");
+        assert_eq!(render_notes(std::slice::from_ref(&plain)), "");
         assert!(!render_results(&[plain], &Layout::Microseconds).contains(['±', '*']));
     }
 
