@@ -216,6 +216,7 @@ pub fn build_requests(
                 })
                 .collect(),
             outputs: outputs.clone(),
+            decoupled: false,
         })
         .collect())
 }

@@ -28,6 +28,12 @@ pub struct CallArgs {
     pub metrics_url: Option<String>,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// HTTP: send input tensors as binary data or JSON.
+    #[arg(long = "input-tensor-format", value_name = "binary|json")]
+    pub input_tensor_format: Option<String>,
+    /// HTTP: ask for output tensors as binary data or JSON.
+    #[arg(long = "output-tensor-format", value_name = "binary|json")]
+    pub output_tensor_format: Option<String>,
 }
 
 /// The flags `profile`, `offline` and `online` share: where to connect, what to send, how to
@@ -110,6 +116,8 @@ impl CommonArgs {
             collect_metrics: self.call.collect_metrics.then_some(true),
             metrics_url: self.call.metrics_url.clone(),
             tls: self.call.tls.options(),
+            input_tensor_format: self.call.input_tensor_format.clone(),
+            output_tensor_format: self.call.output_tensor_format.clone(),
             ..Settings::default()
         }
     }
@@ -134,10 +142,6 @@ pub struct UnsupportedFlags {
     /// Accepted for perf_analyzer parity; sequence models are refused at run time.
     #[arg(long = "serial-sequences", num_args = 0..=1)]
     pub serial_sequences: Option<Option<String>>,
-    #[arg(long = "input-tensor-format", hide = true, num_args = 0..=1)]
-    input_tensor_format: Option<Option<String>>,
-    #[arg(long = "output-tensor-format", hide = true, num_args = 0..=1)]
-    output_tensor_format: Option<Option<String>>,
     #[arg(long = "data-directory", hide = true, num_args = 0..=1)]
     data_directory: Option<Option<String>>,
     #[arg(long = "bls-composing-models", hide = true, num_args = 0..=1)]
@@ -160,8 +164,6 @@ impl UnsupportedFlags {
     /// The first unsupported flag given, spelled as the user would have typed it.
     fn first_given(&self) -> Option<&'static str> {
         let given: &[(&'static str, bool)] = &[
-            ("--input-tensor-format", self.input_tensor_format.is_some()),
-            ("--output-tensor-format", self.output_tensor_format.is_some()),
             ("--data-directory", self.data_directory.is_some()),
             ("--bls-composing-models", self.bls_composing_models.is_some()),
             ("--periodic-concurrency-range", self.periodic_concurrency_range.is_some()),
@@ -180,9 +182,9 @@ impl UnsupportedFlags {
 /// chosen protocol.
 #[derive(Args, Debug, Clone)]
 pub struct ProfileArgs {
-    /// Model to profile.
+    /// Model to profile (required; checked when the plan resolves, in perf_analyzer's words).
     #[arg(short = 'm', long = "model-name")]
-    pub model: String,
+    pub model: Option<String>,
     /// Model version (empty: the latest).
     #[arg(short = 'x', long = "model-version", default_value = "")]
     pub model_version: String,
@@ -291,6 +293,9 @@ impl ProfileArgs {
         if let Some(flag) = self.unsupported.first_given() {
             return Err(PlanError::NotSupported(flag.to_string()));
         }
+        let Some(model) = self.model.clone() else {
+            return Err(invalid("Failed to parse -m (model name). The value must be specified."));
+        };
         let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
         let concurrency = match (&self.concurrency_range, self.concurrency) {
             (Some(_), Some(_)) => return Err(invalid("give -t or --concurrency-range, not both")),
@@ -340,7 +345,7 @@ impl ProfileArgs {
         let sweep = resolve(SweepKind::Profile, &settings, &target)?;
         let plan = Plan {
             target,
-            model: Model { name: self.model.clone(), version: self.model_version.clone(), config: None },
+            model: Model { name: model, version: self.model_version.clone(), config: None },
             sweeps: vec![sweep],
             gate: None,
         };
@@ -433,26 +438,29 @@ mod tests {
             resolve("-m m --service-kind openai").unwrap_err().to_string(),
             "not supported: --service-kind openai"
         );
-        assert!(resolve("-m m --streaming").unwrap_err().to_string().starts_with("--streaming needs -i grpc"));
+        assert!(resolve("-m m --streaming")
+            .unwrap_err()
+            .to_string()
+            .starts_with("Streaming is only allowed with gRPC"));
         assert!(resolve("-m m -i grpc --streaming").unwrap().sweeps[0].call.streaming);
     }
 
     #[test]
     fn bad_values_are_one_line_errors() {
         for (line, needle) in [
-            ("-m m --concurrency-range 0:4", "at least 1"),
+            ("-m m --concurrency-range 0:4", "The start of the search range must be > 0"),
             ("-m m --concurrency-range 4:2", "descending"),
             ("-m m --concurrency-range a:2", "not a whole number"),
             ("-m m --concurrency-range 4:0", "needs -l"),
             ("-m m --binary-search --concurrency-range 1:8", "needs -l"),
-            ("-m m -i udp", "expected http or grpc"),
-            ("-m m --measurement-mode both", "time_windows or count_windows"),
+            ("-m m -i udp", "Failed to parse -i (protocol)"),
+            ("-m m --measurement-mode both", "Failed to parse --measurement-mode"),
             ("-m m --concurrency-range 1:2 --request-rate-range 5", "choose one"),
             ("-m m --shape INPUT0:x", "--shape"),
             ("-m m --percentile 100", "--percentile"),
             ("-m m --service-kind inprocess -u h:1", "-u"),
             ("-m m --shared-memory gpu", "--shared-memory"),
-            ("-m m -b 0", "-b must be at least 1"),
+            ("-m m -b 0", "Failed to parse -b (batch size)"),
         ] {
             let err = resolve(line).unwrap_err().to_string();
             assert!(err.contains(needle), "{line}: {err}");

@@ -119,11 +119,11 @@ mod tests {
     fn bad_sweeps_are_refused_with_the_reason() {
         for (line, needle) in [
             ("online --concurrency 8..2", "descending"),
-            ("online --concurrency 0..8", "at least 1"),
+            ("online --concurrency 0..8", "must be > 0"),
             ("offline --batch-sizes 1,0", "at least 1"),
-            ("online -b 0", "-b must be at least 1"),
-            ("online -i udp", "expected http or grpc"),
-            ("online --streaming", "--streaming needs -i grpc"),
+            ("online -b 0", "Failed to parse -b (batch size)"),
+            ("online -i udp", "either HTTP or gRPC"),
+            ("online --streaming", "Streaming is only allowed with gRPC"),
             ("offline -u h:1 --model-repository r", "--model-repository"),
         ] {
             let err = plan(line).unwrap_err();

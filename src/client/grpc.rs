@@ -55,6 +55,8 @@ pub struct GrpcClient {
 /// A `ModelInferRequest`, protobuf-encoded once.
 pub struct GrpcRequest {
     encoded: Bytes,
+    /// A decoupled model's request: on a stream it ends with the response flagged final.
+    decoupled: bool,
 }
 
 impl GrpcClient {
@@ -183,6 +185,14 @@ fn to_proto(spec: &RequestSpec) -> ModelInferRequest {
         };
         request.outputs.push(InferRequestedOutputTensor { name: name.clone(), parameters });
     }
+    if spec.decoupled {
+        // As perf_analyzer: without it Triton sends no response for a request that ends with
+        // zero outputs, and the client could not tell when a request is complete.
+        request.parameters.insert(
+            "triton_enable_empty_final_response".into(),
+            InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
+        );
+    }
     request
 }
 
@@ -304,7 +314,7 @@ impl InferClient for GrpcClient {
     }
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<GrpcRequest> {
-        Ok(GrpcRequest { encoded: to_proto(spec).encode_to_vec().into() })
+        Ok(GrpcRequest { encoded: to_proto(spec).encode_to_vec().into(), decoupled: spec.decoupled })
     }
 
     /// Timing, measured on our side of the connection:
@@ -317,9 +327,13 @@ impl InferClient for GrpcClient {
     async fn infer(&self, request: &GrpcRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
         if let Some(streams) = &self.streams {
             let (response, timing) = streams
-                .infer(self.channel(), self.metadata.clone(), MAX_MESSAGE_BYTES, request.encoded.clone(), |s| {
-                    self.status_error(s)
-                })
+                .infer(
+                    self.channel(),
+                    self.metadata.clone(),
+                    MAX_MESSAGE_BYTES,
+                    (request.encoded.clone(), request.decoupled),
+                    |s| self.status_error(s),
+                )
                 .await;
             let result = match response {
                 Ok(r) if keep_outputs => from_proto(r),
@@ -409,6 +423,7 @@ mod tests {
                 ("A".into(), InputSource::Inline(Tensor::from_i32(vec![1], &[7]))),
             ],
             outputs: vec![("X".into(), OutputTarget::Inline)],
+            decoupled: false,
         };
         let p = to_proto(&spec);
         assert_eq!(p.raw_input_contents, vec![Bytes::from(7i32.to_le_bytes().to_vec())]);

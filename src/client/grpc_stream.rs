@@ -37,13 +37,17 @@ impl StreamPool {
         StreamPool { idle: Mutex::default(), compression }
     }
 
+    /// Opens a stream with `first` already queued: a gRPC C++ server (Triton) sends the response
+    /// headers only with its first response, so waiting for them before sending would hang.
     async fn open(
         &self,
         channel: Channel,
         metadata: tonic::metadata::MetadataMap,
         max_bytes: usize,
+        first: Bytes,
     ) -> Result<OpenStream, Status> {
         let (requests, rx) = mpsc::channel(1);
+        requests.try_send(first).expect("a new channel has room for one request");
         let mut grpc =
             tonic::client::Grpc::new(channel).max_decoding_message_size(max_bytes).max_encoding_message_size(max_bytes);
         if let Some(encoding) = self.compression {
@@ -58,45 +62,75 @@ impl StreamPool {
     }
 
     /// Sends one pre-encoded `ModelInferRequest` on an idle (or new) stream and waits for its
-    /// response. Send ends when the request is queued on the stream; recv covers decoding.
+    /// response; for a decoupled request (`request.1`), for every response up to the one flagged
+    /// `triton_final_response`, returning the last that carried outputs. Send ends when the
+    /// request is queued on the stream; recv covers decoding.
     pub async fn infer(
         &self,
         channel: Channel,
         metadata: tonic::metadata::MetadataMap,
         max_bytes: usize,
-        encoded: Bytes,
+        (encoded, decoupled): (Bytes, bool),
         status_error: impl Fn(Status) -> ClientError,
     ) -> (ClientResult<ModelInferResponse>, RequestTiming) {
         let start = Instant::now();
         let idle = self.idle.lock().pop();
         let mut stream = match idle {
-            Some(s) => s,
-            None => match self.open(channel, metadata, max_bytes).await {
+            Some(s) => {
+                if s.requests.send(encoded).await.is_err() {
+                    let e = ClientError::Unreachable { url: "gRPC stream".into(), reason: "the stream closed".into() };
+                    return (Err(e), timing(start, start, Instant::now()));
+                }
+                s
+            }
+            None => match self.open(channel, metadata, max_bytes, encoded).await {
                 Ok(s) => s,
                 Err(status) => return (Err(status_error(status)), timing(start, start, start)),
             },
         };
-        if stream.requests.send(encoded).await.is_err() {
-            let e = ClientError::Unreachable { url: "gRPC stream".into(), reason: "the stream closed".into() };
-            return (Err(e), timing(start, start, Instant::now()));
-        }
         let sent = Instant::now();
-        let message = stream.responses.message().await;
-        let answered = Instant::now();
-        let result = match message {
-            Ok(Some(m)) if !m.error_message.is_empty() => {
+        let mut last: Option<ModelInferResponse> = None;
+        loop {
+            let message = stream.responses.message().await;
+            let answered = Instant::now();
+            let response = match message {
+                Ok(Some(m)) if !m.error_message.is_empty() => {
+                    self.idle.lock().push(stream);
+                    return (Err(ClientError::Server(m.error_message)), timing(start, sent, answered));
+                }
+                Ok(Some(m)) => match m.infer_response {
+                    Some(r) => r,
+                    None => {
+                        let e = ClientError::Protocol("stream response without infer_response".into());
+                        return (Err(e), timing(start, sent, answered));
+                    }
+                },
+                Ok(None) => {
+                    let e = ClientError::Protocol("the server closed the stream".into());
+                    return (Err(e), timing(start, sent, answered));
+                }
+                Err(status) => return (Err(status_error(status)), timing(start, sent, answered)),
+            };
+            if !decoupled || is_final(&response) {
                 self.idle.lock().push(stream);
-                Err(ClientError::Server(m.error_message))
+                let response = match last {
+                    Some(previous) if response.outputs.is_empty() => previous,
+                    _ => response,
+                };
+                return (Ok(response), timing(start, sent, answered));
             }
-            Ok(Some(m)) => {
-                self.idle.lock().push(stream);
-                m.infer_response.ok_or_else(|| ClientError::Protocol("stream response without infer_response".into()))
-            }
-            Ok(None) => Err(ClientError::Protocol("the server closed the stream".into())),
-            Err(status) => Err(status_error(status)),
-        };
-        (result, timing(start, sent, answered))
+            last = Some(response);
+        }
     }
+}
+
+/// Whether a decoupled model's response is its request's last (`triton_final_response`).
+fn is_final(response: &ModelInferResponse) -> bool {
+    use crate::proto::inference::infer_parameter::ParameterChoice;
+    matches!(
+        response.parameters.get("triton_final_response").and_then(|p| p.parameter_choice.as_ref()),
+        Some(ParameterChoice::BoolParam(true))
+    )
 }
 
 fn timing(start: Instant, sent: Instant, answered: Instant) -> RequestTiming {

@@ -46,6 +46,9 @@ pub struct HttpClient {
     headers: HeaderMap,
     /// Idle inference connections, reused last-in first-out.
     idle: Mutex<Vec<Connection>>,
+    /// `--input-tensor-format json` / `--output-tensor-format json`.
+    json_inputs: bool,
+    json_outputs: bool,
     /// For `https://`: the TLS connector and the name the certificate must carry.
     tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
 }
@@ -115,7 +118,17 @@ impl HttpClient {
             None => host.to_string(),
         };
         let host = HeaderValue::from_str(&host).map_err(|_| ClientError::Invalid(format!("bad server URL '{url}'")))?;
-        Ok(HttpClient { base, http, address, host, headers, idle: Mutex::new(Vec::new()), tls })
+        Ok(HttpClient {
+            base,
+            http,
+            address,
+            host,
+            headers,
+            idle: Mutex::new(Vec::new()),
+            tls,
+            json_inputs: options.json_inputs,
+            json_outputs: options.json_outputs,
+        })
     }
 
     /// An idle inference connection, or a new one. The flag says whether it was reused.
@@ -280,6 +293,9 @@ struct InputHeader<'a> {
     shape: &'a [i64],
     datatype: &'static str,
     parameters: TensorParameters<'a>,
+    /// The values, with `--input-tensor-format json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Serialize)]
@@ -312,33 +328,47 @@ fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> TensorParameters
     }
 }
 
-/// Encodes a request body: the JSON header, then each inline input's bytes in input order.
-fn encode_request(spec: &RequestSpec) -> ClientResult<(Bytes, usize)> {
+/// Encodes a request body: the JSON header, then each inline input's bytes in input order
+/// (none with `json_inputs`: the values are in the header). The header length is `None` when the
+/// body is all JSON, which perf_analyzer then sends without `Inference-Header-Content-Length`.
+fn encode_request(spec: &RequestSpec, json_inputs: bool, json_outputs: bool) -> ClientResult<(Bytes, Option<usize>)> {
     let inputs = spec
         .inputs
         .iter()
         .map(|(name, source)| match source {
-            InputSource::Inline(t) => InputHeader {
+            InputSource::Inline(t) if json_inputs => Ok(InputHeader {
+                name,
+                shape: &t.shape,
+                datatype: t.dtype.as_str(),
+                parameters: TensorParameters::default(),
+                data: Some(
+                    crate::tensor::json_values(t.dtype, &t.data)
+                        .map_err(|e| ClientError::Invalid(format!("input '{name}' cannot be sent as JSON: {e}")))?,
+                ),
+            }),
+            InputSource::Inline(t) => Ok(InputHeader {
                 name,
                 shape: &t.shape,
                 datatype: t.dtype.as_str(),
                 parameters: TensorParameters { binary_data_size: Some(t.data.len() as u64), ..Default::default() },
-            },
-            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => InputHeader {
+                data: None,
+            }),
+            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => Ok(InputHeader {
                 name,
                 shape,
                 datatype: dtype.as_str(),
                 parameters: shm_parameters(region, *offset, *byte_size),
-            },
+                data: None,
+            }),
         })
-        .collect();
+        .collect::<ClientResult<Vec<_>>>()?;
     let outputs = spec
         .outputs
         .iter()
         .map(|(name, target)| OutputHeader {
             name,
             parameters: match target {
-                OutputTarget::Inline => TensorParameters { binary_data: Some(true), ..Default::default() },
+                OutputTarget::Inline => TensorParameters { binary_data: Some(!json_outputs), ..Default::default() },
                 OutputTarget::SystemShm { region, offset, byte_size } => shm_parameters(region, *offset, *byte_size),
             },
         })
@@ -347,12 +377,15 @@ fn encode_request(spec: &RequestSpec) -> ClientResult<(Bytes, usize)> {
         .map_err(|e| ClientError::Invalid(format!("cannot encode the request: {e}")))?;
     let header_length = header.len();
     let mut body = header;
+    if json_inputs {
+        return Ok((Bytes::from(body), None));
+    }
     for (_, source) in &spec.inputs {
         if let InputSource::Inline(t) = source {
             body.extend_from_slice(&t.data);
         }
     }
-    Ok((Bytes::from(body), header_length))
+    Ok((Bytes::from(body), Some(header_length)))
 }
 
 #[derive(Deserialize)]
@@ -490,14 +523,16 @@ impl InferClient for HttpClient {
     }
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<HttpRequest> {
-        let (body, header_length) = encode_request(spec)?;
+        let (body, header_length) = encode_request(spec, self.json_inputs, self.json_outputs)?;
         let url = self.model_url(&spec.model_name, &spec.model_version, &["infer"]);
         let path = hyper::Uri::try_from(url.path())
             .map_err(|e| ClientError::Invalid(format!("bad request path '{}': {e}", url.path())))?;
         let mut headers = HeaderMap::with_capacity(3 + self.headers.len());
         headers.insert(HOST, self.host.clone());
         headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-        headers.insert(HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(header_length));
+        if let Some(length) = header_length {
+            headers.insert(HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(length));
+        }
         for (name, value) in &self.headers {
             headers.append(name, value.clone());
         }
@@ -614,12 +649,14 @@ mod tests {
                 ("X".into(), OutputTarget::Inline),
                 ("Y".into(), OutputTarget::SystemShm { region: "Y".into(), offset: 16, byte_size: 64 }),
             ],
+            decoupled: false,
         }
     }
 
     #[test]
     fn request_encoding_matches_perf_analyzer() {
-        let (body, n) = encode_request(&spec()).unwrap();
+        let (body, n) = encode_request(&spec(), false, false).unwrap();
+        let n = n.expect("a binary body has a header length");
         let header: serde_json::Value = serde_json::from_slice(&body[..n]).unwrap();
         assert_eq!(header["id"], "");
         assert_eq!(header["inputs"][0]["parameters"], serde_json::json!({"binary_data_size": 8}));
@@ -631,6 +668,17 @@ mod tests {
         assert_eq!(header["outputs"][0]["parameters"], serde_json::json!({"binary_data": true}));
         assert_eq!(header["outputs"][1]["parameters"]["shared_memory_offset"], 16);
         assert_eq!(&body[n..], &Tensor::from_f32(vec![2], &[1.0, 2.0]).data[..]);
+    }
+
+    #[test]
+    fn json_tensor_formats_put_values_in_the_header() {
+        let (body, n) = encode_request(&spec(), true, true).unwrap();
+        assert_eq!(n, None, "an all-JSON body has no header length");
+        let header: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(header["inputs"][0]["data"], serde_json::json!([1.0, 2.0]));
+        assert_eq!(header["inputs"][0]["parameters"], serde_json::json!({}));
+        assert!(header["inputs"][1]["data"].is_null(), "shared-memory inputs stay in their region");
+        assert_eq!(header["outputs"][0]["parameters"], serde_json::json!({"binary_data": false}));
     }
 
     #[test]

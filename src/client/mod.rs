@@ -49,6 +49,10 @@ pub struct ConnectOptions {
     pub headers: Vec<(String, String)>,
     /// gRPC only: send requests on `ModelStreamInfer` streams (`--streaming`).
     pub streaming: bool,
+    /// HTTP only: inputs as JSON `data` instead of binary (`--input-tensor-format json`).
+    pub json_inputs: bool,
+    /// HTTP only: ask for outputs as JSON `data` (`--output-tensor-format json`).
+    pub json_outputs: bool,
 }
 
 /// `localhost:8000` or `http://localhost:8000` → `http://localhost:8000` (no trailing slash).
@@ -109,6 +113,9 @@ pub struct RequestSpec {
     pub model_version: String,
     pub inputs: Vec<(String, InputSource)>,
     pub outputs: Vec<(String, OutputTarget)>,
+    /// The model is decoupled (zero or more responses per request): streamed requests ask for
+    /// Triton's empty final response and complete on the response flagged final.
+    pub decoupled: bool,
 }
 
 /// Client-side timing of one completed request.

@@ -85,7 +85,8 @@ impl Levels {
         match self {
             Levels::List(values) if values.is_empty() => Err(err("no values")),
             Levels::List(values) if values.contains(&0) => Err(err("values must be at least 1")),
-            Levels::Range { start: 0, .. } => Err(err("values must be at least 1")),
+            // perf_analyzer's wording for `--concurrency-range 0`.
+            Levels::Range { start: 0, .. } => Err(err("The start of the search range must be > 0")),
             Levels::Range { step: 0, .. } => Err(err("the step must be at least 1")),
             Levels::Range { start, end: Some(end), .. } if end < start => {
                 Err(err("the range is descending: the end is below the start"))
@@ -191,7 +192,7 @@ mod tests {
     fn bad_levels_say_why() {
         for (bad, why) in [
             ("", "not a whole number"),
-            ("0..8", "at least 1"),
+            ("0..8", "must be > 0"),
             ("8..2", "descending"),
             ("a..b", "not a whole number"),
             ("1..8:0", "step"),

@@ -103,10 +103,11 @@ pub enum Protocol {
 impl FromStr for Protocol {
     type Err = String;
     fn from_str(s: &str) -> Result<Protocol, String> {
-        match s {
+        // perf_analyzer reads the protocol case-insensitively and words the error this way.
+        match s.to_ascii_lowercase().as_str() {
             "http" => Ok(Protocol::Http),
             "grpc" => Ok(Protocol::Grpc),
-            other => Err(format!("bad -i '{other}': expected http or grpc")),
+            _ => Err(format!("Failed to parse -i (protocol). The value should be either HTTP or gRPC, not '{s}'.")),
         }
     }
 }
@@ -172,6 +173,38 @@ pub struct Call {
     /// HTTPS (for `https://` URLs) and gRPC TLS and compression.
     #[serde(default, skip_serializing_if = "TlsOptions::is_default")]
     pub tls: TlsOptions,
+    /// HTTP tensors as binary data (perf_analyzer's default) or JSON (`--input-tensor-format`,
+    /// `--output-tensor-format`).
+    #[serde(default, skip_serializing_if = "TensorFormat::is_binary")]
+    pub input_tensor_format: TensorFormat,
+    #[serde(default, skip_serializing_if = "TensorFormat::is_binary")]
+    pub output_tensor_format: TensorFormat,
+}
+
+/// How HTTP requests carry tensors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TensorFormat {
+    #[default]
+    Binary,
+    Json,
+}
+
+impl TensorFormat {
+    pub fn is_binary(&self) -> bool {
+        *self == TensorFormat::Binary
+    }
+}
+
+impl FromStr for TensorFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<TensorFormat, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "binary" => Ok(TensorFormat::Binary),
+            "json" => Ok(TensorFormat::Json),
+            _ => Err(format!("Unsupported type provided: '{s}'. The available options are 'binary' or 'json'.")),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,7 +295,10 @@ impl FromStr for WindowKind {
         match s {
             "time_windows" => Ok(WindowKind::TimeWindows),
             "count_windows" => Ok(WindowKind::CountWindows),
-            other => Err(format!("bad --measurement-mode '{other}': expected time_windows or count_windows")),
+            other => Err(format!(
+                "Failed to parse --measurement-mode. Unsupported type provided: '{other}'. \
+                 The available options are 'time_windows' or 'count_windows'."
+            )),
         }
     }
 }
@@ -464,9 +500,17 @@ impl Plan {
 impl Sweep {
     fn validate(&self, target: &Target) -> Result<(), PlanError> {
         if self.call.streaming && self.protocol != Protocol::Grpc {
-            return Err(invalid("--streaming needs -i grpc: HTTP has no streaming inference"));
+            return Err(invalid("Streaming is only allowed with gRPC protocol and Triton C API: add -i grpc."));
         }
         self.call.tls.check().map_err(PlanError::Invalid)?;
+        for level in self.trace.iter().filter(|t| t.key == "trace_level").flat_map(|t| &t.values) {
+            if !["OFF", "TIMESTAMPS", "TENSORS"].contains(&level.to_ascii_uppercase().as_str()) {
+                return Err(invalid(format!(
+                    "Failed to parse --trace-level. Unsupported type provided: '{level}'. \
+                     The available options are 'OFF', 'TIMESTAMPS', or 'TENSORS'."
+                )));
+            }
+        }
         if self.call.tls.grpc.use_ssl && !matches!(target, Target::Remote { .. }) {
             return Err(invalid("--ssl-grpc-use-ssl needs -u: the bundled server listens without TLS"));
         }

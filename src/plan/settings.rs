@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, PlanError,
-    Protocol, StopWhen, Sweep, SweepKind, Target, TraceSetting, WindowKind,
+    Protocol, StopWhen, Sweep, SweepKind, Target, TensorFormat, TraceSetting, WindowKind,
 };
 use crate::client::shm::SharedMemoryKind;
 use crate::client::tls::TlsOptions;
@@ -63,6 +63,9 @@ pub struct Settings {
     pub trace: Option<Vec<TraceSetting>>,
     /// perf_analyzer's `--ssl-*` and `--grpc-compression-algorithm`.
     pub tls: Option<TlsOptions>,
+    /// `binary` or `json` (HTTP).
+    pub input_tensor_format: Option<String>,
+    pub output_tensor_format: Option<String>,
 }
 
 impl Settings {
@@ -111,6 +114,8 @@ impl Settings {
             string_data,
             trace,
             tls,
+            input_tensor_format,
+            output_tensor_format,
         )
     }
 }
@@ -139,13 +144,17 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     let batch_sizes = match (&s.batch_sizes, s.batch) {
         (Some(_), Some(_)) => return Err(invalid("give batch sizes or one batch, not both")),
         (Some(levels), None) => levels.clone(),
-        (None, Some(0)) => return Err(invalid("-b must be at least 1")),
+        (None, Some(0)) => return Err(invalid("Failed to parse -b (batch size). The value must be > 0.")),
         (None, Some(b)) => Levels::one(b),
         (None, None) => d.batch_sizes.parse().expect("default batch sizes parse"),
     };
     let load = match (&s.concurrency, &s.request_rate, &s.request_intervals) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
-            return Err(invalid("choose one of --concurrency-range, --request-rate-range and --request-intervals"))
+            // perf_analyzer's words, its spelling included: scripts grep them.
+            return Err(invalid(
+                "Cannot specify more then one inference load mode. Please choose only one of the following \
+                 modes: --concurrency-range, --request-rate-range, or --request-intervals.",
+            ));
         }
         (_, Some(range), None) => {
             let (start, end, step) = parse_rate_range(range)?;
@@ -187,6 +196,14 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         .flatten()
         .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
         .collect::<Result<Vec<_>, _>>()?;
+    let format = |flag: &str, text: &Option<String>| -> Result<TensorFormat, PlanError> {
+        text.as_deref()
+            .map(|t| t.parse().map_err(|e| invalid(format!("Failed to parse {flag}. {e}"))))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    let input_tensor_format = format("--input-tensor-format", &s.input_tensor_format)?;
+    let output_tensor_format = format("--output-tensor-format", &s.output_tensor_format)?;
     let tls = s.tls.clone().unwrap_or_default();
     tls.check().map_err(PlanError::Invalid)?;
     let collect = s.collect_metrics.unwrap_or(false);
@@ -215,6 +232,8 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             asynchronous: s.asynchronous.unwrap_or(false),
             max_threads: s.max_threads,
             tls,
+            input_tensor_format,
+            output_tensor_format,
             metrics: collect.then(|| Metrics {
                 url: s.metrics_url.clone(),
                 interval_ms: s.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),

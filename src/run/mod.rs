@@ -25,7 +25,9 @@ use crate::client::inprocess::InProcessClient;
 use crate::client::{ClientError, ConnectOptions, InferClient};
 use crate::load::{read_intervals, LoadMode, LoadSpec};
 use crate::measure::MeasureSettings;
-use crate::plan::{Distribution, Levels, Load, Model, Plan, Protocol, Sweep, SweepKind, Target, MAX_OPEN_CONCURRENCY};
+use crate::plan::{
+    Distribution, Levels, Load, Model, Plan, Protocol, Sweep, SweepKind, Target, TensorFormat, MAX_OPEN_CONCURRENCY,
+};
 use crate::report::pa_summary::Wire;
 use crate::report::{ConfigBasics, Device, RunConfig};
 use crate::server::serve::{self, RunningServer, ServeConfig};
@@ -226,6 +228,8 @@ async fn run_sweep(
         concurrency: sweep.peak_concurrency() as usize,
         headers: sweep.call.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
         streaming: sweep.call.streaming,
+        json_inputs: sweep.call.input_tensor_format == TensorFormat::Json,
+        json_outputs: sweep.call.output_tensor_format == TensorFormat::Json,
     };
     match (endpoint, sweep.protocol) {
         (Endpoint::InProcess(core), _) => {
@@ -266,7 +270,7 @@ async fn drive<C: InferClient>(
     context: Context<'_>,
     interrupt: &Interrupt,
 ) -> Result<SweepOutcome, RunError> {
-    let mut session = Session::open(client, model).await?;
+    let mut session = Session::open(client, model, sweep.call.streaming).await?;
     let config = run_config(&session, sweep, context.device);
     let mut recorder =
         Recorder::create(sweep, context.wire, context.service_kind, context.metrics).map_err(RunError::bad_input)?;

@@ -26,6 +26,8 @@ pub struct Session<C: InferClient> {
     pub config: ModelConfig,
     /// Whether the server lists the `statistics` extension.
     pub server_stats: bool,
+    /// The model answers zero or more responses per request (streamed only).
+    pub decoupled: bool,
     shm: Option<ShmSet>,
 }
 
@@ -38,8 +40,9 @@ pub struct BatchRequests<C: InferClient> {
 }
 
 impl<C: InferClient> Session<C> {
-    /// Reads the server's and the model's metadata and the model config, once.
-    pub async fn open(client: C, model: &Model) -> Result<Session<C>, RunError> {
+    /// Reads the server's and the model's metadata and the model config, once. `streaming`: the
+    /// sweep sends over gRPC streams, which a decoupled model needs.
+    pub async fn open(client: C, model: &Model, streaming: bool) -> Result<Session<C>, RunError> {
         let (name, version) = (model.name.as_str(), model.version.as_str());
         let info = client.server_metadata().await.map_err(RunError::client)?;
         let meta = client
@@ -55,7 +58,16 @@ impl<C: InferClient> Session<C> {
                 "not supported: model '{name}' uses the sequence batcher, and perfbench does not drive stateful sequences yet"
             )));
         }
+        let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        if decoupled && !streaming {
+            // perf_analyzer's words (the C API does not apply here).
+            return Err(RunError::bad_input(anyhow::anyhow!(
+                "Decoupled models must be run with `--async` and `--streaming` and either `-i grpc` or \
+                 `--service-kind=triton_c_api`: model '{name}' is decoupled"
+            )));
+        }
         Ok(Session {
+            decoupled,
             client: Arc::new(client),
             model: name.to_string(),
             version: version.to_string(),
@@ -80,6 +92,7 @@ impl<C: InferClient> Session<C> {
         };
         let mut specs =
             build_requests(&self.meta, &self.config, &options, &self.version).map_err(RunError::bad_input)?;
+        specs.iter_mut().for_each(|s| s.decoupled = self.decoupled);
         let step_inputs = match sweep.output.profile_export_file {
             Some(_) => specs.iter().map(inline_inputs).collect(),
             None => Vec::new(),

@@ -91,9 +91,9 @@ fn unsupported_perf_analyzer_flags_are_named() {
         &["profile", "-m", "identity", "--bls-composing-models", "a"],
         "not supported: --bls-composing-models",
     );
-    // Trace flags reach the server's trace extension, which keeps good settings and refuses bad
-    // ones with its reason.
-    assert_bad_input(&["profile", "-m", "identity", "--trace-level", "LOUD"], "refused the trace settings");
+    // A trace level perf_analyzer does not know is refused before anything starts, in its words.
+    assert_bad_input(&["profile", "-m", "identity", "--trace-level", "LOUD"], "Failed to parse --trace-level");
+    assert_bad_input(&["profile", "-u", "localhost:1"], "Failed to parse -m (model name)");
 }
 
 #[test]
@@ -359,6 +359,43 @@ fn grpc_streaming_measures_like_unary_and_counts_server_errors() {
     let rows = profile(line, repo.path()).unwrap();
     let r = &rows[0];
     assert!(r.failed > 0 && r.requests > 0, "{} requests, {} failed", r.requests, r.failed);
+}
+
+/// The zoo's decoupled `repeat` model, streamed: a request completes on its final response, so
+/// its latency holds every response's delay; without streaming it is refused in perf_analyzer's
+/// words.
+#[test]
+fn decoupled_models_stream_until_the_final_response() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/data/repeat_small.json");
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("repeat.csv");
+    let args = ["-m", "repeat", "-i", "grpc", "--streaming", "--input-data", data];
+    let out = profile_to_csv(&args, "20", &csv);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = perfbench::results::csv::read_table(&csv, perfbench::results::csv::Unit::Us).unwrap();
+    let row = &table.rows[0];
+    // Steps alternate: 3 responses 1 ms apart then 2 ms to the final flag (5 ms), and one at
+    // once; the p90 is a slow step, which only waiting for the final response can make.
+    assert!(row.p90_us >= 4000.0, "p90 {} µs", row.p90_us);
+    assert_bad_input(&["profile", "-m", "repeat", "-i", "grpc", "--input-data", data], "Decoupled models must be run");
+}
+
+/// `--input-tensor-format json` / `--output-tensor-format json`: the values travel in the JSON
+/// header, and the server's statistics count the requests like binary ones.
+#[test]
+fn json_tensor_formats_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("json.csv");
+    let args =
+        ["-m", "identity", "--shape", "INPUT0:4", "--input-tensor-format", "json", "--output-tensor-format=json"];
+    let out = profile_to_csv(&args, "20", &csv);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = perfbench::results::csv::read_table(&csv, perfbench::results::csv::Unit::Us).unwrap();
+    assert!(table.rows[0].throughput > 0.0);
+    assert_bad_input(
+        &["profile", "-m", "identity", "--input-tensor-format", "xml"],
+        "Failed to parse --input-tensor-format",
+    );
 }
 
 const FAIL_EVERY_4: &str = r#"parameters { key: "fail_every" value { string_value: "4" } }"#;

@@ -97,6 +97,7 @@ fn identity_spec() -> RequestSpec {
         model_version: String::new(),
         inputs: vec![("INPUT0".into(), InputSource::Inline(Tensor::from_f32(vec![1, 3], &[1.0, 2.0, 3.0])))],
         outputs: vec![("OUTPUT0".into(), OutputTarget::Inline)],
+        decoupled: false,
     }
 }
 

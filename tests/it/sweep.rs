@@ -105,7 +105,7 @@ fn online_sweep_takes_headers_streaming_and_metrics_flags() {
     );
 
     let bad: [(&[&str], &str); 2] =
-        [(&["-i", "grpc", "-H", "no-colon"], "bad -H"), (&["-i", "http"], "--streaming needs -i grpc")];
+        [(&["-i", "grpc", "-H", "no-colon"], "bad -H"), (&["-i", "http"], "Streaming is only allowed with gRPC")];
     for (extra, needle) in bad {
         let mut args = base.to_vec();
         args.extend(["--streaming", "--out", out.to_str().unwrap()]);
