@@ -43,9 +43,10 @@ pub struct CommonArgs {
     /// Per-item shape of a variable-size input: NAME:d1,d2 (repeatable).
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
-    /// Input values: zero, random, or a perf_analyzer JSON file.
+    /// Input values: zero, random, a perf_analyzer JSON file or a directory of raw files
+    /// (repeatable: the files' steps are sent in turn).
     #[arg(long = "input-data")]
-    pub input_data: Option<String>,
+    pub input_data: Vec<String>,
     /// Where tensors travel: none, system or cuda shared memory.
     #[arg(long = "shared-memory")]
     pub shared_memory: Option<String>,
@@ -94,7 +95,7 @@ impl CommonArgs {
         Settings {
             protocol: self.protocol.clone(),
             shapes: Some(self.shapes.clone()),
-            input_data: self.input_data.clone(),
+            input_data: (!self.input_data.is_empty()).then(|| self.input_data.clone()),
             shared_memory: self.shared_memory.clone(),
             measurement_interval_ms: self.measurement_interval_ms,
             measurement_mode: self.measurement_mode.clone(),
@@ -324,7 +325,7 @@ impl ProfileArgs {
             latency_threshold_ms: self.latency_threshold_ms,
             binary_search: Some(self.binary_search),
             output_shared_memory_size: self.output_shared_memory_size,
-            input_data: if self.zero_input { Some("zero".into()) } else { common.input_data.clone() },
+            input_data: if self.zero_input { Some(vec!["zero".into()]) } else { common.input_data.clone() },
             request_count: self.request_count,
             asynchronous: Some(self.asynchronous),
             metrics_interval_ms: self.metrics_interval_ms,
