@@ -49,9 +49,10 @@ pub struct CommonArgs {
     /// Per-item shape of a variable-size input: NAME:d1,d2 (repeatable).
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
-    /// Input values: zero, random, or a perf_analyzer JSON file.
+    /// Input values: zero, random, a perf_analyzer JSON file or a directory of raw files
+    /// (repeatable: the files' steps are sent in turn).
     #[arg(long = "input-data")]
-    pub input_data: Option<String>,
+    pub input_data: Vec<String>,
     /// Where tensors travel: none, system or cuda shared memory.
     #[arg(long = "shared-memory")]
     pub shared_memory: Option<String>,
@@ -100,7 +101,7 @@ impl CommonArgs {
         Settings {
             protocol: self.protocol.clone(),
             shapes: Some(self.shapes.clone()),
-            input_data: self.input_data.clone(),
+            input_data: (!self.input_data.is_empty()).then(|| self.input_data.clone()),
             shared_memory: self.shared_memory.clone(),
             measurement_interval_ms: self.measurement_interval_ms,
             measurement_mode: self.measurement_mode.clone(),
@@ -329,7 +330,7 @@ impl ProfileArgs {
             latency_threshold_ms: self.latency_threshold_ms,
             binary_search: Some(self.binary_search),
             output_shared_memory_size: self.output_shared_memory_size,
-            input_data: if self.zero_input { Some("zero".into()) } else { common.input_data.clone() },
+            input_data: if self.zero_input { Some(vec!["zero".into()]) } else { common.input_data.clone() },
             request_count: self.request_count,
             asynchronous: Some(self.asynchronous),
             metrics_interval_ms: self.metrics_interval_ms,
@@ -455,7 +456,7 @@ mod tests {
             ("-m m --binary-search --concurrency-range 1:8", "needs -l"),
             ("-m m -i udp", "Failed to parse -i (protocol)"),
             ("-m m --measurement-mode both", "Failed to parse --measurement-mode"),
-            ("-m m --concurrency-range 1:2 --request-rate-range 5", "choose one"),
+            ("-m m --concurrency-range 1:2 --request-rate-range 5", "Cannot specify more then one inference load mode"),
             ("-m m --shape INPUT0:x", "--shape"),
             ("-m m --percentile 100", "--percentile"),
             ("-m m --service-kind inprocess -u h:1", "-u"),

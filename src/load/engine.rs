@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{LoadError, LoadMode, Pacer, DRAIN_TIMEOUT};
-use crate::client::{ClientError, InferClient};
+use crate::client::{ClientError, InferClient, InferResult};
 use crate::measure::recorder::WindowRecorder;
 use crate::results::RequestRecord;
 
@@ -36,6 +36,11 @@ pub const LATE_SLACK: Duration = Duration::from_millis(1);
 const MAX_SHARDS: usize = 16;
 /// Longest single sleep of the dispatcher, so a stop request is seen promptly.
 const DISPATCH_SLICE: Duration = Duration::from_millis(20);
+
+/// Checks the answer to request `index` (of the prepared requests) against what it must hold
+/// (`validation_data`); an error ends the load with that reason, as perf_analyzer's thread
+/// error ends its run.
+pub type ResponseCheck = Arc<dyn Fn(usize, &InferResult) -> Result<(), String> + Send + Sync>;
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,6 +93,8 @@ struct Shared {
     started: AtomicU64,
     clock: WallClock,
     log_requests: bool,
+    /// Validation: answers are decoded and checked (the hot path without it is unchanged).
+    check: Option<ResponseCheck>,
 }
 
 impl Shared {
@@ -124,9 +131,16 @@ impl Shared {
         let step = self.started.fetch_add(1, Ordering::Relaxed) as usize % steps.len();
         let request = &steps[step];
         let sent = Instant::now();
-        // Outputs are decoded only for the profile export, as perf_analyzer does for it.
-        let (result, timing) = client.infer(request, self.log_requests).await;
+        // Outputs are decoded only for the profile export and validation, as perf_analyzer does.
+        let (mut result, timing) = client.infer(request, self.log_requests || self.check.is_some()).await;
         let done = Instant::now();
+        let mut failed_check = false;
+        if let (Some(check), Ok(answer)) = (&self.check, &result) {
+            if let Err(reason) = check(step, answer) {
+                result = Err(ClientError::Invalid(reason));
+                failed_check = true;
+            }
+        }
         {
             let mut rec = self.recorders[shard].lock();
             if late {
@@ -146,7 +160,7 @@ impl Shared {
             }
         }
         if let Err(e) = result {
-            if e.is_fatal() {
+            if failed_check || e.is_fatal() {
                 self.set_fatal(e);
             }
         }
@@ -169,6 +183,16 @@ impl RunningLoad {
         steps: Arc<[C::Prepared]>,
         spec: &LoadSpec,
     ) -> Result<RunningLoad, LoadError> {
+        Self::start_checked(client, steps, spec, None)
+    }
+
+    /// [`start`](Self::start), checking every answer with `check` when given.
+    pub fn start_checked<C: InferClient>(
+        client: Arc<C>,
+        steps: Arc<[C::Prepared]>,
+        spec: &LoadSpec,
+        check: Option<ResponseCheck>,
+    ) -> Result<RunningLoad, LoadError> {
         if steps.is_empty() {
             return Err(LoadError::NoRequests);
         }
@@ -189,6 +213,7 @@ impl RunningLoad {
             started: AtomicU64::new(0),
             clock: WallClock::now(),
             log_requests: spec.log_requests,
+            check,
         });
         let mut load = RunningLoad { shared: shared.clone(), workers: Vec::new(), dispatcher: None };
         match &spec.mode {

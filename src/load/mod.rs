@@ -9,7 +9,7 @@ pub mod pacer;
 
 use std::time::Duration;
 
-pub use engine::{LoadSpec, RunningLoad, LATE_SLACK};
+pub use engine::{LoadSpec, ResponseCheck, RunningLoad, LATE_SLACK};
 pub use pacer::{read_intervals, Distribution, Pacer, Schedule};
 
 use crate::results::LoadPoint;

@@ -260,7 +260,9 @@ pub enum Distribution {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Input {
-    pub data: InputData,
+    /// Each `--input-data`, in order; a plan may write one as a plain string.
+    #[serde(with = "crate::input::one_or_many")]
+    pub data: Vec<InputData>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shapes: Vec<ShapeOverride>,
     pub shared_memory: SharedMemoryKind,
@@ -617,7 +619,7 @@ mod tests {
                 latency_limit_ms: None,
                 binary_search: false,
                 input: Input {
-                    data: InputData::Zero,
+                    data: vec![InputData::Zero],
                     shapes: vec!["INPUT0:16".parse().unwrap()],
                     shared_memory: SharedMemoryKind::System,
                     output_shared_memory_size: 1024,

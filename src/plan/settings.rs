@@ -34,7 +34,9 @@ pub struct Settings {
     pub shapes: Option<Vec<String>>,
     pub shared_memory: Option<String>,
     pub output_shared_memory_size: Option<u64>,
-    pub input_data: Option<String>,
+    /// `--input-data`, repeatable; a scenario may give one string or a list.
+    #[serde(default, with = "crate::input::one_or_many::option")]
+    pub input_data: Option<Vec<String>>,
     pub measurement_mode: Option<String>,
     /// `stable` or `ci=P%[,max=T]` ([`StopWhen`]).
     pub stop_when: Option<String>,
@@ -182,8 +184,13 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     };
     let shared_memory: SharedMemoryKind =
         s.shared_memory.as_deref().unwrap_or(d.shared_memory).parse().map_err(|e| invalid(format!("{e}")))?;
-    let data: InputData =
-        s.input_data.as_deref().unwrap_or(d.input_data).parse().map_err(|e| invalid(format!("{e}")))?;
+    let data = match s.input_data.as_deref() {
+        Some(texts) if !texts.is_empty() => texts.iter().map(String::as_str).collect(),
+        _ => vec![d.input_data],
+    }
+    .into_iter()
+    .map(|t| t.parse::<InputData>().map_err(|e| invalid(format!("{e}"))))
+    .collect::<Result<Vec<_>, _>>()?;
     let shapes = s
         .shapes
         .iter()

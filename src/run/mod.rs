@@ -286,6 +286,7 @@ async fn drive<C: InferClient>(
                     model: session.model.clone(),
                     version: session.version.clone(),
                     server_stats: session.server_stats,
+                    check: requests.check,
                 };
                 let settings = measure_settings(sweep, batch);
                 let plan = load_plan(sweep)?;

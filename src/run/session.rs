@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::RunError;
 use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmSet};
 use crate::client::{InferClient, InputSource, RequestSpec};
-use crate::input::{build_requests, InputOptions};
+use crate::input::{build_request_set, InputOptions};
+use crate::load::ResponseCheck;
 use crate::plan::{Model, Sweep};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse};
@@ -37,6 +38,8 @@ pub struct BatchRequests<C: InferClient> {
     pub prepared: Arc<[C::Prepared]>,
     /// The inline input values of each step (for `--profile-export-file`; empty otherwise).
     pub step_inputs: Vec<Vec<(String, Tensor)>>,
+    /// Checks each answer against `validation_data`, when the data has it.
+    pub check: Option<ResponseCheck>,
 }
 
 impl<C: InferClient> Session<C> {
@@ -90,14 +93,19 @@ impl<C: InferClient> Session<C> {
             string_data: sweep.input.string_data.clone(),
             ..InputOptions::default()
         };
-        let mut specs =
-            build_requests(&self.meta, &self.config, &options, &self.version).map_err(RunError::bad_input)?;
+        let set = build_request_set(&self.meta, &self.config, &options, &self.version).map_err(RunError::bad_input)?;
+        let mut specs = set.specs;
         specs.iter_mut().for_each(|s| s.decoupled = self.decoupled);
         let step_inputs = match sweep.output.profile_export_file {
             Some(_) => specs.iter().map(inline_inputs).collect(),
             None => Vec::new(),
         };
         let kind = sweep.input.shared_memory;
+        if kind != SharedMemoryKind::None && set.expected.is_some() {
+            return Err(RunError::bad_input(anyhow::anyhow!(
+                "not supported: validation_data with --shared-memory (answers in shared memory are not read back)"
+            )));
+        }
         if kind != SharedMemoryKind::None {
             kind.check_available().map_err(RunError::bad_input)?;
             // Outputs whose size the config leaves open are sized from one inline request's
@@ -130,8 +138,16 @@ impl<C: InferClient> Session<C> {
         let prepared =
             specs.iter().map(|s| self.client.prepare(s)).collect::<Result<Vec<_>, _>>().map_err(RunError::client)?;
         let (probe, _) = self.client.infer(&prepared[0], true).await;
-        probe.map_err(|e| RunError::client(e).context("the server rejected the first request"))?;
-        Ok(BatchRequests { prepared: prepared.into(), step_inputs })
+        let answer = probe.map_err(|e| RunError::client(e).context("the server rejected the first request"))?;
+        let check = set.expected.map(|expected| {
+            let expected = Arc::new(expected);
+            Arc::new(move |index: usize, answer: &crate::client::InferResult| expected[index].check(answer))
+                as ResponseCheck
+        });
+        if let Some(check) = &check {
+            check(0, &answer).map_err(|reason| RunError::bad_input(anyhow::anyhow!(reason)))?;
+        }
+        Ok(BatchRequests { prepared: prepared.into(), step_inputs, check })
     }
 
     /// Unregisters and unlinks the shared-memory regions (unlinking even if the server is gone).

@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use crate::client::{ClientError, InferClient};
-use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, RunningLoad, Schedule};
+use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, ResponseCheck, RunningLoad, Schedule};
 use crate::measure::window::overloaded;
 use crate::measure::{
     derive_point, is_stable, window_requests, Batches, Intervals, MeasureSettings, Stop, Window, WindowFigures,
@@ -73,6 +73,8 @@ pub struct Target<C: InferClient> {
     pub version: String,
     /// Whether the server lists the `statistics` extension.
     pub server_stats: bool,
+    /// Checks every answer (`validation_data`); `None` sends without decoding answers.
+    pub check: Option<ResponseCheck>,
 }
 
 /// One window as the progress display sees it.
@@ -140,7 +142,12 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         self.observer.warm_up_started(&mode);
         let budget = (!settling).then_some(self.plan.warmup_requests);
         let spec = LoadSpec { request_budget: budget, log_requests: false, ..self.spec(mode.clone()) };
-        let load = RunningLoad::start(self.target.client.clone(), self.target.requests.clone(), &spec)?;
+        let load = RunningLoad::start_checked(
+            self.target.client.clone(),
+            self.target.requests.clone(),
+            &spec,
+            self.target.check.clone(),
+        )?;
         let outcome = if settling {
             settle(&load, self.settings, &mode, self.plan.warmup_requests).await
         } else {
@@ -154,7 +161,12 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
     async fn measure(&mut self, mode: LoadMode) -> Result<bool, SweepError> {
         self.observer.point_started(&mode);
         let spec = LoadSpec { request_budget: self.settings.request_count, ..self.spec(mode.clone()) };
-        let load = RunningLoad::start(self.target.client.clone(), self.target.requests.clone(), &spec)?;
+        let load = RunningLoad::start_checked(
+            self.target.client.clone(),
+            self.target.requests.clone(),
+            &spec,
+            self.target.check.clone(),
+        )?;
         let stats = StatsSource {
             client: &*self.target.client,
             model: self.target.server_stats.then_some((self.target.model.as_str(), self.target.version.as_str())),
@@ -492,6 +504,7 @@ mod tests {
             model: "m".into(),
             version: String::new(),
             server_stats: true,
+            check: None,
         }
     }
 
@@ -558,6 +571,37 @@ mod tests {
             SweepError::Unreachable { measured, .. } => {
                 assert!(measured >= 1);
                 assert_eq!(measured, seen.rows.len());
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_validation_ends_the_sweep_after_the_measured_rows() {
+        let checked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = checked.clone();
+        let check: ResponseCheck =
+            Arc::new(move |_, _| match counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel) {
+                n if n < 150 => Ok(()),
+                _ => Err("Output doesn't match expected output".into()),
+            });
+        let t = Target { check: Some(check), ..target(FakeClient::with_latency(Duration::from_micros(500))) };
+        let p = plan(SweepPoints::Concurrency { start: 1, end: Some(8), step: 1 });
+        let mut seen = Collect::default();
+        let settings = MeasureSettings {
+            window: WindowMode::Count(20),
+            stability_pct: 100.0,
+            max_trials: 3,
+            ..Default::default()
+        };
+        match sweep(&t, &p, &settings, &mut seen).await.unwrap_err() {
+            SweepError::Unreachable { measured, error } => {
+                assert!(measured >= 1);
+                assert_eq!(measured, seen.rows.len());
+                assert!(
+                    matches!(&error, ClientError::Invalid(r) if r == "Output doesn't match expected output"),
+                    "{error}"
+                );
             }
             other => panic!("unexpected {other}"),
         }

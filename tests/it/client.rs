@@ -35,7 +35,7 @@ async fn specs_for<C: InferClient>(client: &C, model: &str, options: &InputOptio
 
 fn random_input(shape: &str, batch_size: u64) -> InputOptions {
     InputOptions {
-        data: InputData::Random,
+        data: vec![InputData::Random],
         shapes: vec![shape.parse().unwrap()],
         batch_size,
         seed: 42,
@@ -142,7 +142,7 @@ async fn json_file_data<C: InferClient>(client: &C) {
     let path = dir.path().join("input.json");
     std::fs::write(&path, r#"{"data":[{"INPUT0":[1,2,3,4]},{"INPUT0":{"content":[[5,6],[7,8]],"shape":[4]}}]}"#)
         .unwrap();
-    let options = InputOptions { data: InputData::File(path), ..Default::default() };
+    let options = InputOptions { data: vec![InputData::File(path)], ..Default::default() };
     let specs = specs_for(client, "identity", &options).await;
     assert_eq!(specs.len(), 2);
     for spec in &specs {

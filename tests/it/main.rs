@@ -8,6 +8,7 @@ mod compute_models;
 mod fuzz_server;
 mod gate;
 mod gate_run;
+mod input;
 mod plan;
 mod profile;
 mod seed_tables;
