@@ -15,4 +15,10 @@ rm -f "$PA_CORPUS_REPORT"
 # pytriton's Python backend stub links libpython: point the loader at the interpreter's LIBDIR.
 PY_LIBDIR=$("$PEERS/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
 export LD_LIBRARY_PATH=$PY_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-"$PEERS/venv/bin/python" -m pytest -q -p no:cacheprovider tests/interop "$@"
+# Test files or folders among the arguments choose what runs; otherwise the whole suite.
+paths=()
+for arg in "$@"; do
+  case $arg in tests/*) paths+=("$arg") ;; esac
+done
+[ ${#paths[@]} -gt 0 ] || set -- tests/interop "$@"
+"$PEERS/venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

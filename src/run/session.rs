@@ -109,8 +109,10 @@ impl<C: InferClient> Session<C> {
         if kind != SharedMemoryKind::None {
             kind.check_available().map_err(RunError::bad_input)?;
             // Outputs whose size the config leaves open are sized from one inline request's
-            // answer, so a large --shape works without guessing --output-shared-memory-size.
-            let probe = if has_variable_outputs(&self.meta, &self.config) {
+            // answer, so a large --shape works without guessing --output-shared-memory-size;
+            // a size the user gave is kept as given.
+            let given = sweep.input.output_shared_memory_size;
+            let probe = if given.is_none() && has_variable_outputs(&self.meta, &self.config) {
                 let (answer, _) =
                     self.client.infer(&self.client.prepare(&specs[0]).map_err(RunError::client)?, true).await;
                 Some(answer.map_err(|e| RunError::client(e).context("the server rejected the first request"))?)
@@ -121,7 +123,7 @@ impl<C: InferClient> Session<C> {
                 &self.meta,
                 &self.config,
                 batch,
-                sweep.input.output_shared_memory_size,
+                given.unwrap_or(crate::plan::defaults::OUTPUT_SHM_BYTES),
                 probe.as_ref(),
             );
             let prefix = format!("perfbench_{}_", std::process::id());

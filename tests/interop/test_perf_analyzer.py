@@ -21,15 +21,19 @@ def server_us(row):
     return sum(row[c] for c in SERVER_STAGES)
 
 
-def assert_measured(rows, concurrencies):
+def assert_measured(rows, concurrencies, server_share=True):
     # perf_analyzer orders its rows by throughput, not by concurrency.
     assert sorted(int(r["Concurrency"]) for r in rows) == concurrencies
     for row in rows:
         assert row["Inferences/Second"] > 0, row
         assert row["p50 latency"] > 0, row
-        # The columns are whole µs: identity's compute stages are sub-µs and may print 0, but
-        # the server's share of each request (queue + compute) is never zero.
-        assert server_us(row) > 0, row
+        assert all(row[c] >= 0 for c in SERVER_STAGES), row
+        # The columns are whole µs. A model with real compute always shows a server share;
+        # identity may not: an idle instance runs it inline on the receiving thread in well
+        # under 1 µs (queue and compute together), which prints as 0. The delay model
+        # (test_delay_compute_infer_matches_config) checks that Server Compute Infer is real.
+        if server_share:
+            assert server_us(row) > 0, row
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -38,7 +42,7 @@ def test_identity_concurrency_sweep(perfbench_zoo, tmp_path, protocol):
         perfbench_zoo, "identity", protocol, tmp_path / "pa.csv",
         ["--shape", "INPUT0:16", "--concurrency-range", "1:8:1", *QUICK],
     )
-    assert_measured(rows, list(range(1, 9)))
+    assert_measured(rows, list(range(1, 9)), server_share=False)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -198,6 +198,14 @@ fn variable_size_outputs_in_shared_memory_are_sized_from_the_answer() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("perfbench: 0 failed"), "{stdout}");
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 2);
+    // A size the user gives is kept, as perf_analyzer keeps it: too small fails with the reason.
+    let out = profile_to_csv(
+        &["-m", "identity", "--shape", "INPUT0:16", "--shared-memory", "system", "--output-shared-memory-size", "4"],
+        "10",
+        &csv,
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("should be at least 64 bytes"), "{}", stderr(&out));
 }
 
 #[test]
