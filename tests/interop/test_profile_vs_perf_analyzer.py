@@ -89,7 +89,14 @@ def test_agrees_with_perf_analyzer(triton, tmp_path, model, protocol, concurrenc
             try:
                 rows[tool], _ = runner(triton, model, protocol, csv_path, args)
             except PeerRunError as e:
+                # perf_analyzer gives up when its -s rule is not met in -r windows, which a busy
+                # 2-core box can cause: that attempt is lost, not the comparison.
+                if tool == "pa" and "Failed to obtain stable measurement" in str(e):
+                    attempts.append((None, None, ["perf_analyzer found no stable measurement"]))
+                    break
                 pytest.fail(f"{tool} failed: {e}")
+        if len(rows) < 2:
+            continue
         problems = disagreements(rows["pa"][0], rows["pb"][0])
         # The figures, for `pytest -s` and for the record of a failure.
         print(f"\n{model} {protocol} c{concurrency} shm={shm} attempt {attempt + 1}: " + ", ".join(
