@@ -334,7 +334,7 @@ async fn drive<C: InferClient>(
 
 fn sweep_error(e: SweepError) -> RunError {
     match e {
-        SweepError::Unreachable { error, .. } => RunError::client(error),
+        SweepError::Stopped { error, .. } => RunError::client(error),
         SweepError::Load(e) => RunError::bad_input(e),
         SweepError::Output(e) => RunError::bad_input(anyhow!("writing results: {e}")),
     }

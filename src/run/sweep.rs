@@ -105,9 +105,10 @@ pub trait SweepObserver {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    /// The server went away; `measured` rows were already handed to the observer.
+    /// A fatal client error ended the sweep: the server went away, or an answer failed its
+    /// `validation_data`. `measured` rows were already handed to the observer.
     #[error("{error} (after {measured} measured rows)")]
-    Unreachable { error: ClientError, measured: usize },
+    Stopped { error: ClientError, measured: usize },
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error("writing results: {0}")]
@@ -154,7 +155,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             load.wait_completed(self.plan.warmup_requests).await
         };
         load.stop().await;
-        outcome.map_err(|error| SweepError::Unreachable { error, measured: 0 })
+        outcome.map_err(|error| SweepError::Stopped { error, measured: 0 })
     }
 
     /// Measures one point and hands it to the observer; returns whether it stayed under `-l`.
@@ -175,7 +176,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         let measured =
             measure_point(&load, &stats, self.settings, mode.point(), |window| observer.window_done(window)).await;
         load.stop().await;
-        let result = measured.map_err(|error| SweepError::Unreachable { error, measured: self.results.len() })?;
+        let result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
         self.observer.point_done(&result)?;
         let under = self.plan.latency_threshold_us.is_none_or(|limit| result.detail.threshold_latency_us <= limit);
         self.results.push(result);
@@ -259,7 +260,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
     }
 }
 
-/// Runs the sweep. On `Unreachable`, every row measured before the failure has already been
+/// Runs the sweep. On `Stopped`, every row measured before the failure has already been
 /// passed to `observer`.
 pub async fn sweep<C: InferClient, O: SweepObserver>(
     target: &Target<C>,
@@ -554,21 +555,21 @@ mod tests {
         assert!(rows[0].detail.first_error.as_deref().unwrap().contains("injected failure"));
     }
 
+    /// Count windows of 20 requests, stable at once, at most 3 per point.
+    fn windows_of_20() -> MeasureSettings {
+        MeasureSettings { window: WindowMode::Count(20), stability_pct: 100.0, max_trials: 3, ..Default::default() }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unreachable_server_ends_the_sweep_after_the_measured_rows() {
         let t =
             target(FakeClient { unreachable_after: Some(150), ..FakeClient::with_latency(Duration::from_micros(500)) });
         let p = plan(SweepPoints::Concurrency { start: 1, end: Some(8), step: 1 });
         let mut seen = Collect::default();
-        let settings = MeasureSettings {
-            window: WindowMode::Count(20),
-            stability_pct: 100.0,
-            max_trials: 3,
-            ..Default::default()
-        };
+        let settings = windows_of_20();
         let err = sweep(&t, &p, &settings, &mut seen).await.unwrap_err();
         match err {
-            SweepError::Unreachable { measured, .. } => {
+            SweepError::Stopped { measured, .. } => {
                 assert!(measured >= 1);
                 assert_eq!(measured, seen.rows.len());
             }
@@ -588,14 +589,9 @@ mod tests {
         let t = Target { check: Some(check), ..target(FakeClient::with_latency(Duration::from_micros(500))) };
         let p = plan(SweepPoints::Concurrency { start: 1, end: Some(8), step: 1 });
         let mut seen = Collect::default();
-        let settings = MeasureSettings {
-            window: WindowMode::Count(20),
-            stability_pct: 100.0,
-            max_trials: 3,
-            ..Default::default()
-        };
+        let settings = windows_of_20();
         match sweep(&t, &p, &settings, &mut seen).await.unwrap_err() {
-            SweepError::Unreachable { measured, error } => {
+            SweepError::Stopped { measured, error } => {
                 assert!(measured >= 1);
                 assert_eq!(measured, seen.rows.len());
                 assert!(
