@@ -136,6 +136,8 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        // Escape codes only for a terminal: logs kept in a file (CI) stay readable.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     run(cli.command)
 }

@@ -29,12 +29,31 @@ pub enum ClientError {
     /// The request itself is wrong (shape, shm setup, ...).
     #[error("{0}")]
     Invalid(String),
+    /// Requests were in flight and none was answered for [`STALL_TIMEOUT`]: the server hangs.
+    #[error("the server stopped answering: {0}")]
+    Stalled(String),
+}
+
+/// How long requests may be in flight with none of them answered before the run gives up on
+/// the server ([`ClientError::Stalled`]). Far beyond any one execution (the `delay` model's
+/// longest is 60 s), so only a server that hangs meets it.
+pub const STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `call`, or [`ClientError::Stalled`] when it takes longer than [`STALL_TIMEOUT`]: for the
+/// single calls around a load (probe, statistics), which have no other bound.
+pub async fn within_stall_timeout<T>(
+    what: &str,
+    call: impl std::future::Future<Output = ClientResult<T>>,
+) -> ClientResult<T> {
+    tokio::time::timeout(STALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| Err(ClientError::Stalled(format!("no answer to {what} in {}s", STALL_TIMEOUT.as_secs()))))
 }
 
 impl ClientError {
     /// True when the server is gone and further requests are pointless.
     pub fn is_fatal(&self) -> bool {
-        matches!(self, ClientError::Unreachable { .. })
+        matches!(self, ClientError::Unreachable { .. } | ClientError::Stalled(_))
     }
 }
 

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{LoadError, LoadMode, Pacer, DRAIN_TIMEOUT};
-use crate::client::{ClientError, InferClient, InferResult};
+use crate::client::{ClientError, InferClient, InferResult, STALL_TIMEOUT};
 use crate::measure::recorder::WindowRecorder;
 use crate::results::RequestRecord;
 
@@ -272,14 +272,29 @@ impl RunningLoad {
     }
 
     /// Waits until `target` requests have finished in total, the load ends, or it fails.
+    /// Requests in flight with none answered for [`STALL_TIMEOUT`] end the load with
+    /// [`ClientError::Stalled`].
     pub async fn wait_completed(&self, target: u64) -> Result<(), ClientError> {
         self.shared.wake_at.store(target, Ordering::Release);
+        let (mut seen, mut since) = (self.completed(), Instant::now());
         loop {
             if let Some(e) = self.fatal() {
                 return Err(e);
             }
-            if self.completed() >= target || self.finished() {
+            let completed = self.completed();
+            if completed >= target || self.finished() {
                 return Ok(());
+            }
+            if completed != seen || self.shared.in_flight.load(Ordering::Acquire) == 0 {
+                (seen, since) = (completed, Instant::now());
+            } else if since.elapsed() >= STALL_TIMEOUT {
+                let in_flight = self.shared.in_flight.load(Ordering::Acquire);
+                let error = ClientError::Stalled(format!(
+                    "none of the {in_flight} requests in flight was answered in {}s",
+                    STALL_TIMEOUT.as_secs()
+                ));
+                self.shared.set_fatal(error.clone());
+                return Err(error);
             }
             // The timeout covers a budget that ran out with fewer completions than asked for.
             let _ = tokio::time::timeout(Duration::from_millis(50), self.shared.progress.notified()).await;
@@ -307,6 +322,7 @@ impl RunningLoad {
             let _ = tokio::task::spawn_blocking(move || dispatcher.join()).await;
         }
         let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        tracing::debug!(in_flight = self.shared.in_flight.load(Ordering::Acquire), "draining the load");
         while self.shared.in_flight.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

@@ -30,6 +30,8 @@ pub struct FakeClient {
     pub fail_every: u64,
     /// After this many requests, the server is unreachable.
     pub unreachable_after: Option<u64>,
+    /// After this many requests, the server hangs: requests are never answered.
+    pub hang_after: Option<u64>,
     pub sent: AtomicU64,
     pub in_flight: AtomicU64,
     /// (requests, ns of model time) the fake "server" has done.
@@ -81,6 +83,9 @@ impl InferClient for FakeClient {
         if self.unreachable_after.is_some_and(|limit| n > limit) {
             let e = ClientError::Unreachable { url: "fake".into(), reason: "connection refused".into() };
             return (Err(e), RequestTiming::default());
+        }
+        if self.hang_after.is_some_and(|limit| n > limit) {
+            std::future::pending::<()>().await;
         }
         let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         let mut latency = if self.scale_with_in_flight { self.latency * in_flight as u32 } else { self.latency };

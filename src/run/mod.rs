@@ -69,7 +69,7 @@ impl RunError {
     /// it refused (bad shape, unknown model) is the input's.
     pub fn client(e: ClientError) -> RunError {
         match e {
-            ClientError::Unreachable { .. } | ClientError::Protocol(_) => RunError::target(e),
+            ClientError::Unreachable { .. } | ClientError::Protocol(_) | ClientError::Stalled(_) => RunError::target(e),
             ClientError::Server(_) | ClientError::Invalid(_) => RunError::bad_input(e),
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::RunError;
 use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmSet};
-use crate::client::{InferClient, InputSource, RequestSpec};
+use crate::client::{within_stall_timeout, InferClient, InputSource, RequestSpec};
 use crate::input::{build_request_set, InputOptions};
 use crate::load::ResponseCheck;
 use crate::plan::{Model, Sweep};
@@ -113,8 +113,10 @@ impl<C: InferClient> Session<C> {
             // a size the user gave is kept as given.
             let given = sweep.input.output_shared_memory_size;
             let probe = if given.is_none() && has_variable_outputs(&self.meta, &self.config) {
-                let (answer, _) =
-                    self.client.infer(&self.client.prepare(&specs[0]).map_err(RunError::client)?, true).await;
+                let request = self.client.prepare(&specs[0]).map_err(RunError::client)?;
+                let answer =
+                    within_stall_timeout("the first request", async { self.client.infer(&request, true).await.0 })
+                        .await;
                 Some(answer.map_err(|e| RunError::client(e).context("the server rejected the first request"))?)
             } else {
                 None
@@ -139,7 +141,10 @@ impl<C: InferClient> Session<C> {
         }
         let prepared =
             specs.iter().map(|s| self.client.prepare(s)).collect::<Result<Vec<_>, _>>().map_err(RunError::client)?;
-        let (probe, _) = self.client.infer(&prepared[0], true).await;
+        tracing::debug!(batch, "probe request sent");
+        let probe =
+            within_stall_timeout("the first request", async { self.client.infer(&prepared[0], true).await.0 }).await;
+        tracing::debug!(batch, ok = probe.is_ok(), "probe answered");
         let answer = probe.map_err(|e| RunError::client(e).context("the server rejected the first request"))?;
         let check = set.expected.map(|expected| {
             let expected = Arc::new(expected);

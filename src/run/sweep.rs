@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::client::{ClientError, InferClient};
+use crate::client::{within_stall_timeout, ClientError, InferClient};
 use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, ResponseCheck, RunningLoad, Schedule};
 use crate::measure::window::overloaded;
 use crate::measure::{
@@ -149,11 +149,13 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             &spec,
             self.target.check.clone(),
         )?;
+        tracing::debug!(?mode, "warm-up started");
         let outcome = if settling {
             settle(&load, self.settings, &mode, self.plan.warmup_requests).await
         } else {
             load.wait_completed(self.plan.warmup_requests).await
         };
+        tracing::debug!(completed = load.completed(), "warm-up done, stopping its load");
         load.stop().await;
         outcome.map_err(|error| SweepError::Stopped { error, measured: 0 })
     }
@@ -173,8 +175,10 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             model: self.target.server_stats.then_some((self.target.model.as_str(), self.target.version.as_str())),
         };
         let observer = &mut *self.observer;
+        tracing::debug!(?mode, "point started");
         let measured =
             measure_point(&load, &stats, self.settings, mode.point(), |window| observer.window_done(window)).await;
+        tracing::debug!(completed = load.completed(), "point measured, stopping its load");
         load.stop().await;
         let result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
         self.observer.point_done(&result)?;
@@ -286,7 +290,7 @@ impl<C: InferClient> StatsSource<'_, C> {
         let Some((model, version)) = self.model else {
             return Ok(None);
         };
-        match self.client.statistics(model, version).await {
+        match within_stall_timeout("the statistics request", self.client.statistics(model, version)).await {
             Ok(all) => Ok(ServerStats::from_response(&all, model, version)),
             Err(e) if e.is_fatal() => Err(e),
             Err(e) => {
@@ -413,6 +417,7 @@ pub async fn measure_point<C: InferClient>(
                 }
             }
         }
+        tracing::debug!(trial, completed = load.completed(), "window ends: reading server statistics");
         let after = stats.read().await?;
         let client = load.take_window();
         let ended = (Instant::now(), epoch_ns());
@@ -575,6 +580,29 @@ mod tests {
             }
             other => panic!("unexpected {other}"),
         }
+    }
+
+    #[test]
+    fn a_server_that_stops_answering_ends_the_sweep_after_the_measured_rows() {
+        let t = target(FakeClient { hang_after: Some(150), ..FakeClient::with_latency(Duration::from_millis(5)) });
+        let p = plan(SweepPoints::Concurrency { start: 1, end: Some(8), step: 1 });
+        let mut seen = Collect::default();
+        let (err, waited) = on_virtual_time(async {
+            let start = Instant::now();
+            let err = sweep(&t, &p, &windows_of_20(), &mut seen).await.unwrap_err();
+            (err, start.elapsed())
+        });
+        match err {
+            SweepError::Stopped { measured, error: ClientError::Stalled(reason) } => {
+                assert!(measured >= 1);
+                assert_eq!(measured, seen.rows.len());
+                assert!(reason.contains("in flight was answered in 120s"), "{reason}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+        // Given up once the stall lasted STALL_TIMEOUT, not before and not much later.
+        assert!(waited >= crate::client::STALL_TIMEOUT, "{waited:?}");
+        assert!(waited < crate::client::STALL_TIMEOUT + Duration::from_secs(15), "{waited:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
