@@ -57,12 +57,12 @@ fn render_row(out: &mut String, row: &RowCheck) {
     for check in &row.metrics {
         let _ = writeln!(
             out,
-            "| {} | {:.1} | {:.1} | {} | ±{:.1}% | {} ≤ {}% | {} |",
+            "| {} | {:.1} | {:.1} | {} | {} | {} ≤ {}% | {} |",
             check.metric.label(),
             check.baseline,
             check.current,
             change_text(check),
-            check.noise_pct,
+            noise_text(check.noise_pct),
             check.metric.worse_word(),
             check.limit_pct,
             verdict_text(check.verdict),
@@ -98,6 +98,15 @@ fn row_notes(row: &RowCheck) -> Vec<String> {
         }
     }
     notes
+}
+
+/// `±3.2%`, or `low sample` for a percentile that rests on too few requests to be judged.
+fn noise_text(noise_pct: f64) -> String {
+    if noise_pct.is_infinite() {
+        "low sample".to_string()
+    } else {
+        format!("±{noise_pct:.1}%")
+    }
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@
 //! 3. `noise`, in percent of the baseline value: when both rows carry a 95% confidence interval
 //!    of the metric (throughput and p99 in a report.csv from perfbench with intervals), the 95%
 //!    half-width of the difference, `sqrt(b² + c²)` of the two rows' half-widths (the wider side
-//!    of each); an open interval (a low-sample p99) makes it infinite, so such a p99 is never
-//!    judged. Otherwise (avg latency, older CSVs, perf_analyzer's CSV) the larger of the two rows'
+//!    of each); an open interval (a low-sample p99) on either side makes it infinite, so such a
+//!    p99 is never judged, also against a baseline without intervals. Otherwise (avg latency, older CSVs, perf_analyzer's CSV) the larger of the two rows'
 //!    recorded spreads, (max − min) / mean × 100 across their windows (0 without a spread column);
 //! 4. the metric **regresses** only when `worse > threshold` **and** `worse > noise`. When
 //!    `worse > threshold` but `worse ≤ noise`, the verdict is *within noise* and the row passes.
@@ -74,7 +74,13 @@ impl Metric {
     /// The noise of a baseline/current pair, percent of the baseline (see the module docs).
     fn noise_pct(self, baseline: &ReportRow, current: &ReportRow) -> f64 {
         let base = self.value(baseline);
-        match (self.plus_minus(baseline), self.plus_minus(current)) {
+        let (b, c) = (self.plus_minus(baseline), self.plus_minus(current));
+        // A low-sample percentile (open interval) on either side is never judged, also against
+        // an older baseline that has no intervals.
+        if b.is_some_and(f64::is_infinite) || c.is_some_and(f64::is_infinite) {
+            return f64::INFINITY;
+        }
+        match (b, c) {
             (Some(b), Some(c)) if base > 0.0 => (b * b + c * c).sqrt() / base * 100.0,
             _ => self.spread_pct(baseline).max(self.spread_pct(current)),
         }
@@ -376,6 +382,11 @@ pub(crate) mod tests {
         let open = [with(row(1, 1000.0, 1200.0, 800.0), (990.0, 1010.0), (1100.0, f64::INFINITY))];
         let outcome = compare(&base, &open, &GateThresholds::default()).unwrap();
         assert_eq!(outcome.rows[0].metrics[1].verdict, Verdict::WithinNoise);
+        // Nor against an older baseline without intervals, whose spread is small.
+        let old = [ReportRow { p99_spread_pct: 1.0, ..row(1, 1000.0, 1000.0, 800.0) }];
+        let outcome = compare(&old, &open, &GateThresholds::default()).unwrap();
+        assert_eq!(outcome.rows[0].metrics[1].verdict, Verdict::WithinNoise);
+        assert!(outcome.passed());
     }
 
     #[test]

@@ -57,23 +57,29 @@ const COMMON: Defaults = Defaults {
 pub const PROFILE: Defaults = COMMON;
 
 /// `perfbench offline` and a scenario's `[offline]`: the seeds' static-batch sweep. Intervals
-/// within ±5% or 10 s per point: `offline --batch-sizes 1,8,16` gives p99s from ≥ 1,000
-/// requests in well under a minute on a 2-core CPU.
+/// within ±10% or 15 s per point: `offline --batch-sizes 1,8,16` gives p99s from ≥ 1,000
+/// requests within a minute on a 2-core CPU.
+///
+/// Why ±10% and not tighter: it is perf_analyzer's own band (`-s 10`), and on a shared 2-core
+/// box the same point's throughput drifts by 5-10% over tens of seconds (the bundled server
+/// shares the cores with the load), so a ±5% interval is mostly out of reach in bounded time.
+/// `--stop-when ci=5%,max=60s` asks for more.
 pub const OFFLINE: Defaults = Defaults {
     batch_sizes: "1,8,16",
     shared_memory: "system",
     window: WindowKind::CountWindows,
-    stop_when: "ci=5%,max=10s",
+    stop_when: "ci=10%,max=15s",
     warmup_request_count: 10,
     ..COMMON
 };
 
-/// `perfbench online` and a scenario's `[online]`: the seeds' concurrency sweep. At most 8 s per
-/// point keeps `online --concurrency 8..256` (32 points) within 5 minutes.
+/// `perfbench online` and a scenario's `[online]`: the seeds' concurrency sweep. Intervals
+/// within ±10% (as for offline) or at most 8 s per point keeps `online --concurrency 8..256`
+/// (32 points) within 5 minutes.
 pub const ONLINE: Defaults = Defaults {
     concurrency: "1..8",
     window: WindowKind::CountWindows,
-    stop_when: "ci=5%,max=8s",
+    stop_when: "ci=10%,max=8s",
     warmup_request_count: 10,
     ..COMMON
 };

@@ -424,7 +424,7 @@ mod tests {
         let outline = sweep_outline(&s, planned_points(&s), point_bound(&s));
         assert_eq!(
             outline,
-            "online: 32 points (1 batch size × 32 loads), each until its 95% intervals are within ±5% (at most 8s); \
+            "online: 32 points (1 batch size × 32 loads), each until its 95% intervals are within ±10% (at most 8s); \
              expected to take at most 4m 21s"
         );
         let s = sweep("offline --batch-sizes 1,8,16 --stop-when stable --out o");
