@@ -172,6 +172,27 @@ fn ctrl_c_exits_130_with_the_finished_rows_and_no_segments() {
 }
 
 #[test]
+fn sigkill_mid_sweep_keeps_every_finished_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("online");
+    let mut child = delay_sweep(&out, "none");
+    wait_for_rows(&mut child, &out, 2);
+    child.kill().unwrap(); // SIGKILL: nothing runs after it
+    child.wait().unwrap();
+    // report.csv is replaced atomically after each row, so it is whole; perf_analyzer.csv is
+    // appended first, so it may hold the one row being written when the kill came.
+    let rows = report_rows(&out);
+    assert!((2..64).contains(&rows), "{rows} rows");
+    let report = perfbench::gate::results::read_results(&out.join("report.csv"), 1).unwrap();
+    assert_eq!(report.len(), rows);
+    let pa = perfbench::gate::results::read_results(&out.join("perf_analyzer.csv"), 1).unwrap();
+    assert!(pa.len() == rows || pa.len() == rows + 1, "{} perf_analyzer rows, {rows} report rows", pa.len());
+    for (a, b) in report.iter().zip(&pa) {
+        assert_eq!((a.batch, &a.load), (b.batch, &b.load));
+    }
+}
+
+#[test]
 fn a_second_ctrl_c_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("online");
