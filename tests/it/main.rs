@@ -5,6 +5,7 @@
 mod client;
 mod common;
 mod compute_models;
+mod coverage;
 mod fuzz_server;
 mod gate;
 mod gate_run;
