@@ -79,9 +79,11 @@ def test_agrees_with_perf_analyzer(triton, tmp_path, model, protocol, concurrenc
         args += ["--shared-memory", shm, "--output-shared-memory-size", "64"]
 
     attempts = []
-    # Up to three attempts, alternating the order so neither tool always goes first: a shared
-    # 2-core box swings a Python-backend Triton by 30%+ between back-to-back runs of one tool.
-    for attempt, order in enumerate([("pa", "pb"), ("pb", "pa"), ("pa", "pb")]):
+    # Up to five attempts, alternating the order so neither tool always goes first: a shared
+    # 2-core box swings a Python-backend Triton by 30%+ between back-to-back runs of one tool
+    # (in one CI run at c8, perf_analyzer measured 1062 and 1174/s between perfbench's 1835 and
+    # 1694/s; minutes later both agreed within 10%), and three attempts were not always enough.
+    for attempt, order in enumerate([("pa", "pb"), ("pb", "pa")] * 2 + [("pa", "pb")]):
         rows = {}
         for tool in order:
             csv_path = tmp_path / f"{tool}-{attempt}.csv"
