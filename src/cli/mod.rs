@@ -18,8 +18,8 @@ use crate::plan::{Gate, Plan, PlanError, Target};
 use crate::run::{EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_TARGET};
 
 const EXIT_CODES: &str = "Exit codes: 0 ok; 1 gate regression; 2 usage or bad input; \
-3 the target failed (unreachable, died, stopped answering, refused); 130 interrupted (Ctrl-C or SIGTERM; the rows \
-measured so far are written).";
+3 the target failed (unreachable, died, stopped answering, refused); 130 interrupted \
+(Ctrl-C or SIGTERM; the rows measured so far are written).";
 
 #[derive(Parser, Debug)]
 #[command(

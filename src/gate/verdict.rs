@@ -11,8 +11,9 @@
 //!    of the metric (throughput and p99 in a report.csv from perfbench with intervals), the 95%
 //!    half-width of the difference, `sqrt(b² + c²)` of the two rows' half-widths (the wider side
 //!    of each); an open interval (a low-sample p99) on either side makes it infinite, so such a
-//!    p99 is never judged, also against a baseline without intervals. Otherwise (avg latency, older CSVs, perf_analyzer's CSV) the larger of the two rows'
-//!    recorded spreads, (max − min) / mean × 100 across their windows (0 without a spread column);
+//!    p99 is never judged, also against a baseline without intervals. Otherwise (avg latency,
+//!    older CSVs, perf_analyzer's CSV) the larger of the two rows' recorded spreads,
+//!    (max − min) / mean × 100 across their windows (0 without a spread column);
 //! 4. the metric **regresses** only when `worse > threshold` **and** `worse > noise`. When
 //!    `worse > threshold` but `worse ≤ noise`, the verdict is *within noise* and the row passes.
 //!

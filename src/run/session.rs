@@ -113,11 +113,7 @@ impl<C: InferClient> Session<C> {
             // a size the user gave is kept as given.
             let given = sweep.input.output_shared_memory_size;
             let probe = if given.is_none() && has_variable_outputs(&self.meta, &self.config) {
-                let request = self.client.prepare(&specs[0]).map_err(RunError::client)?;
-                let answer =
-                    within_stall_timeout("the first request", async { self.client.infer(&request, true).await.0 })
-                        .await;
-                Some(answer.map_err(|e| RunError::client(e).context("the server rejected the first request"))?)
+                Some(self.probe(&self.client.prepare(&specs[0]).map_err(RunError::client)?).await?)
             } else {
                 None
             };
@@ -141,11 +137,7 @@ impl<C: InferClient> Session<C> {
         }
         let prepared =
             specs.iter().map(|s| self.client.prepare(s)).collect::<Result<Vec<_>, _>>().map_err(RunError::client)?;
-        tracing::debug!(batch, "probe request sent");
-        let probe =
-            within_stall_timeout("the first request", async { self.client.infer(&prepared[0], true).await.0 }).await;
-        tracing::debug!(batch, ok = probe.is_ok(), "probe answered");
-        let answer = probe.map_err(|e| RunError::client(e).context("the server rejected the first request"))?;
+        let answer = self.probe(&prepared[0]).await?;
         let check = set.expected.map(|expected| {
             let expected = Arc::new(expected);
             Arc::new(move |index: usize, answer: &crate::client::InferResult| expected[index].check(answer))
@@ -155,6 +147,18 @@ impl<C: InferClient> Session<C> {
             check(0, &answer).map_err(|reason| RunError::bad_input(anyhow::anyhow!(reason)))?;
         }
         Ok(BatchRequests { prepared: prepared.into(), step_inputs, check })
+    }
+
+    /// Sends one request and reads its answer, bounded like the load's requests: a refusal
+    /// fails here with the server's reason, a silent server with [`ClientError::Stalled`].
+    ///
+    /// [`ClientError::Stalled`]: crate::client::ClientError::Stalled
+    async fn probe(&self, request: &C::Prepared) -> Result<crate::client::InferResult, RunError> {
+        tracing::debug!("probe request sent");
+        let answer =
+            within_stall_timeout("the first request", async { self.client.infer(request, true).await.0 }).await;
+        tracing::debug!(ok = answer.is_ok(), "probe answered");
+        answer.map_err(|e| RunError::client(e).context("the server rejected the first request"))
     }
 
     /// Unregisters and unlinks the shared-memory regions (unlinking even if the server is gone).

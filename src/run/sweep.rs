@@ -105,8 +105,8 @@ pub trait SweepObserver {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    /// A fatal client error ended the sweep: the server went away, or an answer failed its
-    /// `validation_data`. `measured` rows were already handed to the observer.
+    /// A fatal client error ended the sweep: the server went away or stopped answering, or an
+    /// answer failed its `validation_data`. `measured` rows were already handed to the observer.
     #[error("{error} (after {measured} measured rows)")]
     Stopped { error: ClientError, measured: usize },
     #[error(transparent)]

@@ -3,7 +3,7 @@
 //! metadata fetched once for many points), and Ctrl-C: exit 130 with the finished rows on disk
 //! and no shared-memory segment left behind.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -150,13 +150,20 @@ fn delay_sweep(out: &Path, shm: &str) -> Child {
     ])
 }
 
+/// [`delay_sweep`] in a new temporary folder, once `rows` rows are on disk: (folder kept alive,
+/// results folder, the running child).
+fn sweep_with_rows(shm: &str, rows: usize) -> (tempfile::TempDir, PathBuf, Child) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("online");
+    let mut child = delay_sweep(&out, shm);
+    wait_for_rows(&mut child, &out, rows);
+    (dir, out, child)
+}
+
 #[test]
 fn ctrl_c_exits_130_with_the_finished_rows_and_no_segments() {
     for shm in ["none", "system"] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("online");
-        let mut child = delay_sweep(&out, shm);
-        wait_for_rows(&mut child, &out, 2);
+        let (_dir, out, child) = sweep_with_rows(shm, 2);
         interrupt(&child);
         let pid = child.id();
         let output = child.wait_with_output().unwrap();
@@ -173,10 +180,7 @@ fn ctrl_c_exits_130_with_the_finished_rows_and_no_segments() {
 
 #[test]
 fn sigkill_mid_sweep_keeps_every_finished_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("online");
-    let mut child = delay_sweep(&out, "none");
-    wait_for_rows(&mut child, &out, 2);
+    let (_dir, out, mut child) = sweep_with_rows("none", 2);
     child.kill().unwrap(); // SIGKILL: nothing runs after it
     child.wait().unwrap();
     // report.csv is replaced atomically after each row, so it is whole; perf_analyzer.csv is
@@ -194,10 +198,7 @@ fn sigkill_mid_sweep_keeps_every_finished_row() {
 
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("online");
-    let mut child = delay_sweep(&out, "system");
-    wait_for_rows(&mut child, &out, 1);
+    let (_dir, _out, child) = sweep_with_rows("system", 1);
     interrupt(&child);
     interrupt(&child);
     let pid = child.id();
