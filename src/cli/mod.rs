@@ -7,14 +7,14 @@ pub mod profile;
 pub mod sweep;
 pub mod tls;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::plan::scenario::Scenario;
 use crate::plan::settings::default_out;
-use crate::plan::{Gate, Plan, PlanError, Target};
+use crate::plan::{Gate, Plan, PlanError, Target, PLAN_FILE};
 use crate::run::{EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_TARGET};
 
 const EXIT_CODES: &str = "Exit codes: 0 ok; 1 gate regression; 2 usage or bad input; \
@@ -58,11 +58,16 @@ pub enum Command {
     Run(RunArgs),
 }
 
-/// `perfbench run FILE`.
+/// `perfbench run FILE` or `perfbench run --resume DIR`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// A scenario (e.g. scenarios/wide_deep.toml) or a plan written by --print-plan.
-    pub file: PathBuf,
+    #[arg(required_unless_present = "resume")]
+    pub file: Option<PathBuf>,
+    /// Go on with the interrupted run whose results folder is DIR: the plan kept there runs
+    /// again, and every point already in a sweep's report.csv is kept rather than measured.
+    #[arg(long = "resume", value_name = "DIR", conflicts_with_all = ["file", "profile", "out", "url"])]
+    pub resume: Option<PathBuf>,
     /// A named profile of the scenario (e.g. quick), merged over its sections.
     #[arg(long = "profile")]
     pub profile: Option<String>,
@@ -84,24 +89,28 @@ pub struct RunArgs {
 impl RunArgs {
     /// The plan of the file: a plan file as written, or a scenario resolved with the flags.
     pub fn plan(&self) -> Result<Plan, PlanError> {
-        let text = std::fs::read_to_string(&self.file)
-            .map_err(|e| PlanError::Invalid(format!("cannot read {}: {e}", self.file.display())))?;
+        if let Some(dir) = &self.resume {
+            return self.resumed_plan(dir);
+        }
+        let file = self.file.as_deref().expect("clap requires FILE without --resume");
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| PlanError::Invalid(format!("cannot read {}: {e}", file.display())))?;
         let is_plan = toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.contains_key("sweeps"));
         if is_plan {
             if self.profile.is_some() || self.out.is_some() || self.url.is_some() {
                 return Err(PlanError::Invalid(format!(
                     "{} is a plan: it runs as written (--profile, --out and -u are for scenarios)",
-                    self.file.display()
+                    file.display()
                 )));
             }
             let mut plan =
-                Plan::from_toml(&text).map_err(|e| PlanError::Invalid(format!("plan {}: {e}", self.file.display())))?;
+                Plan::from_toml(&text).map_err(|e| PlanError::Invalid(format!("plan {}: {e}", file.display())))?;
             if let Some(baseline) = &self.gate {
                 plan.gate = Some(Gate { baseline: baseline.clone(), thresholds: Default::default() });
             }
             return Ok(plan);
         }
-        let scenario = Scenario::parse(&text, &self.file).map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let scenario = Scenario::parse(&text, file).map_err(|e| PlanError::Invalid(e.to_string()))?;
         let out = self.out.clone().unwrap_or_else(|| {
             let profile = self.profile.as_deref().map(|p| format!("-{p}")).unwrap_or_default();
             default_out(&format!("{}{profile}", scenario.name))
@@ -113,6 +122,21 @@ impl RunArgs {
         let mut plan =
             scenario.plan(self.profile.as_deref(), target, &out).map_err(|e| PlanError::Invalid(e.to_string()))?;
         plan.gate = self.gate.clone().map(|baseline| Gate { baseline, thresholds: scenario.gate });
+        Ok(plan)
+    }
+
+    /// The plan a results folder keeps ([`PLAN_FILE`]), marked to resume.
+    fn resumed_plan(&self, dir: &Path) -> Result<Plan, PlanError> {
+        let file = dir.join(PLAN_FILE);
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| PlanError::Invalid(format!("cannot resume {}: no {PLAN_FILE} there ({e})", dir.display())))?;
+        let mut plan =
+            Plan::from_toml(&text).map_err(|e| PlanError::Invalid(format!("plan {}: {e}", file.display())))?;
+        plan.resume = true;
+        if let Some(baseline) = &self.gate {
+            let thresholds = plan.gate.take().map(|g| g.thresholds).unwrap_or_default();
+            plan.gate = Some(Gate { baseline: baseline.clone(), thresholds });
+        }
         Ok(plan)
     }
 }

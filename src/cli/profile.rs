@@ -345,6 +345,7 @@ impl ProfileArgs {
         };
         let sweep = resolve(SweepKind::Profile, &settings, &target)?;
         let plan = Plan {
+            resume: false,
             target,
             model: Model { name: model, version: self.model_version.clone(), config: None },
             sweeps: vec![sweep],

@@ -27,10 +27,17 @@ use crate::input::{InputData, ShapeOverride};
 /// server that never exceeds the limit still ends the run.
 pub const MAX_OPEN_CONCURRENCY: u64 = 4096;
 
+/// The plan a sweep's results folder keeps beside its rows, for `run --resume DIR`.
+pub const PLAN_FILE: &str = "plan.toml";
+
 /// A whole run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
+    /// Go on with an interrupted run (`run --resume DIR`): each sweep keeps the rows already in
+    /// its folder's report.csv and measures only the points that are missing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resume: bool,
     pub target: Target,
     pub model: Model,
     pub sweeps: Vec<Sweep>,
@@ -480,6 +487,31 @@ impl Plan {
         toml::to_string(self).expect("a plan is always representable as TOML")
     }
 
+    /// This plan with every relative path joined to `base`, so that a copy kept in a results
+    /// folder ([`PLAN_FILE`]) runs the same from any working directory.
+    pub fn anchored(&self, base: &Path) -> Plan {
+        let anchor = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        let mut plan = self.clone();
+        if let Target::Embedded { model_repository: Some(p) } | Target::InProcess { model_repository: Some(p) } =
+            &mut plan.target
+        {
+            anchor(p);
+        }
+        for output in plan.sweeps.iter_mut().map(|s| &mut s.output) {
+            for path in [&mut output.dir, &mut output.latency_report_file, &mut output.profile_export_file] {
+                path.iter_mut().for_each(anchor);
+            }
+        }
+        if let Some(gate) = &mut plan.gate {
+            anchor(&mut gate.baseline);
+        }
+        plan
+    }
+
     /// Every check that does not need the server. A plan that passes runs or fails only on the
     /// target's account (exit 3) or on data the server judges (exit 2).
     pub fn validate(&self) -> Result<(), PlanError> {
@@ -605,7 +637,27 @@ mod tests {
 
     #[test]
     fn plans_round_trip_through_toml() {
-        let plan = Plan {
+        let plan = example_plan();
+        let text = plan.to_toml();
+        assert!(text.contains("stop_when = \"ci=2.5%,max=1500ms\""), "{text}");
+        assert!(text.starts_with("resume = true\n"), "{text}");
+        assert_eq!(Plan::from_toml(&text).unwrap(), plan, "{text}");
+    }
+
+    #[test]
+    fn an_anchored_plan_names_every_path_absolutely() {
+        let mut plan = example_plan();
+        plan.sweeps[0].output.latency_report_file = Some("/abs/pa.csv".into());
+        let anchored = plan.anchored(Path::new("/work/here"));
+        let output = &anchored.sweeps[0].output;
+        assert_eq!(output.dir.as_deref(), Some(Path::new("/work/here/out")));
+        assert_eq!(output.latency_report_file.as_deref(), Some(Path::new("/abs/pa.csv")));
+        assert_eq!(anchored.gate.unwrap().baseline, Path::new("/work/here/base"));
+    }
+
+    fn example_plan() -> Plan {
+        Plan {
+            resume: true,
             target: Target::Embedded { model_repository: None },
             model: Model { name: "identity".into(), version: String::new(), config: None },
             sweeps: vec![Sweep {
@@ -644,10 +696,7 @@ mod tests {
                 trace: vec![TraceSetting { key: "trace_level".into(), values: vec!["TIMESTAMPS".into()] }],
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
-        };
-        let text = plan.to_toml();
-        assert!(text.contains("stop_when = \"ci=2.5%,max=1500ms\""), "{text}");
-        assert_eq!(Plan::from_toml(&text).unwrap(), plan, "{text}");
+        }
     }
 
     #[test]

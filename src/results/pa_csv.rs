@@ -6,7 +6,7 @@
 //! columns stay a byte-identical prefix): throughput as a double, latencies in whole µs, an
 //! unmeasured bound empty and an unbounded one `inf`.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -136,6 +136,21 @@ impl PaCsvWriter {
         Ok(writer)
     }
 
+    /// Reopens a file this writer left, to append after its header and first `rows` rows. A
+    /// line past them (the row being written when a kill came, perhaps cut short) is dropped;
+    /// nothing before it is rewritten.
+    pub fn resume(path: &Path, rows: usize, columns: CsvColumns) -> io::Result<PaCsvWriter> {
+        let text = std::fs::read(path)?;
+        let ends = text.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1);
+        let Some(end) = ends.clone().nth(rows) else {
+            let held = ends.count().saturating_sub(1);
+            return Err(io::Error::other(format!("it holds {held} row(s) where report.csv holds {rows}")));
+        };
+        let file = OpenOptions::new().append(true).open(path)?;
+        file.set_len(end as u64)?;
+        Ok(PaCsvWriter { out: BufWriter::new(file), columns })
+    }
+
     pub fn append(&mut self, result: &PointResult) -> io::Result<()> {
         writeln!(self.out, "{}", row_line(result, self.columns))?;
         self.out.flush()
@@ -212,6 +227,24 @@ Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latenc
             overloaded: false,
         };
         PointResult { row, detail: PointDetail { exchange_us: 5640.5, ..Default::default() } }
+    }
+
+    #[test]
+    fn a_resumed_file_keeps_its_rows_drops_a_torn_line_and_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf_analyzer.csv");
+        let columns = CsvColumns::default();
+        let mut writer = PaCsvWriter::create(&path, LoadPoint::Concurrency(2), columns).unwrap();
+        writer.append(&result()).unwrap();
+        drop(writer);
+        let one_row = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{one_row}2,353.4")).unwrap(); // killed mid-line
+        let mut writer = PaCsvWriter::resume(&path, 1, columns).unwrap();
+        writer.append(&result()).unwrap();
+        let line = row_line(&result(), columns);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{one_row}{line}\n"));
+        let err = PaCsvWriter::resume(&path, 3, columns).err().unwrap();
+        assert_eq!(err.to_string(), "it holds 2 row(s) where report.csv holds 3");
     }
 
     #[test]

@@ -124,6 +124,27 @@ impl ReportRow {
     pub fn low_sample_names(&self) -> Vec<&'static str> {
         PERCENTILES.iter().filter(|(p, _)| self.low_sample(*p)).map(|(_, name)| *name).collect()
     }
+
+    /// The latency that `-l` judges: the `--percentile` one when the row has it (p50, p90, p95,
+    /// p99), the average without one, and 0 for a percentile the row does not hold, so that a
+    /// sweep kept from disk goes on rather than stopping on a value it cannot see.
+    pub fn judged_latency_us(&self, percentile: Option<f64>) -> f64 {
+        let held = [self.p50_us, self.p90_us, self.p95_us, self.p99_us];
+        match percentile {
+            None => self.avg_us,
+            Some(p) => PERCENTILES.iter().zip(held).find(|((q, _), _)| *q == p).map_or(0.0, |(_, v)| v),
+        }
+    }
+
+    /// Whether this row measured `point` (request rates to a millionth).
+    pub fn is_at(&self, batch: u64, point: LoadPoint) -> bool {
+        self.batch == batch
+            && match (self.load, point) {
+                (LoadPoint::Concurrency(a), LoadPoint::Concurrency(b)) => a == b,
+                (LoadPoint::RequestRate(a), LoadPoint::RequestRate(b)) => (a - b).abs() <= 1e-6 * a.abs().max(b.abs()),
+                _ => false,
+            }
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::report::{pa_export, RunConfig, TableKind};
 use crate::results::csv::write_report_csv;
 use crate::results::format::format_g;
 use crate::results::pa_csv::{CsvColumns, PaCsvWriter};
-use crate::results::{LoadPoint, PointResult, ReportRow};
+use crate::results::{LoadPoint, PointDetail, PointResult, ReportRow};
 use crate::tensor::Tensor;
 
 /// `--profile-export-file`: where, the service kind it names, and each data step's inputs.
@@ -46,6 +46,8 @@ pub struct Recorder {
     /// The longest a point may take, when the rule bounds it (the ETA before the first point).
     point_bound: Option<Duration>,
     started: Instant,
+    /// The first `kept` results were on disk before this run (`run --resume`).
+    kept: usize,
     pub results: Vec<PointResult>,
     gpu: Option<(reqwest::Client, String, Duration)>,
     collector: Option<GpuCollector>,
@@ -57,11 +59,14 @@ pub struct Recorder {
 impl Recorder {
     /// Opens the sweep's outputs. `metrics_url`: where `--collect-metrics` scrapes when the plan
     /// names no URL.
+    /// `kept`: the rows an interrupted run left in the folder (`run --resume`); they stay in the
+    /// CSVs as written and their points are not measured again.
     pub fn create(
         sweep: &Sweep,
         wire: Wire,
         service_kind: &'static str,
         metrics_url: &str,
+        kept: Vec<ReportRow>,
     ) -> std::io::Result<Recorder> {
         let first_batch = sweep.batch_sizes.first();
         let first = match &sweep.load {
@@ -81,8 +86,11 @@ impl Recorder {
         };
         let pa_csv = match csv_path {
             Some(path) => Some(
-                PaCsvWriter::create(&path, first, columns)
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))?,
+                match kept.len() {
+                    0 => PaCsvWriter::create(&path, first, columns),
+                    rows => PaCsvWriter::resume(&path, rows, columns),
+                }
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))?,
             ),
             None => None,
         };
@@ -109,6 +117,17 @@ impl Recorder {
         if sweep.kind != SweepKind::Profile {
             eprintln!("{}", sweep_outline(sweep, planned, point_bound));
         }
+        if !kept.is_empty() {
+            eprintln!("resuming: {} measured row(s) kept from the results folder", kept.len());
+        }
+        let percentile = sweep.measurement.percentile;
+        let results: Vec<PointResult> = kept
+            .into_iter()
+            .map(|row| {
+                let threshold_latency_us = row.judged_latency_us(percentile);
+                PointResult { row, detail: PointDetail { threshold_latency_us, ..PointDetail::default() } }
+            })
+            .collect();
         Ok(Recorder {
             kind: sweep.kind,
             wire,
@@ -119,7 +138,8 @@ impl Recorder {
             planned,
             point_bound,
             started: Instant::now(),
-            results: Vec::new(),
+            kept: results.len(),
+            results,
             gpu,
             collector: None,
             out: sweep.output.dir.clone(),
@@ -160,9 +180,9 @@ impl Recorder {
         let Some(planned) = self.planned else {
             return String::new();
         };
-        let done = self.results.len();
-        let left = planned.saturating_sub(done);
-        let per_point = if done > 0 { Some(self.started.elapsed() / done as u32) } else { self.point_bound };
+        let left = planned.saturating_sub(self.results.len());
+        let measured = self.results.len() - self.kept;
+        let per_point = if measured > 0 { Some(self.started.elapsed() / measured as u32) } else { self.point_bound };
         match per_point {
             Some(p) if left > 0 => format!(" · ETA {}", human(p * left as u32)),
             _ => String::new(),
@@ -267,6 +287,10 @@ impl SweepObserver for Recorder {
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
         }
         Ok(())
+    }
+
+    fn measured_before(&self, batch: u64, point: LoadPoint) -> Option<PointResult> {
+        self.results[..self.kept].iter().find(|r| r.row.is_at(batch, point)).cloned()
     }
 }
 

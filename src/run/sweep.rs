@@ -101,6 +101,10 @@ pub trait SweepObserver {
     fn window_done(&mut self, _window: &WindowProgress) {}
     /// A row is measured; writers persist it here. An error ends the sweep.
     fn point_done(&mut self, result: &PointResult) -> std::io::Result<()>;
+    /// A row of this point already on disk (a resumed run), to keep instead of measuring it.
+    fn measured_before(&self, _batch: u64, _point: LoadPoint) -> Option<PointResult> {
+        None
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +125,8 @@ struct Sweeper<'a, C: InferClient, O> {
     settings: &'a MeasureSettings,
     observer: &'a mut O,
     results: Vec<PointResult>,
+    /// The warm-up ran: it comes before the first point that is measured, not kept from disk.
+    warmed: bool,
 }
 
 impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
@@ -133,8 +139,9 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         }
     }
 
-    /// Sends `--warmup-request-count` requests at the first point's load; under the interval
-    /// rule it goes on until throughput settles ([`settle`]), at most [`WARMUP_MAX`].
+    /// Sends `--warmup-request-count` requests at the load of the first point measured; under
+    /// the interval rule it goes on until throughput settles ([`settle`]), at most
+    /// [`WARMUP_MAX`].
     async fn warm_up(&mut self, mode: LoadMode) -> Result<(), SweepError> {
         let settling = matches!(self.settings.stop, Stop::Intervals { .. });
         if self.plan.warmup_requests == 0 && !settling {
@@ -157,11 +164,20 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         };
         tracing::debug!(completed = load.completed(), "warm-up done, stopping its load");
         load.stop().await;
-        outcome.map_err(|error| SweepError::Stopped { error, measured: 0 })
+        outcome.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })
     }
 
-    /// Measures one point and hands it to the observer; returns whether it stayed under `-l`.
+    /// Measures one point and hands it to the observer (or keeps the observer's row of it from
+    /// an earlier run); returns whether it stayed under `-l`.
     async fn measure(&mut self, mode: LoadMode) -> Result<bool, SweepError> {
+        if let Some(kept) = self.observer.measured_before(self.settings.batch, mode.point()) {
+            tracing::debug!(?mode, "point kept from an earlier run");
+            return Ok(self.keep(kept));
+        }
+        if !self.warmed {
+            self.warmed = true;
+            self.warm_up(mode.clone()).await?;
+        }
         self.observer.point_started(&mode);
         let spec = LoadSpec { request_budget: self.settings.request_count, ..self.spec(mode.clone()) };
         let load = RunningLoad::start_checked(
@@ -182,20 +198,22 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         load.stop().await;
         let result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
         self.observer.point_done(&result)?;
+        Ok(self.keep(result))
+    }
+
+    /// Adds a row to the sweep's; whether it stayed under `-l`.
+    fn keep(&mut self, result: PointResult) -> bool {
         let under = self.plan.latency_threshold_us.is_none_or(|limit| result.detail.threshold_latency_us <= limit);
         self.results.push(result);
-        Ok(under)
+        under
     }
 
     async fn run(&mut self) -> Result<(), SweepError> {
         match self.plan.points.clone() {
             SweepPoints::Trace(gaps) => {
-                let mode = LoadMode::Schedule(Schedule::Trace(gaps));
-                self.warm_up(mode.clone()).await?;
-                self.measure(mode).await?;
+                self.measure(LoadMode::Schedule(Schedule::Trace(gaps))).await?;
             }
             SweepPoints::Concurrencies(levels) => {
-                self.warm_up(LoadMode::Concurrency(levels.first().copied().unwrap_or(1))).await?;
                 for c in levels {
                     if !self.measure(LoadMode::Concurrency(c)).await? {
                         break;
@@ -203,7 +221,6 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
                 }
             }
             SweepPoints::Concurrency { start, end, step } => {
-                self.warm_up(LoadMode::Concurrency(start)).await?;
                 let end = end.unwrap_or(MAX_OPEN_CONCURRENCY);
                 if self.plan.binary_search {
                     let mut probe = |c: f64| LoadMode::Concurrency(c as u64);
@@ -217,7 +234,6 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             }
             SweepPoints::RequestRate { start, end, step, distribution } => {
                 let mut probe = |r: f64| LoadMode::request_rate(r, distribution);
-                self.warm_up(probe(start)).await?;
                 if self.plan.binary_search {
                     self.bisect(start, end, step, &mut probe).await?;
                 } else {
@@ -272,7 +288,7 @@ pub async fn sweep<C: InferClient, O: SweepObserver>(
     settings: &MeasureSettings,
     observer: &mut O,
 ) -> Result<Vec<PointResult>, SweepError> {
-    let mut sweeper = Sweeper { target, plan, settings, observer, results: Vec::new() };
+    let mut sweeper = Sweeper { target, plan, settings, observer, results: Vec::new(), warmed: false };
     sweeper.run().await?;
     Ok(sweeper.results)
 }
@@ -486,14 +502,21 @@ pub async fn measure_point<C: InferClient>(
 mod tests {
     use super::*;
     use crate::load::fake::FakeClient;
+    use crate::results::{PointDetail, ReportRow};
 
     #[derive(Default)]
     struct Collect {
         rows: Vec<PointResult>,
         windows: usize,
+        /// Rows "on disk" from an earlier run.
+        kept: Vec<PointResult>,
+        warm_ups: Vec<LoadMode>,
     }
 
     impl SweepObserver for Collect {
+        fn warm_up_started(&mut self, mode: &LoadMode) {
+            self.warm_ups.push(mode.clone());
+        }
         fn window_done(&mut self, _: &WindowProgress) {
             self.windows += 1;
         }
@@ -501,6 +524,34 @@ mod tests {
             self.rows.push(result.clone());
             Ok(())
         }
+        fn measured_before(&self, batch: u64, point: LoadPoint) -> Option<PointResult> {
+            self.kept.iter().find(|r| r.row.is_at(batch, point)).cloned()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kept_points_are_not_measured_and_the_warm_up_comes_before_the_first_measured() {
+        let t = target(FakeClient::with_latency(Duration::from_millis(1)));
+        let mut p = plan(SweepPoints::Concurrencies(vec![1, 2, 3, 4]));
+        p.warmup_requests = 5;
+        p.latency_threshold_us = Some(10_000.0);
+        let kept = |c: u64, latency_us: f64| PointResult {
+            row: ReportRow::zeroed(LoadPoint::Concurrency(c)),
+            detail: PointDetail { threshold_latency_us: latency_us, ..PointDetail::default() },
+        };
+        let settings = MeasureSettings { batch: 1, ..count_windows(20) };
+        let mut seen = Collect { kept: vec![kept(1, 1.0), kept(2, 1.0)], ..Collect::default() };
+        let rows = sweep(&t, &p, &settings, &mut seen).await.unwrap();
+        let loads = |rows: &[PointResult]| rows.iter().map(|r| r.row.load).collect::<Vec<_>>();
+        assert_eq!(loads(&rows), (1..=4).map(LoadPoint::Concurrency).collect::<Vec<_>>());
+        assert_eq!(loads(&seen.rows), vec![LoadPoint::Concurrency(3), LoadPoint::Concurrency(4)]);
+        assert_eq!(seen.warm_ups, vec![LoadMode::Concurrency(3)]);
+
+        // A kept row over -l ends the sweep as a measured one would.
+        let mut seen = Collect { kept: vec![kept(1, 1.0), kept(2, 20_000.0)], ..Collect::default() };
+        let rows = sweep(&t, &p, &settings, &mut seen).await.unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(seen.rows.is_empty() && seen.warm_ups.is_empty(), "nothing was sent");
     }
 
     fn target(fake: FakeClient) -> Target<FakeClient> {

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{perfbench, stderr};
+use perfbench::results::LoadPoint;
 use perfbench::server::serve::{self, ServeConfig};
 
 fn report_rows(dir: &Path) -> usize {
@@ -131,14 +132,14 @@ fn wait_for_rows(child: &mut Child, dir: &Path, rows: usize) {
     }
 }
 
-/// An online sweep of the zoo's `delay` model over 64 concurrencies, with short windows.
-fn delay_sweep(out: &Path, shm: &str) -> Child {
+/// An online sweep of the zoo's `delay` model over `concurrency`, with short windows.
+fn delay_sweep(out: &Path, shm: &str, concurrency: &str) -> Child {
     spawn(&[
         "online",
         "-m",
         "delay",
         "--concurrency",
-        "1..64",
+        concurrency,
         "--measurement-request-count",
         "20",
         "-s",
@@ -155,7 +156,7 @@ fn delay_sweep(out: &Path, shm: &str) -> Child {
 fn sweep_with_rows(shm: &str, rows: usize) -> (tempfile::TempDir, PathBuf, Child) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("online");
-    let mut child = delay_sweep(&out, shm);
+    let mut child = delay_sweep(&out, shm, "1..64");
     wait_for_rows(&mut child, &out, rows);
     (dir, out, child)
 }
@@ -194,6 +195,40 @@ fn sigkill_mid_sweep_keeps_every_finished_row() {
     for (a, b) in report.iter().zip(&pa) {
         assert_eq!((a.batch, &a.load), (b.batch, &b.load));
     }
+}
+
+#[test]
+fn resume_finishes_a_killed_sweep_with_the_points_of_a_whole_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("online");
+    let mut child = delay_sweep(&out, "none", "1..8");
+    wait_for_rows(&mut child, &out, 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(out.join("report.csv")).unwrap();
+    assert!(before.lines().count() - 1 < 8, "the kill came after the last point");
+
+    // From another working directory: the folder's plan names its paths absolutely.
+    let resumed = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(["run", "--resume", out.to_str().unwrap()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert!(stderr(&resumed).contains("kept from the results folder"), "{}", stderr(&resumed));
+    let after = std::fs::read_to_string(out.join("report.csv")).unwrap();
+    let kept: Vec<&str> = before.lines().collect();
+    assert_eq!(after.lines().take(kept.len()).collect::<Vec<_>>(), kept, "kept rows stay as written");
+    let whole_run: Vec<(u64, LoadPoint)> = (1..=8).map(|c| (1, LoadPoint::Concurrency(c))).collect();
+    for csv in ["report.csv", "perf_analyzer.csv"] {
+        let rows = perfbench::gate::results::read_results(&out.join(csv), 1).unwrap();
+        assert_eq!(rows.iter().map(|r| (r.batch, r.load)).collect::<Vec<_>>(), whole_run, "{csv}");
+    }
+    assert!(out.join("report.md").is_file());
+
+    let nothing = perfbench(&["run", "--resume", dir.path().to_str().unwrap()]);
+    assert_eq!(nothing.status.code(), Some(2), "{}", stderr(&nothing));
+    assert!(stderr(&nothing).contains("no plan.toml"), "{}", stderr(&nothing));
 }
 
 #[test]
