@@ -3,7 +3,7 @@
 # ~/.cache/perfbench-peers). Idempotent; needs only the package registries.
 #   - NVIDIA perf_analyzer 2.50 (C++ binary inside the tritonclient==2.50.0 manylinux wheel),
 #     with libcudart.so.12 from nvidia-cuda-runtime-cu12 (it links it even without a GPU) and
-#     Debian's libb64-0d;
+#     Debian's libb64-0d (and openssl, for the interop tests' certificates);
 #   - a real Triton server 2.51 inside nvidia-pytriton==0.7.0, and Python tritonclient + pytest,
 #     in a virtualenv.
 # Prints the two paths the interop tests need: $PEERS/pa.sh and $PEERS/venv/bin/python.
@@ -12,9 +12,13 @@ PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
 mkdir -p "$PEERS/whl"
 cd "$PEERS"
 
-if ! dpkg -s libb64-0d >/dev/null 2>&1; then
+# libb64 for perf_analyzer; openssl makes the interop tests' throwaway certificates.
+missing=()
+dpkg -s libb64-0d >/dev/null 2>&1 || missing+=(libb64-0d)
+command -v openssl >/dev/null || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq >/dev/null
-  apt-get install -y -qq libb64-0d >/dev/null
+  apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 if [ ! -x "$PEERS/pa/bin/perf_analyzer" ]; then

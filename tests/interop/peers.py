@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -58,10 +59,10 @@ def free_port_block(count=3):
     raise RuntimeError("no free block of ports found")
 
 
-def http_status(url, timeout_s=2.0):
+def http_status(url, timeout_s=2.0, context=None):
     """HTTP status of a GET, or None when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as resp:
             return resp.status
     except urllib.error.HTTPError as e:
         return e.code
@@ -79,9 +80,12 @@ def _tail(path, lines=40):
 class Server:
     """A server process on loopback: http on `port`, grpc on `port + 1`, metrics on `port + 2`."""
 
-    def __init__(self, name, cmd, port, log_path, ready_models, env=None):
+    def __init__(self, name, cmd, port, log_path, ready_models, env=None, ca=None):
         self.name = name
         self.port = port
+        # HTTPS when the server has a certificate; `ca` is the file that makes it trusted.
+        self.scheme = "https" if ca else "http"
+        self.tls_context = ssl.create_default_context(cafile=str(ca)) if ca else None
         self.log_path = log_path
         self.models = list(ready_models)
         log = open(log_path, "wb")
@@ -108,7 +112,8 @@ class Server:
 
     def get_json(self, path, timeout_s=10):
         """GET `path` from the HTTP front end, decoded."""
-        with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=timeout_s) as resp:
+        url = f"{self.scheme}://{self.http_url}{path}"
+        with urllib.request.urlopen(url, timeout=timeout_s, context=self.tls_context) as resp:
             return json.load(resp)
 
     def wait_ready(self, timeout_s=STARTUP_TIMEOUT_S):
@@ -127,8 +132,8 @@ class Server:
                     f"{self.name}: models {pending} not ready after {timeout_s} s:\n"
                     + _tail(self.log_path)
                 )
-            url = f"http://{self.http_url}/v2/models/{pending[0]}/ready"
-            if http_status(url) == 200:
+            url = f"{self.scheme}://{self.http_url}/v2/models/{pending[0]}/ready"
+            if http_status(url, context=self.tls_context) == 200:
                 pending.pop(0)
             else:
                 time.sleep(0.25)
@@ -162,8 +167,9 @@ def pa_bin():
     return path
 
 
-def start_perfbench(log_dir, models, repository=None):
-    """Starts `perfbench serve` on free ports and waits until `models` are ready."""
+def start_perfbench(log_dir, models, repository=None, tls=None):
+    """Starts `perfbench serve` on free ports and waits until `models` are ready; `tls` (from
+    make_tls_files) serves HTTPS and gRPC over TLS."""
     port = free_port_block()
     cmd = [
         perfbench_bin(), "serve", "--host", LOOPBACK,
@@ -172,13 +178,35 @@ def start_perfbench(log_dir, models, repository=None):
     ]
     if repository is not None:
         cmd += ["--model-repository", str(repository)]
+    if tls is not None:
+        cmd += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
     log = Path(log_dir) / f"perfbench-serve-{port}.log"
-    server = Server("perfbench serve", cmd, port, log, models)
+    server = Server("perfbench serve", cmd, port, log, models, ca=tls.ca if tls else None)
     try:
         return server.wait_ready()
     except Exception:
         server.stop()
         raise
+
+
+class TlsFiles:
+    """A throwaway CA and a server certificate it signed for 127.0.0.1 and localhost."""
+
+    def __init__(self, directory):
+        d = Path(directory)
+        self.ca, self.cert, self.key = d / "ca.pem", d / "server.pem", d / "server.key"
+        ca_key, csr, ext = d / "ca.key", d / "server.csr", d / "server.ext"
+        ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                       "extendedKeyUsage=serverAuth\n")
+        for cmd in (
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", self.ca,
+             "-days", "2", "-subj", "/CN=perfbench interop CA"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", self.key, "-out", csr,
+             "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", ca_key, "-CAcreateserial",
+             "-out", self.cert, "-days", "2", "-extfile", ext],
+        ):
+            subprocess.run(["openssl", *map(str, cmd)], check=True, capture_output=True)
 
 
 def peers_dir():

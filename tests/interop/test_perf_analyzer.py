@@ -10,7 +10,10 @@ import random
 
 import pytest
 
-from peers import DELAY_US, QUICK, run_pa
+import subprocess
+
+from peers import (DELAY_US, QUICK, TlsFiles, http_status, pa_bin, read_pa_csv, run_pa,
+                   run_tool, start_perfbench)
 
 SERVER_STAGES = ["Server Queue", "Server Compute Input", "Server Compute Infer",
                  "Server Compute Output"]
@@ -106,3 +109,35 @@ def test_delay_compute_infer_matches_config(perfbench_delay, tmp_path, protocol)
     assert abs(infer_us - DELAY_US) <= 0.10 * DELAY_US, (
         f"Server Compute Infer {infer_us} µs, configured {DELAY_US} µs"
     )
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ssl_flags_against_a_tls_server(tmp_path, protocol):
+    """perf_analyzer's own --ssl-* flags against `perfbench serve --tls-cert/--tls-key` on a
+    throwaway CA (issue 13): given the CA it profiles over HTTPS and gRPC over TLS; without it,
+    its verification refuses our certificate and it exits non-zero at once."""
+    tls = TlsFiles(tmp_path)
+    server = start_perfbench(tmp_path, ["identity"], tls=tls)
+    try:
+        if protocol == "http":
+            url = f"https://{server.http_url}"
+            verify = ["--ssl-https-verify-peer", "1", "--ssl-https-verify-host", "2"]
+            trust = ["--ssl-https-ca-certificates-file", str(tls.ca)]
+        else:
+            url = server.grpc_url
+            verify = ["--ssl-grpc-use-ssl"]
+            trust = ["--ssl-grpc-root-certifications-file", str(tls.ca)]
+        cmd = [pa_bin(), "-m", "identity", "-u", url, "-i", protocol, "--shape", "INPUT0:16", *verify]
+        csv_path = tmp_path / "pa.csv"
+        run_tool([*cmd, *trust, "-f", str(csv_path), *QUICK])
+        assert_measured(read_pa_csv(csv_path), [1], server_share=False)
+
+        refused = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        out = refused.stdout.decode(errors="replace")
+        assert refused.returncode != 0, out
+        assert "certificate" in out.lower(), out
+        # The failed handshake cost the server nothing: it still answers.
+        ready = f"https://{server.http_url}/v2/models/identity/ready"
+        assert http_status(ready, context=server.tls_context) == 200
+    finally:
+        server.stop()
