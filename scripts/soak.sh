@@ -5,10 +5,15 @@
 # statistics, so nothing the client might hide), both processes' RSS each minute and the growth
 # after the first minute, the client's own failure count, and /dev/shm before and after.
 #
+# Then the highest rate: the client calls the server in process (no sockets, so the 2 cores'
+# network work does not cap the rate) for SOAK_MAX_RATE_MINUTES, printing throughput and RSS
+# each minute: perf_analyzer leaks and is OOM-killed above ~30k QPS (its issue #84).
+#
 # Usage: scripts/soak.sh [MINUTES]      (default 10; builds perfbench --release unless
 #                                        PERFBENCH_BIN names a binary)
 # Env: SOAK_CONCURRENCY (256), SOAK_SHM (system | none; system), SOAK_PROTOCOLS ("http grpc"),
-#      SOAK_SHAPE (INPUT0:16), BENCH_PORT (24100). Run it under `nice` on a shared machine.
+#      SOAK_SHAPE (INPUT0:16), SOAK_MAX_RATE_MINUTES (5; 0 skips), BENCH_PORT (24100).
+#      Run it under `nice` on a shared machine.
 set -euo pipefail
 source "$(dirname "$0")/../benches/common.sh"
 MINUTES=${1:-10}
@@ -16,6 +21,7 @@ CONCURRENCY=${SOAK_CONCURRENCY:-256}
 SHM=${SOAK_SHM:-system}
 PROTOCOLS=${SOAK_PROTOCOLS:-http grpc}
 SHAPE=${SOAK_SHAPE:-INPUT0:16}
+MAX_RATE_MINUTES=${SOAK_MAX_RATE_MINUTES:-5}
 CLIENT_PID=
 
 stop_client() {
@@ -26,6 +32,8 @@ stop_client() {
   CLIENT_PID=
 }
 trap 'stop_client; cleanup' EXIT
+
+growth() { python3 -c "import sys; a, b = sys.argv[1:]; print(f'{(float(b) / float(a) - 1) * 100:+.1f}%' if a not in ('', '-') and b not in ('', '-') else 'n/a')" "$1" "$2"; }
 
 rss_mb() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo "-"; }
 
@@ -73,7 +81,6 @@ for protocol in $PROTOCOLS; do
   done
   stop_client
   read -r ok fail < <(server_counts)
-  growth() { python3 -c "import sys; a, b = sys.argv[1:]; print(f'{(float(b) / float(a) - 1) * 100:+.1f}%' if a not in ('', '-') and b not in ('', '-') else 'n/a')" "$1" "$2"; }
   echo "total: $((ok - ok0)) requests, $((fail - fail0)) errors (server); client: $(grep -ho 'perfbench: [0-9]* failed' "$BENCH_TMP/$protocol.log" | tail -1 || echo 'no summary')"
   echo "RSS after minute 1 -> end: server $first_server -> $last_server MB ($(growth "$first_server" "$last_server")), client $first_client -> $last_client MB ($(growth "$first_client" "$last_client"))"
   kill -TERM "$SERVER_PID"
@@ -84,3 +91,30 @@ for protocol in $PROTOCOLS; do
   echo "/dev/shm: $(wc -l <"$BENCH_TMP/shm-before") entries before, $(wc -l <"$BENCH_TMP/shm-after") after;" \
     "left behind: ${left:-none}"
 done
+
+if [ "$MAX_RATE_MINUTES" -gt 0 ]; then
+  # -v prints perf_analyzer's line per window ("Pass [n] throughput: X infer/sec. ..."): one a minute.
+  "$BIN" profile -m identity --service-kind inprocess --shape "$SHAPE" --concurrency-range 16 \
+    --measurement-mode time_windows -p 60000 --max-trials "$MAX_RATE_MINUTES" -s 0.001 -v \
+    -f "$BENCH_TMP/inprocess.csv" >"$BENCH_TMP/inprocess.log" 2>&1 &
+  CLIENT_PID=$!
+  start=$(date +%s)
+  echo
+  echo "== highest rate: client and server in one process, concurrency 16 (pid $CLIENT_PID)"
+  printf '%6s %12s %14s\n' minute "infer/s" "RSS MB"
+  printf '%6s %12s %14s\n' 0 - "$(rss_mb "$CLIENT_PID")"
+  minute=0 first= last=
+  while [ "$minute" -lt "$MAX_RATE_MINUTES" ] && kill -0 "$CLIENT_PID" 2>/dev/null; do
+    minute=$((minute + 1))
+    wait_s=$((start + 60 * minute - $(date +%s)))
+    [ "$wait_s" -gt 0 ] && sleep "$wait_s"
+    rss=$(rss_mb "$CLIENT_PID")
+    [ "$rss" != "-" ] && last=$rss
+    [ "$minute" = 1 ] && first=$last
+    pass=$(grep -o 'throughput: [0-9.e+]* infer/sec' "$BENCH_TMP/inprocess.log" | sed -n "${minute}p" | awk '{print $2}')
+    printf '%6s %12s %14s\n' "$minute" "${pass:--}" "$rss"
+  done
+  stop_client
+  echo "client: $(grep -ho 'perfbench: [0-9]* failed' "$BENCH_TMP/inprocess.log" | tail -1 || echo 'no summary');" \
+    "RSS after minute 1 -> end: $first -> $last MB ($(growth "$first" "$last"))"
+fi

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context as _};
+use anyhow::anyhow;
 
 use self::interrupt::Interrupt;
-use self::observe::{stop_rule, window_mode, Export, Recorder};
+use self::observe::{stop_rule, window_mode, Export, FolderStart, Recorder};
 use self::session::Session;
 use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, SweepPoints, Target as SweepTarget};
 use crate::client::grpc::GrpcClient;
@@ -27,7 +27,6 @@ use crate::load::{read_intervals, LoadMode, LoadSpec};
 use crate::measure::MeasureSettings;
 use crate::plan::{
     Distribution, Levels, Load, Model, Plan, Protocol, Sweep, SweepKind, Target, TensorFormat, MAX_OPEN_CONCURRENCY,
-    PLAN_FILE,
 };
 use crate::report::pa_summary::Wire;
 use crate::report::{ConfigBasics, Device, RunConfig};
@@ -146,7 +145,9 @@ enum Endpoint {
 
 /// Runs every sweep of `plan`; each sweep's rows are on disk even when a later one fails.
 pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
-    save_plan(plan).map_err(RunError::bad_input)?;
+    // The plan each results folder keeps, its paths absolute so `run --resume` works anywhere.
+    let here = std::env::current_dir().map_err(RunError::bad_input)?;
+    let folder_plan = Plan { resume: false, ..plan.anchored(&here) }.to_toml();
     let interrupt = Interrupt::install();
     let mut server = None;
     let endpoint = match &plan.target {
@@ -186,7 +187,8 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
             true => kept_rows(sweep).map_err(RunError::bad_input)?,
             false => Vec::new(),
         };
-        match run_sweep(&plan.model, sweep, kept, &endpoint, &interrupt).await {
+        let folder = FolderStart { plan: folder_plan.clone(), kept };
+        match run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await {
             Ok(outcome) => outcomes.push(outcome),
             Err(e) => {
                 failure = Some(e);
@@ -201,22 +203,6 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
         Some(e) => Err(e),
         None => Ok(outcomes),
     }
-}
-
-/// Keeps the plan in every sweep's results folder ([`PLAN_FILE`], paths made absolute), so that
-/// `run --resume DIR` can go on with an interrupted run from anywhere.
-fn save_plan(plan: &Plan) -> anyhow::Result<()> {
-    let dirs: Vec<&PathBuf> = plan.sweeps.iter().filter_map(|s| s.output.dir.as_ref()).collect();
-    if dirs.is_empty() {
-        return Ok(());
-    }
-    let text = Plan { resume: false, ..plan.anchored(&std::env::current_dir()?) }.to_toml();
-    for dir in dirs {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let file = dir.join(PLAN_FILE);
-        std::fs::write(&file, &text).with_context(|| format!("cannot write {}", file.display()))?;
-    }
-    Ok(())
 }
 
 /// The rows an interrupted run left in `sweep`'s report.csv (none when it had not started).
@@ -253,7 +239,7 @@ pub async fn start_embedded(model: &Model, repository: Option<PathBuf>) -> anyho
 async fn run_sweep(
     model: &Model,
     sweep: &Sweep,
-    kept: Vec<ReportRow>,
+    folder: FolderStart,
     endpoint: &Endpoint,
     interrupt: &Interrupt,
 ) -> Result<SweepOutcome, RunError> {
@@ -269,19 +255,19 @@ async fn run_sweep(
             let client = InProcessClient::new(core.clone());
             let context =
                 Context { wire: Wire::InProcess, service_kind: "INPROCESS", metrics: "", device: "in process" };
-            drive(client, model, sweep, kept, context, interrupt).await
+            drive(client, model, sweep, folder, context, interrupt).await
         }
         (Endpoint::Network { http, metrics, device, .. }, Protocol::Http) => {
             let client = HttpClient::with_tls(http, &connect, &sweep.call.tls).map_err(RunError::client)?;
             trace::apply(&client, &model.name, &sweep.trace).await?;
             let context = Context { wire: Wire::Http, service_kind: "TRITON", metrics, device };
-            drive(client, model, sweep, kept, context, interrupt).await
+            drive(client, model, sweep, folder, context, interrupt).await
         }
         (Endpoint::Network { grpc, metrics, device, .. }, Protocol::Grpc) => {
             let client = GrpcClient::with_tls(grpc, &connect, &sweep.call.tls).map_err(RunError::client)?;
             trace::apply(&client, &model.name, &sweep.trace).await?;
             let context = Context { wire: Wire::Grpc, service_kind: "TRITON", metrics, device };
-            drive(client, model, sweep, kept, context, interrupt).await
+            drive(client, model, sweep, folder, context, interrupt).await
         }
     }
 }
@@ -300,13 +286,13 @@ async fn drive<C: InferClient>(
     client: C,
     model: &Model,
     sweep: &Sweep,
-    kept: Vec<ReportRow>,
+    folder: FolderStart,
     context: Context<'_>,
     interrupt: &Interrupt,
 ) -> Result<SweepOutcome, RunError> {
     let mut session = Session::open(client, model, sweep.call.streaming).await?;
     let config = run_config(&session, sweep, context.device);
-    let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, context.metrics, kept)
+    let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, context.metrics, folder)
         .map_err(RunError::bad_input)?;
     let mut step_inputs = Vec::new();
     let measured = {

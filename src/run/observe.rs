@@ -16,7 +16,7 @@ use super::sweep::{SweepObserver, WindowProgress, WARMUP_MAX};
 use crate::load::LoadMode;
 use crate::measure::gpu_metrics::GpuCollector;
 use crate::measure::{Stop, WindowMode, STABLE_WINDOWS};
-use crate::plan::{Distribution, Levels, Load, StopWhen, Sweep, SweepKind, WindowKind};
+use crate::plan::{Distribution, Levels, Load, StopWhen, Sweep, SweepKind, WindowKind, PLAN_FILE};
 use crate::report::pa_summary::{self, RunDescription, Wire};
 use crate::report::{pa_export, RunConfig, TableKind};
 use crate::results::csv::write_report_csv;
@@ -30,6 +30,15 @@ pub struct Export<'a> {
     pub path: &'a Path,
     pub service_kind: &'a str,
     pub step_inputs: &'a [Vec<(String, Tensor)>],
+}
+
+/// What a sweep's results folder starts from.
+pub struct FolderStart {
+    /// The run's plan as TOML, kept in the folder ([`PLAN_FILE`]) for `run --resume DIR`.
+    pub plan: String,
+    /// The rows an interrupted run left in the folder's report.csv (`run --resume`): they stay in
+    /// the CSVs as written and their points are not measured again.
+    pub kept: Vec<ReportRow>,
 }
 
 /// Sees one sweep's points.
@@ -59,15 +68,14 @@ pub struct Recorder {
 impl Recorder {
     /// Opens the sweep's outputs. `metrics_url`: where `--collect-metrics` scrapes when the plan
     /// names no URL.
-    /// `kept`: the rows an interrupted run left in the folder (`run --resume`); they stay in the
-    /// CSVs as written and their points are not measured again.
     pub fn create(
         sweep: &Sweep,
         wire: Wire,
         service_kind: &'static str,
         metrics_url: &str,
-        kept: Vec<ReportRow>,
+        folder: FolderStart,
     ) -> std::io::Result<Recorder> {
+        let FolderStart { plan, kept } = folder;
         let first_batch = sweep.batch_sizes.first();
         let first = match &sweep.load {
             Load::Concurrency { levels } => LoadPoint::Concurrency(levels.first()),
@@ -75,13 +83,16 @@ impl Recorder {
             Load::Trace { .. } => LoadPoint::RequestRate(0.0),
         };
         let columns = CsvColumns { verbose: sweep.output.verbose_csv, gpu_metrics: sweep.call.metrics.is_some() };
+        if let Some(dir) = &sweep.output.dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display())))?;
+            let file = dir.join(PLAN_FILE);
+            std::fs::write(&file, plan)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", file.display())))?;
+        }
         let csv_path = match (&sweep.output.latency_report_file, &sweep.output.dir) {
             (Some(path), _) => Some(path.clone()),
-            (None, Some(dir)) => {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display())))?;
-                Some(dir.join("perf_analyzer.csv"))
-            }
+            (None, Some(dir)) => Some(dir.join("perf_analyzer.csv")),
             (None, None) => None,
         };
         let pa_csv = match csv_path {
