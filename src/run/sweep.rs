@@ -461,6 +461,11 @@ pub async fn measure_point<C: InferClient>(
         match target_pct {
             None => {
                 windows.push(window);
+                // The row merges the last STABLE_WINDOWS: a long point holds no more than those
+                // (each keeps a latency histogram of about 188 KB).
+                if windows.len() > STABLE_WINDOWS {
+                    windows.remove(0);
+                }
                 figures.push(window_figures);
                 stable = settings.request_count.is_some() || is_stable(&figures, settings.stability_pct);
                 progress.stable = stable;
