@@ -148,6 +148,11 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     // The plan each results folder keeps, its paths absolute so `run --resume` works anywhere.
     let here = std::env::current_dir().map_err(RunError::bad_input)?;
     let folder_plan = Plan { resume: false, ..plan.anchored(&here) }.to_toml();
+    // Read before anything starts: a folder that cannot be resumed costs no server start.
+    let mut kept = Vec::new();
+    for sweep in &plan.sweeps {
+        kept.push(if plan.resume { kept_rows(sweep).map_err(RunError::bad_input)? } else { Vec::new() });
+    }
     let interrupt = Interrupt::install();
     let mut server = None;
     let endpoint = match &plan.target {
@@ -182,11 +187,7 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     };
     let mut outcomes = Vec::new();
     let mut failure = None;
-    for sweep in &plan.sweeps {
-        let kept = match plan.resume {
-            true => kept_rows(sweep).map_err(RunError::bad_input)?,
-            false => Vec::new(),
-        };
+    for (sweep, kept) in plan.sweeps.iter().zip(kept) {
         let folder = FolderStart { plan: folder_plan.clone(), kept };
         match run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await {
             Ok(outcome) => outcomes.push(outcome),
