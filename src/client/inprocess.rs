@@ -74,6 +74,7 @@ fn to_request(spec: &RequestSpec) -> InferRequest {
         id: String::new(),
         inputs,
         outputs,
+        sequence: None,
     }
 }
 

@@ -222,6 +222,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
         id: request.id,
         inputs,
         outputs,
+        sequence: None,
     })
 }
 

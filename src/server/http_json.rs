@@ -401,6 +401,7 @@ pub fn decode_request(
         id: parsed.id,
         inputs,
         outputs,
+        sequence: None,
     };
     Ok(DecodedRequest { request, formats })
 }
@@ -470,6 +471,7 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
             data: InputData::Raw(body),
         }],
         outputs: vec![],
+        sequence: None,
     };
     Ok(DecodedRequest { request, formats: OutputFormats { default_binary: true, binary: HashMap::new() } })
 }

@@ -41,6 +41,23 @@ pub struct RequestedOutput {
     pub shm: Option<ShmRef>,
 }
 
+/// A sequence's correlation id: Triton takes a uint64 or a string (`sequence_id`); 0 and ""
+/// mean "not part of a sequence".
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CorrelationId {
+    Number(u64),
+    Text(String),
+}
+
+/// A request's place in a stateful sequence: the `sequence_id`, `sequence_start` and
+/// `sequence_end` request parameters, as HTTP and gRPC (unary and streaming) carry them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SequenceFlags {
+    pub id: CorrelationId,
+    pub start: bool,
+    pub end: bool,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct InferRequest {
     pub model_name: String,
@@ -50,6 +67,8 @@ pub struct InferRequest {
     pub inputs: Vec<InputTensor>,
     /// Empty means every model output.
     pub outputs: Vec<RequestedOutput>,
+    /// Set when the request belongs to a sequence (a non-zero `sequence_id`).
+    pub sequence: Option<SequenceFlags>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

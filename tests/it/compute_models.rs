@@ -22,6 +22,7 @@ fn request(model: &str, inputs: &[(&str, Tensor)]) -> InferRequest {
             })
             .collect(),
         outputs: vec![],
+        sequence: None,
     }
 }
 
