@@ -321,7 +321,8 @@ impl FromStr for WindowKind {
 ///   windows.
 /// - `ci=P%[,max=T]`: once the 95% confidence intervals of throughput, p50 and p99 are each
 ///   within ±P% of their value (and p99 rests on ≥ 1,000 requests), or after T (default 10 s;
-///   `500ms`, `20s`, `2m`). A point that runs out of time is flagged unstable.
+///   `500ms`, `20s`, `2m`). A point that runs out of time is flagged unstable. When the sweep's
+///   points are known in advance they share `points × T` (`run::sweep::TimeBank`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub enum StopWhen {

@@ -12,13 +12,14 @@ pub mod trace;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::anyhow;
 
 use self::interrupt::Interrupt;
 use self::observe::{stop_rule, window_mode, Export, FolderStart, Recorder};
 use self::session::Session;
-use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, SweepPoints, Target as SweepTarget};
+use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, SweepPoints, Target as SweepTarget, TimeBank};
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
 use crate::client::inprocess::InProcessClient;
@@ -26,7 +27,8 @@ use crate::client::{ClientError, ConnectOptions, InferClient};
 use crate::load::{read_intervals, LoadMode, LoadSpec};
 use crate::measure::MeasureSettings;
 use crate::plan::{
-    Distribution, Levels, Load, Model, Plan, Protocol, Sweep, SweepKind, Target, TensorFormat, MAX_OPEN_CONCURRENCY,
+    Distribution, Levels, Load, Model, Plan, Protocol, StopWhen, Sweep, SweepKind, Target, TensorFormat,
+    MAX_OPEN_CONCURRENCY,
 };
 use crate::report::pa_summary::Wire;
 use crate::report::{ConfigBasics, Device, RunConfig};
@@ -296,6 +298,7 @@ async fn drive<C: InferClient>(
     let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, context.metrics, folder)
         .map_err(RunError::bad_input)?;
     let mut step_inputs = Vec::new();
+    let time_bank = time_bank(sweep);
     let measured = {
         let batches = async {
             for batch in sweep.batch_sizes.values(MAX_OPEN_CONCURRENCY) {
@@ -310,7 +313,7 @@ async fn drive<C: InferClient>(
                     check: requests.check,
                 };
                 let settings = measure_settings(sweep, batch);
-                let plan = load_plan(sweep)?;
+                let plan = LoadPlan { time_bank: time_bank.clone(), ..load_plan(sweep)? };
                 measure_sweep(&target, &plan, &settings, &mut recorder).await.map_err(sweep_error)?;
             }
             Ok::<(), RunError>(())
@@ -375,6 +378,20 @@ fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
     }
 }
 
+/// The interval rule's time shared by every point of `sweep` (all its batch sizes), when it
+/// bounds each point and the points are known in advance: the sweep then keeps to the bound its
+/// outline prints, while a point that needs more than `max` may borrow ([`TimeBank`]).
+fn time_bank(sweep: &Sweep) -> Option<Arc<TimeBank>> {
+    let StopWhen::Ci { max_ms, .. } = sweep.measurement.stop_when else {
+        return None;
+    };
+    if sweep.measurement.total_requests.is_some() {
+        return None;
+    }
+    let points = observe::planned_points(sweep)?;
+    Some(Arc::new(TimeBank::new(Duration::from_millis(max_ms), points)))
+}
+
 /// The load levels of `sweep`, as the measuring loop takes them.
 fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
     let points = match &sweep.load {
@@ -400,6 +417,7 @@ fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
         warmup_requests: sweep.measurement.warmup_requests,
         max_in_flight: LoadSpec::new(LoadMode::Concurrency(1)).max_in_flight,
         log_requests: sweep.output.profile_export_file.is_some(),
+        time_bank: None,
     })
 }
 

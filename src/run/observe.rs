@@ -355,7 +355,7 @@ fn point_label(mode: &LoadMode) -> String {
 
 /// Points the sweep measures (batch sizes × load levels), when known in advance: not for a
 /// binary search or an open-ended range (a linear sweep under `-l` may stop before the last).
-fn planned_points(sweep: &Sweep) -> Option<usize> {
+pub(super) fn planned_points(sweep: &Sweep) -> Option<usize> {
     let levels = match &sweep.load {
         _ if sweep.binary_search => return None,
         Load::Concurrency { levels: Levels::Range { end: None, .. } } => return None,
@@ -394,8 +394,10 @@ fn sweep_outline(sweep: &Sweep, planned: Option<usize>, bound: Option<Duration>)
     let m = &sweep.measurement;
     let rule = match (m.total_requests, m.stop_when) {
         (Some(n), _) => format!("{n} requests each"),
+        // With the point count known the points share their time (run::sweep::TimeBank).
         (None, StopWhen::Ci { half_width_pct, max_ms }) => format!(
-            "each until its 95% intervals are within ±{half_width_pct}% (at most {})",
+            "each until its 95% intervals are within ±{half_width_pct}% ({} {})",
+            if planned.is_some() { "on average" } else { "at most" },
             human(Duration::from_millis(max_ms))
         ),
         (None, StopWhen::Stable) => {
@@ -459,7 +461,7 @@ mod tests {
         let outline = sweep_outline(&s, planned_points(&s), point_bound(&s));
         assert_eq!(
             outline,
-            "online: 32 points (1 batch size × 32 loads), each until its 95% intervals are within ±10% (at most 8s); \
+            "online: 32 points (1 batch size × 32 loads), each until its 95% intervals are within ±10% (on average 8s); \
              expected to take at most 4m 21s"
         );
         let s = sweep("offline --batch-sizes 1,8,16 --stop-when stable --out o");

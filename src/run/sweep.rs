@@ -35,6 +35,55 @@ pub const WARMUP_SETTLED_PCT: f64 = 10.0;
 /// Warm-up (interval rule) gives up settling after this long.
 pub const WARMUP_MAX: Duration = Duration::from_secs(5);
 
+/// Under the interval rule, the time a point may borrow from later ones leaves each of them at
+/// least this share of `max` ([`TimeBank`]).
+pub const BANK_RESERVE_SHARE: f64 = 0.5;
+
+/// The interval rule's time, shared by the points of a sweep whose point count is known: the
+/// sweep takes at most `points × max` (what its outline prints), but one point may use more than
+/// `max` when the others need less. Noise is not spread evenly: batch 1's tail (the first point
+/// of an offline sweep) needs 15-20 s on a busy 2-core box, where batch 8 and 16 settle in a few
+/// seconds. A point may use all that is left but [`BANK_RESERVE_SHARE`] × `max` for each point
+/// after it, so no later point is starved, and time a point leaves unused goes to the next.
+#[derive(Debug)]
+pub struct TimeBank {
+    max: Duration,
+    /// Time left to the sweep and points not yet measured.
+    state: parking_lot::Mutex<(Duration, usize)>,
+}
+
+impl TimeBank {
+    pub fn new(max: Duration, points: usize) -> TimeBank {
+        TimeBank { max, state: parking_lot::Mutex::new((max * points as u32, points)) }
+    }
+
+    fn reserve(&self) -> Duration {
+        self.max.mul_f64(BANK_RESERVE_SHARE)
+    }
+
+    /// The longest the next point may take.
+    pub fn allowance(&self) -> Duration {
+        let (left, points) = *self.state.lock();
+        if points == 0 {
+            return self.max;
+        }
+        left.saturating_sub(self.reserve() * (points as u32 - 1)).max(self.reserve())
+    }
+
+    /// A point is done (measured in `took`, or kept from disk in no time).
+    pub fn spend(&self, took: Duration) {
+        let mut state = self.state.lock();
+        state.0 = state.0.saturating_sub(took);
+        state.1 = state.1.saturating_sub(1);
+    }
+}
+
+impl PartialEq for TimeBank {
+    fn eq(&self, other: &Self) -> bool {
+        self.max == other.max && *self.state.lock() == *other.state.lock()
+    }
+}
+
 /// The load points of a sweep.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SweepPoints {
@@ -62,6 +111,9 @@ pub struct LoadPlan {
     pub max_in_flight: u64,
     /// Keep per-request times for `--profile-export-file`.
     pub log_requests: bool,
+    /// The interval rule's time shared by all the sweep's points (all batch sizes); `None`
+    /// gives each point its own `max`.
+    pub time_bank: Option<Arc<TimeBank>>,
 }
 
 /// What a sweep talks to.
@@ -172,6 +224,9 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
     async fn measure(&mut self, mode: LoadMode) -> Result<bool, SweepError> {
         if let Some(kept) = self.observer.measured_before(self.settings.batch, mode.point()) {
             tracing::debug!(?mode, "point kept from an earlier run");
+            if let Some(bank) = &self.plan.time_bank {
+                bank.spend(Duration::ZERO);
+            }
             return Ok(self.keep(kept));
         }
         if !self.warmed {
@@ -191,9 +246,17 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             model: self.target.server_stats.then_some((self.target.model.as_str(), self.target.version.as_str())),
         };
         let observer = &mut *self.observer;
-        tracing::debug!(?mode, "point started");
+        let mut settings = self.settings.clone();
+        if let (Some(bank), Stop::Intervals { max, .. }) = (&self.plan.time_bank, &mut settings.stop) {
+            *max = bank.allowance();
+        }
+        tracing::debug!(?mode, stop = ?settings.stop, "point started");
+        let begun = Instant::now();
         let measured =
-            measure_point(&load, &stats, self.settings, mode.point(), |window| observer.window_done(window)).await;
+            measure_point(&load, &stats, &settings, mode.point(), |window| observer.window_done(window)).await;
+        if let Some(bank) = &self.plan.time_bank {
+            bank.spend(begun.elapsed());
+        }
         tracing::debug!(completed = load.completed(), "point measured, stopping its load");
         load.stop().await;
         let result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
@@ -578,6 +641,7 @@ mod tests {
             warmup_requests: 0,
             max_in_flight: 1024,
             log_requests: false,
+            time_bank: None,
         }
     }
 
@@ -870,6 +934,53 @@ mod tests {
             early_time.as_secs_f64() / n
         );
         assert!(ratio <= 0.5, "{ratio:.2}");
+    }
+
+    /// Times each point on the runtime's (virtual) clock.
+    #[derive(Default)]
+    struct PointTimes {
+        started: Option<Instant>,
+        took: Vec<Duration>,
+    }
+
+    impl SweepObserver for PointTimes {
+        fn point_started(&mut self, _: &LoadMode) {
+            self.started = Some(Instant::now());
+        }
+        fn point_done(&mut self, _: &PointResult) -> std::io::Result<()> {
+            self.took.push(self.started.take().expect("started").elapsed());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_point_may_borrow_time_the_later_points_of_its_sweep_do_not_need() {
+        // ±0.1% is out of reach: every point runs to what it is allowed. Three points of at most
+        // 10 s each: the first may take all but half of 10 s for each of the two after it.
+        let max = Duration::from_secs(10);
+        let bank = Arc::new(TimeBank::new(max, 3));
+        let p =
+            LoadPlan { time_bank: Some(bank.clone()), ..plan(SweepPoints::Concurrencies(vec![STEADY_CONCURRENCY; 3])) };
+        let mut times = PointTimes::default();
+        let rows = on_virtual_time(sweep(&steady(1), &p, &interval_rule(0.1, max), &mut times)).unwrap();
+        assert_eq!(rows.len(), 3);
+        let secs: Vec<f64> = times.took.iter().map(Duration::as_secs_f64).collect();
+        // A point ends at the first window boundary past its allowance (windows are short here).
+        assert!((20.0..21.0).contains(&secs[0]), "{secs:?}");
+        assert!((5.0..6.0).contains(&secs[1]) && (5.0..6.0).contains(&secs[2]), "{secs:?}");
+        assert!(secs.iter().sum::<f64>() < 32.0, "the sweep keeps to about 3 × max: {secs:?}");
+    }
+
+    #[test]
+    fn time_a_point_leaves_unused_goes_to_the_next() {
+        let bank = TimeBank::new(Duration::from_secs(10), 3);
+        assert_eq!(bank.allowance(), Duration::from_secs(20));
+        bank.spend(Duration::from_secs(4));
+        assert_eq!(bank.allowance(), Duration::from_secs(21));
+        bank.spend(Duration::from_secs(25));
+        assert_eq!(bank.allowance(), Duration::from_secs(5), "never less than the reserve");
+        bank.spend(Duration::from_secs(5));
+        assert_eq!(bank.allowance(), Duration::from_secs(10), "past the plan: max");
     }
 
     #[test]
