@@ -103,7 +103,8 @@ impl<C: InferClient> Session<C> {
         let kind = sweep.input.shared_memory;
         if kind != SharedMemoryKind::None && set.expected.is_some() {
             return Err(RunError::bad_input(anyhow::anyhow!(
-                "not supported: validation_data with --shared-memory (answers in shared memory are not read back)"
+                "Output size doesn't match expected size: validation_data cannot be checked with --shared-memory, \
+                 whose answers are not read back (perf_analyzer fails the same way)"
             )));
         }
         if kind != SharedMemoryKind::None {
