@@ -73,10 +73,13 @@ for protocol in $PROTOCOLS; do
     wait_s=$((start + 60 * minute - $(date +%s)))
     [ "$wait_s" -gt 0 ] && sleep "$wait_s"
     read -r ok fail < <(server_counts)
-    last_server=$(rss_mb "$SERVER_PID") last_client=$(rss_mb "$CLIENT_PID")
+    server_rss=$(rss_mb "$SERVER_PID") client_rss=$(rss_mb "$CLIENT_PID")
+    # The client ends with its last window, so the last minute may find it gone: keep the last reading.
+    [ "$server_rss" != "-" ] && last_server=$server_rss
+    [ "$client_rss" != "-" ] && last_client=$client_rss
     [ "$minute" = 1 ] && first_server=$last_server first_client=$last_client
     printf '%6s %10s %8s %12s %14s %14s\n' "$minute" $((ok + fail - prev_ok - prev_fail)) $((fail - prev_fail)) \
-      "$(python3 -c "print(f'{($ok - $prev_ok) / 60:.0f}')")" "$last_server" "$last_client"
+      "$(python3 -c "print(f'{($ok - $prev_ok) / 60:.0f}')")" "$server_rss" "$client_rss"
     prev_ok=$ok prev_fail=$fail
   done
   stop_client
