@@ -207,7 +207,7 @@ pub struct ProfileArgs {
     /// Same as --input-data zero.
     #[arg(short = 'z', long = "zero-input")]
     pub zero_input: bool,
-    /// Bytes reserved per output of unknown size with shared memory.
+    /// Bytes reserved per batch item for each output of unknown size with shared memory.
     #[arg(long = "output-shared-memory-size")]
     pub output_shared_memory_size: Option<u64>,
     /// Latency limit in ms: stop the sweep once exceeded (0: none).

@@ -176,7 +176,8 @@ pub fn output_byte_sizes(
             let size = match per_item {
                 Some(n) if config.max_batch_size > 0 => n as u64 * batch_size,
                 Some(n) => n as u64,
-                None => variable_bytes.max(observed),
+                // perf_analyzer reserves `--output-shared-memory-size` per batch item.
+                None => variable_bytes.saturating_mul(batch_size.max(1)).max(observed),
             };
             (o.name.clone(), size)
         })
@@ -416,7 +417,8 @@ mod tests {
         let config = ModelConfig { max_batch_size: 8, ..Default::default() };
         assert_eq!(
             output_byte_sizes(&meta, &config, 4, 999, None),
-            vec![("A".to_string(), 256), ("B".to_string(), 999)]
+            vec![("A".to_string(), 256), ("B".to_string(), 4 * 999)],
+            "--output-shared-memory-size is per batch item, as perf_analyzer reserves it"
         );
         assert!(has_variable_outputs(&meta, &config));
         // A probe answer larger than --output-shared-memory-size wins; a smaller one does not.
@@ -426,8 +428,8 @@ mod tests {
                 Tensor { dtype: DataType::Fp32, shape: vec![4, 1], data: vec![0; bytes].into() },
             )],
         };
-        assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(4096)))[1].1, 4096);
-        assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(16)))[1].1, 999);
+        assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(8192)))[1].1, 8192);
+        assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(16)))[1].1, 4 * 999);
         let fixed = ModelMetadataResponse { outputs: vec![t("A", vec![-1, 16])], ..Default::default() };
         assert!(!has_variable_outputs(&fixed, &config));
     }
