@@ -448,18 +448,38 @@ mod tests {
     }
 
     #[test]
+    fn a_descending_range_measures_its_start_as_perf_analyzer_does() {
+        let plan = resolve("-m m --concurrency-range 4:2").unwrap();
+        let Load::Concurrency { levels } = &plan.sweeps[0].load else { panic!("{:?}", plan.sweeps[0].load) };
+        assert_eq!(levels.values(0), vec![4]);
+        let plan = resolve("-m m --request-rate-range 100:50:10").unwrap();
+        let Load::RequestRate { start, end, .. } = plan.sweeps[0].load else { panic!("{:?}", plan.sweeps[0].load) };
+        assert_eq!((start, end), (100.0, 100.0));
+    }
+
+    #[test]
     fn bad_values_are_one_line_errors() {
         for (line, needle) in [
             ("-m m --concurrency-range 0:4", "The start of the search range must be > 0"),
-            ("-m m --concurrency-range 4:2", "descending"),
             ("-m m --concurrency-range a:2", "not a whole number"),
             ("-m m --concurrency-range 4:0", "needs -l"),
-            ("-m m --binary-search --concurrency-range 1:8", "needs -l"),
             ("-m m -i udp", "Failed to parse -i (protocol)"),
             ("-m m --measurement-mode both", "Failed to parse --measurement-mode"),
             ("-m m --concurrency-range 1:2 --request-rate-range 5", "Cannot specify more then one inference load mode"),
             ("-m m --shape INPUT0:x", "--shape"),
-            ("-m m --percentile 100", "--percentile"),
+            ("-m m --percentile 100", "Failed to parse --percentile"),
+            ("-m m -r 0", "Failed to parse --max-trials (-r)"),
+            ("-m m -p 0", "Failed to parse --measurement-interval (-p)"),
+            (
+                "-m m --measurement-mode count_windows --measurement-request-count 0",
+                "Failed to parse --measurement-request-count",
+            ),
+            ("-m m --request-rate-range 0", "Failed to parse --request-rate-range"),
+            ("-m m --request-rate-range 10 --request-distribution uniform", "Failed to parse --request-distribution"),
+            (
+                "-m m --binary-search --concurrency-range 1:8",
+                "The --latency-threshold cannot be 0 for binary search mode",
+            ),
             ("-m m --service-kind inprocess -u h:1", "-u"),
             ("-m m --shared-memory gpu", "--shared-memory"),
             ("-m m -b 0", "Failed to parse -b (batch size)"),

@@ -73,6 +73,9 @@ impl Levels {
         let start = num(parts[0])?;
         let end = parts.get(1).map(|s| num(s)).transpose()?.unwrap_or(start);
         let step = parts.get(2).map(|s| num(s)).transpose()?.unwrap_or(1);
+        // perf_analyzer measures the start, then steps on while at most the end: an end below
+        // the start measures the start alone (`..` ranges call that a mistake instead).
+        let end = if end != 0 && end < start { start } else { end };
         let levels = Levels::Range { start, end: (end != 0).then_some(end), step };
         levels.check().map_err(|e| err(&e.why))?;
         Ok(levels)

@@ -559,7 +559,9 @@ impl Sweep {
             }
         }
         if self.binary_search && self.latency_limit_ms.is_none() {
-            return Err(invalid("--binary-search needs -l (the latency limit to search for)"));
+            return Err(invalid(
+                "The --latency-threshold cannot be 0 for binary search mode. (--binary-search needs -l, the latency limit to search for)",
+            ));
         }
         match &self.load {
             Load::Concurrency { levels } => {
@@ -594,20 +596,22 @@ impl Sweep {
         let m = &self.measurement;
         if let Some(p) = m.percentile {
             if p.is_nan() || p <= 0.0 || p >= 100.0 {
-                return Err(invalid(format!("bad --percentile {p}: expected a number between 0 and 100")));
+                return Err(invalid(format!(
+                    "Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100). (got {p})"
+                )));
             }
         }
         if m.stability_percentage.is_nan() || m.stability_percentage <= 0.0 {
             return Err(invalid("-s must be a positive percentage"));
         }
         if m.max_trials == 0 {
-            return Err(invalid("-r must be at least 1"));
+            return Err(invalid("Failed to parse --max-trials (-r). The value must be > 0."));
         }
         if m.mode == WindowKind::TimeWindows && m.interval_ms == 0 {
-            return Err(invalid("-p must be at least 1 ms"));
+            return Err(invalid("Failed to parse --measurement-interval (-p). The value must be > 0 msec."));
         }
         if m.mode == WindowKind::CountWindows && m.request_count == 0 {
-            return Err(invalid("--measurement-request-count must be at least 1"));
+            return Err(invalid("Failed to parse --measurement-request-count. The value must be > 0."));
         }
         if m.total_requests == Some(0) {
             return Err(invalid("--request-count must be at least 1"));

@@ -136,7 +136,12 @@ fn parse_rate_range(text: &str) -> Result<(f64, f64, f64), PlanError> {
     let start = num(parts[0])?;
     let end = parts.get(1).map(|s| num(s)).transpose()?.unwrap_or(start);
     let step = parts.get(2).map(|s| num(s)).transpose()?.unwrap_or(1.0);
-    Ok((start, end, step))
+    if start <= 0.0 {
+        return Err(invalid("Failed to parse --request-rate-range. The start of the search range must be > 0."));
+    }
+    // perf_analyzer measures the start and steps on while at most the end: an end below the
+    // start measures the start alone.
+    Ok((start, end.max(start), step))
 }
 
 /// Fills `s` from the defaults of `kind` into a checked sweep against `target`.
@@ -164,7 +169,9 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
                 "constant" => Distribution::Constant,
                 "poisson" => Distribution::Poisson,
                 other => {
-                    return Err(invalid(format!("bad --request-distribution '{other}': expected constant or poisson")))
+                    return Err(invalid(format!(
+                        "Failed to parse --request-distribution. Unsupported type provided: '{other}'. Choices are 'posson' or 'constant'."
+                    )))
                 }
             };
             Load::RequestRate { start, end, step, distribution, seed: s.seed.unwrap_or(d.seed) }
