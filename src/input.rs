@@ -142,6 +142,9 @@ impl FromStr for ShapeOverride {
             dims.split(',')
                 .map(|d| match d.trim().parse::<i64>() {
                     Ok(v) if v >= 0 => Ok(v),
+                    Ok(_) => Err(InputError::BadFlag(format!(
+                        "Failed to parse --shape. The dimensions of input tensor must be > 0. ('{flag}')"
+                    ))),
                     _ => Err(bad(&format!("'{d}' is not a dimension (a whole number >= 0)"))),
                 })
                 .collect::<Result<_, _>>()?

@@ -76,7 +76,7 @@ pub struct CommonArgs {
     #[arg(short = 'r', long = "max-trials")]
     pub max_trials: Option<usize>,
     /// Stabilise and threshold on this latency percentile instead of the average.
-    #[arg(long = "percentile")]
+    #[arg(long = "percentile", allow_negative_numbers = true)]
     pub percentile: Option<f64>,
     /// Requests sent before measuring, not counted.
     #[arg(long = "warmup-request-count")]
@@ -109,7 +109,8 @@ impl CommonArgs {
             stop_when: self.stop_when.clone(),
             stability_percentage: self.stability_percentage,
             max_trials: self.max_trials,
-            percentile: self.percentile,
+            // perf_analyzer's -1: no percentile (stabilise on the average).
+            percentile: self.percentile.filter(|&p| p != -1.0),
             warmup_request_count: self.warmup_request_count,
             max_threads: self.max_threads,
             headers: (!self.call.headers.is_empty()).then(|| self.call.headers.clone()),
@@ -153,8 +154,6 @@ pub struct UnsupportedFlags {
     request_period: Option<Option<String>>,
     #[arg(long = "request-parameter", hide = true, num_args = 0..=1)]
     request_parameter: Option<Option<String>>,
-    #[arg(long = "endpoint", hide = true, num_args = 0..=1)]
-    endpoint: Option<Option<String>>,
     #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
     triton_server_directory: Option<Option<String>>,
     #[arg(short = 'd', hide = true, num_args = 0..=1)]
@@ -170,7 +169,6 @@ impl UnsupportedFlags {
             ("--periodic-concurrency-range", self.periodic_concurrency_range.is_some()),
             ("--request-period", self.request_period.is_some()),
             ("--request-parameter", self.request_parameter.is_some()),
-            ("--endpoint", self.endpoint.is_some()),
             ("--triton-server-directory", self.triton_server_directory.is_some()),
             ("-d (use --concurrency-range with -l)", self.dynamic_concurrency.is_some()),
         ];
@@ -219,8 +217,16 @@ pub struct ProfileArgs {
     /// Measure exactly this many requests per point (one window, no stability check).
     #[arg(long = "request-count")]
     pub request_count: Option<u64>,
+    /// TensorFlow Serving's signature name: accepted and ignored, as perf_analyzer ignores it
+    /// for a Triton server.
+    #[arg(long = "model-signature-name", hide = true)]
+    pub model_signature_name: Option<String>,
+    /// The OpenAI service kind's endpoint: accepted and ignored, as perf_analyzer ignores it for
+    /// a Triton server (its routes are fixed).
+    #[arg(long = "endpoint", hide = true)]
+    pub endpoint: Option<String>,
     /// Asynchronous calls (the engine is always asynchronous; kept for perf_analyzer parity).
-    #[arg(short = 'a', long = "async", conflicts_with = "sync")]
+    #[arg(short = 'a', long = "async")]
     pub asynchronous: bool,
     /// Synchronous calls (perf_analyzer's default; same engine).
     #[arg(long = "sync")]
@@ -293,6 +299,9 @@ impl ProfileArgs {
     pub fn plan(&self) -> Result<Plan, PlanError> {
         if let Some(flag) = self.unsupported.first_given() {
             return Err(PlanError::NotSupported(flag.to_string()));
+        }
+        if self.asynchronous && self.sync {
+            return Err(invalid("Cannot specify --async and --sync simultaneously."));
         }
         let Some(model) = self.model.clone() else {
             return Err(invalid("Failed to parse -m (model name). The value must be specified."));
@@ -448,6 +457,12 @@ mod tests {
     }
 
     #[test]
+    fn flags_perf_analyzer_ignores_for_triton_are_accepted() {
+        let plan = resolve("-m m --model-signature-name serving_default --endpoint v1/x --percentile -1").unwrap();
+        assert_eq!(plan.sweeps[0].measurement.percentile, None);
+    }
+
+    #[test]
     fn a_descending_range_measures_its_start_as_perf_analyzer_does() {
         let plan = resolve("-m m --concurrency-range 4:2").unwrap();
         let Load::Concurrency { levels } = &plan.sweeps[0].load else { panic!("{:?}", plan.sweeps[0].load) };
@@ -483,6 +498,12 @@ mod tests {
             ("-m m --service-kind inprocess -u h:1", "-u"),
             ("-m m --shared-memory gpu", "--shared-memory"),
             ("-m m -b 0", "Failed to parse -b (batch size)"),
+            ("-m m --sync --async", "Cannot specify --async and --sync simultaneously"),
+            (
+                "-m m --grpc-compression-algorithm gzip",
+                "Using compression algorithm is only allowed with gRPC protocol",
+            ),
+            ("-m m --shape INPUT0:-3", "Failed to parse --shape. The dimensions of input tensor must be > 0"),
         ] {
             let err = resolve(line).unwrap_err().to_string();
             assert!(err.contains(needle), "{line}: {err}");

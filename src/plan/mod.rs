@@ -540,6 +540,11 @@ impl Sweep {
         if self.call.streaming && self.protocol != Protocol::Grpc {
             return Err(invalid("Streaming is only allowed with gRPC protocol and Triton C API: add -i grpc."));
         }
+        if self.call.tls.grpc_compression != crate::client::tls::GrpcCompression::None
+            && self.protocol != Protocol::Grpc
+        {
+            return Err(invalid("Using compression algorithm is only allowed with gRPC protocol."));
+        }
         self.call.tls.check().map_err(PlanError::Invalid)?;
         for level in self.trace.iter().filter(|t| t.key == "trace_level").flat_map(|t| &t.values) {
             if !["OFF", "TIMESTAMPS", "TENSORS"].contains(&level.to_ascii_uppercase().as_str()) {
