@@ -555,7 +555,8 @@ fn load_steps(
             return Err(InputError::BadFlag(unsupported_input_data(&path.display().to_string())));
         }
     }
-    let streams = if reader.bounds.is_empty() { vec![0..reader.steps.len()] } else { reader.bounds };
+    let streams =
+        if reader.bounds.is_empty() { std::iter::once(0..reader.steps.len()).collect() } else { reader.bounds };
     Ok((reader.steps, streams))
 }
 

@@ -285,8 +285,11 @@ mod tests {
             assert_eq!(steps, range.collect::<Vec<_>>());
         }
         // A given length wins; the stream's steps are cycled.
-        let mut t =
-            SequenceTable::new(SequenceSpec { streams: vec![0..2].into(), length_given: true, ..spec(3, 0.0) }, 1, 2);
+        let mut t = SequenceTable::new(
+            SequenceSpec { streams: std::iter::once(0..2).collect(), length_given: true, ..spec(3, 0.0) },
+            1,
+            2,
+        );
         let steps: Vec<usize> = (0..3).map(|_| t.next(0).step).collect();
         assert_eq!(steps, vec![0, 1, 0]);
     }
@@ -422,7 +425,7 @@ mod tests {
             let spec = SequenceSpec {
                 length: 3,
                 variation_pct: 0.0,
-                streams: vec![0..3].into(),
+                streams: std::iter::once(0..3).collect(),
                 length_given: true,
                 sums: Some(sums),
                 ..SequenceSpec::new(1)

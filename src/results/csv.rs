@@ -692,6 +692,10 @@ request/response,response wait
         assert_eq!(back[1].throughput_ci, Interval::new(2000.0, 2100.5));
         assert_eq!(back[1].p99_ci, Interval::new(4000.0, f64::INFINITY), "an open bound survives");
         assert!(text.lines().nth(1).unwrap().contains(",p95;p99,"), "{text}");
+        // A sequence model's row keeps its sequence count and average length.
+        let seq = ReportRow { sequences: 40, avg_sequence_length: 5.25, ..sample_row(1, 4) };
+        let back = parse_csv(&report_csv(&[seq]).unwrap(), Unit::Us, "report.csv").unwrap();
+        assert_eq!((back[0].sequences, back[0].avg_sequence_length), (40, 5.25));
     }
 
     #[test]
@@ -702,5 +706,6 @@ request/response,response wait
         assert!(!rows[0].overloaded);
         assert!(!rows[0].throughput_ci.is_known() && !rows[0].p99_ci.is_known());
         assert!(rows[0].low_sample_names().is_empty());
+        assert_eq!((rows[0].sequences, rows[0].avg_sequence_length), (0, 0.0), "no sequence columns: none");
     }
 }

@@ -201,7 +201,7 @@ impl<C: InferClient> Session<C> {
             }
         });
         // The probe of a sequence model is a sequence of one request (start and end).
-        let probe_sequence = self.sequence.then(|| SequenceFlags {
+        let probe_sequence = self.sequence.then_some(SequenceFlags {
             id: CorrelationId::Number(sweep.sequences.id_start),
             start: true,
             end: true,
@@ -231,7 +231,7 @@ impl<C: InferClient> Session<C> {
     ///
     /// [`ClientError::Stalled`]: crate::client::ClientError::Stalled
     async fn probe(&self, request: &C::Prepared) -> Result<crate::client::InferResult, RunError> {
-        let sequence = self.sequence.then(|| SequenceFlags { id: CorrelationId::Number(1), start: true, end: true });
+        let sequence = self.sequence.then_some(SequenceFlags { id: CorrelationId::Number(1), start: true, end: true });
         self.probe_step(request, sequence.as_ref()).await
     }
 
