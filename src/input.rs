@@ -245,6 +245,10 @@ struct Step {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Requests {
     pub specs: Vec<RequestSpec>,
+    /// The data streams of `--input-data` files, as ranges of `specs` (perf_analyzer's
+    /// sequences: each stream is one sequence, its steps in order). Flat data is one stream;
+    /// generated data, or `-b` > 1, has none.
+    pub streams: Vec<std::ops::Range<usize>>,
     /// One per spec when the data has `validation_data`; `None` otherwise.
     pub expected: Option<Vec<Expected>>,
 }
@@ -313,8 +317,10 @@ pub fn build_request_set(
     check_batch_size(&model, config.max_batch_size, options.batch_size)?;
     let inputs = resolve_inputs(meta, config, &options.shapes)?;
     let outputs = resolve_outputs(meta, config)?;
-    let steps = load_steps(options, &model, &inputs, &outputs)?;
+    let (steps, streams) = load_steps(options, &model, &inputs, &outputs)?;
     let batch = if batching { options.batch_size as usize } else { 1 };
+    // With one step per request, request k is step k, so the streams' steps are requests.
+    let streams = if batch == 1 { streams } else { Vec::new() };
 
     // Request k holds steps k·B, k·B+1, … (mod N): the distinct requests repeat after
     // N / gcd(N, B) of them, and sending those in turn gives perf_analyzer's order.
@@ -386,7 +392,7 @@ pub fn build_request_set(
             expected.push(expected_of(&outputs, &items));
         }
     }
-    Ok(Requests { specs, expected: validating.then_some(expected) })
+    Ok(Requests { specs, streams, expected: validating.then_some(expected) })
 }
 
 /// Per output, the expected items of one batch, up to the first step without any (as
@@ -522,13 +528,14 @@ fn size_mismatch(name: &str, expected: usize, got: usize, place: &str) -> InputE
     ))
 }
 
-/// The data steps of every `--input-data`, in order (generated data is one step).
+/// The data steps of every `--input-data`, in order (generated data is one step), and the
+/// streams they form (none for generated data).
 fn load_steps(
     options: &InputOptions,
     model: &str,
     inputs: &[InputSpec<'_>],
     outputs: &[OutputSpec],
-) -> Result<Vec<Step>, InputError> {
+) -> Result<(Vec<Step>, Vec<std::ops::Range<usize>>), InputError> {
     let paths: Vec<&Path> = options
         .data
         .iter()
@@ -538,9 +545,10 @@ fn load_steps(
         })
         .collect();
     if paths.is_empty() {
-        return Ok(vec![generated_step(options, inputs)?]);
+        return Ok((vec![generated_step(options, inputs)?], Vec::new()));
     }
-    let mut reader = DataReader { model, inputs, outputs, nested: None, steps: Vec::new(), streams: 0 };
+    let mut reader =
+        DataReader { model, inputs, outputs, nested: None, steps: Vec::new(), streams: 0, bounds: Vec::new() };
     for path in paths {
         if path.is_dir() {
             reader.read_dir(path)?;
@@ -550,7 +558,9 @@ fn load_steps(
             return Err(InputError::BadFlag(unsupported_input_data(&path.display().to_string())));
         }
     }
-    Ok(reader.steps)
+    let streams =
+        if reader.bounds.is_empty() { std::iter::once(0..reader.steps.len()).collect() } else { reader.bounds };
+    Ok((reader.steps, streams))
 }
 
 /// `zero` or `random`: one step of generated values.
@@ -633,6 +643,8 @@ struct DataReader<'a, 'm> {
     steps: Vec<Step>,
     /// Streams read so far (for messages).
     streams: usize,
+    /// The steps of each stream of nested files.
+    bounds: Vec<std::ops::Range<usize>>,
 }
 
 /// Where a tensor of a data file is, for messages (perf_analyzer's location, then the file).
@@ -770,9 +782,11 @@ impl DataReader<'_, '_> {
                     read[k].outputs = self.json_outputs(step, &location(&shown, stream, first + k))?;
                 }
             }
+            let start = self.steps.len();
             self.steps.extend(read);
             if nested {
                 self.streams += 1;
+                self.bounds.push(start..self.steps.len());
             }
         }
         if !nested && self.streams == 0 {

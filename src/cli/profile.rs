@@ -91,6 +91,26 @@ pub struct CommonArgs {
     /// Print the resolved plan as TOML and exit without running it.
     #[arg(long = "print-plan")]
     pub print_plan: bool,
+    /// Sequence models: the base number of requests of a sequence (default 20; with
+    /// --input-data streams, a stream's length unless given).
+    #[arg(long = "sequence-length")]
+    pub sequence_length: Option<u64>,
+    /// Sequence models: each sequence's length varies within ± this percent (default 20).
+    #[arg(long = "sequence-length-variation")]
+    pub sequence_length_variation: Option<f64>,
+    /// Sequence models: sequence ids start[:end] (end excluded; default 1, no end).
+    #[arg(long = "sequence-id-range", value_name = "start[:end]")]
+    pub sequence_id_range: Option<String>,
+    /// Sequence models, open loop: sequences kept alive at once (default 4).
+    #[arg(long = "num-of-sequences")]
+    pub num_of_sequences: Option<u64>,
+    /// Sequence models, open loop: at most one request of a sequence in flight.
+    #[arg(long = "serial-sequences")]
+    pub serial_sequences: bool,
+    /// Check every answer (the `accumulate` model's running sum, or validation_data): a
+    /// mismatch counts as a failed request and the run exits non-zero.
+    #[arg(long = "validate-outputs")]
+    pub validate_outputs: bool,
     #[command(flatten)]
     pub call: CallArgs,
 }
@@ -120,6 +140,12 @@ impl CommonArgs {
             tls: self.call.tls.options(),
             input_tensor_format: self.call.input_tensor_format.clone(),
             output_tensor_format: self.call.output_tensor_format.clone(),
+            sequence_length: self.sequence_length,
+            sequence_length_variation: self.sequence_length_variation,
+            sequence_id_range: self.sequence_id_range.clone(),
+            num_of_sequences: self.num_of_sequences,
+            serial_sequences: self.serial_sequences.then_some(true),
+            validate_outputs: self.validate_outputs.then_some(true),
             ..Settings::default()
         }
     }
@@ -129,21 +155,6 @@ impl CommonArgs {
 /// user gets "not supported: --flag" instead of a parse error or silence.
 #[derive(Args, Debug, Default, Clone)]
 pub struct UnsupportedFlags {
-    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
-    #[arg(long = "sequence-length", num_args = 0..=1)]
-    pub sequence_length: Option<Option<String>>,
-    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
-    #[arg(long = "sequence-length-variation", num_args = 0..=1)]
-    pub sequence_length_variation: Option<Option<String>>,
-    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
-    #[arg(long = "sequence-id-range", num_args = 0..=1)]
-    pub sequence_id_range: Option<Option<String>>,
-    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
-    #[arg(long = "num-of-sequences", num_args = 0..=1)]
-    pub num_of_sequences: Option<Option<String>>,
-    /// Accepted for perf_analyzer parity; sequence models are refused at run time.
-    #[arg(long = "serial-sequences", num_args = 0..=1)]
-    pub serial_sequences: Option<Option<String>>,
     #[arg(long = "data-directory", hide = true, num_args = 0..=1)]
     data_directory: Option<Option<String>>,
     #[arg(long = "bls-composing-models", hide = true, num_args = 0..=1)]
@@ -398,6 +409,23 @@ mod tests {
     }
 
     #[test]
+    fn sequence_flags_resolve_with_perf_analyzers_defaults() {
+        let s = resolve("-m m").unwrap().sweeps[0].sequences.clone();
+        assert_eq!((s.length, s.length_given, s.length_variation_pct), (20, false, 20.0));
+        assert_eq!((s.id_start, s.id_end, s.count, s.serial), (1, None, 4, false));
+        assert_eq!(s.id_range(), u32::MAX as u64);
+        let plan = resolve("-m m --sequence-length 5 --sequence-id-range 7:15 --num-of-sequences 2 --serial-sequences --request-rate-range 10 --validate-outputs").unwrap();
+        let s = &plan.sweeps[0].sequences;
+        assert_eq!(
+            (s.length, s.length_given, s.id_start, s.id_end, s.count, s.serial),
+            (5, true, 7, Some(15), 2, true)
+        );
+        assert!(plan.sweeps[0].validate_outputs);
+        // Sequence id 0 means "no sequence": perf_analyzer starts at 1 instead.
+        assert_eq!(resolve("-m m --sequence-id-range 0").unwrap().sweeps[0].sequences.id_start, 1);
+    }
+
+    #[test]
     fn client_threads_follow_concurrency_cores_and_max_threads() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = |line: &str| {
@@ -504,6 +532,12 @@ mod tests {
                 "Using compression algorithm is only allowed with gRPC protocol",
             ),
             ("-m m --shape INPUT0:-3", "Failed to parse --shape. The dimensions of input tensor must be > 0"),
+            ("-m m --sequence-length 0", "Failed to parse --sequence-length"),
+            ("-m m --sequence-length-variation=-1", "Failed to parse --sequence-length-variation"),
+            ("-m m --sequence-id-range 5:2", "Failed to parse --sequence-id-range"),
+            ("-m m --sequence-id-range 1:2:3", "Failed to parse --sequence-id-range"),
+            ("-m m --sequence-id-range 1:3 -t 4", "sequence id collision"),
+            ("-m m --num-of-sequences 0", "Failed to parse --num-of-sequences"),
         ] {
             let err = resolve(line).unwrap_err().to_string();
             assert!(err.contains(needle), "{line}: {err}");
@@ -519,6 +553,8 @@ mod tests {
             "-m m --request-rate-range 100:200:50 --request-distribution poisson --shared-memory system -b 4",
             "-m m --concurrency-range 4:0 -l 10 --collect-metrics --metrics-url h:1 -f x.csv --verbose-csv",
             "-m identity --shape INPUT0:16 --input-data zero --request-count 10 --max-threads 2",
+            "-m accumulate --sequence-length 5 --sequence-length-variation 0 --sequence-id-range 10:20 -t 4",
+            "-m accumulate --request-rate-range 50 --num-of-sequences 8 --serial-sequences --validate-outputs",
         ] {
             let plan = resolve(line).unwrap();
             let text = plan.to_toml();

@@ -19,8 +19,8 @@ use tonic::{Code, Status};
 
 use super::tls::{https_url, TlsOptions};
 use super::{
-    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
-    OutputTarget, RequestSpec, RequestTiming, ServerInfo,
+    base_url, error_chain, ClientError, ClientResult, ConnectOptions, CorrelationId, InferClient, InferResult,
+    InputSource, OutputTarget, RequestSpec, RequestTiming, SequenceFlags, ServerInfo,
 };
 use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
@@ -154,6 +154,27 @@ fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> std::collections
     p
 }
 
+/// A sequence step's parameters as an encoded `ModelInferRequest` holding only them, as
+/// perf_analyzer sets them (`sequence_id` as int64_param, or string_param for a string id;
+/// both flags always). Appended to a prepared request's bytes, protobuf merges the map entries
+/// into its `parameters`, so the prepared request is never decoded or re-encoded.
+pub(crate) fn sequence_parameters(sequence: &SequenceFlags) -> Bytes {
+    let id = match &sequence.id {
+        CorrelationId::Number(n) => ParameterChoice::Int64Param(*n as i64),
+        CorrelationId::Text(t) => ParameterChoice::StringParam(t.clone()),
+    };
+    let param = |choice| InferParameter { parameter_choice: Some(choice) };
+    let mut request = ModelInferRequest::default();
+    request.parameters.insert("sequence_id".into(), param(id));
+    request.parameters.insert("sequence_start".into(), param(ParameterChoice::BoolParam(sequence.start)));
+    request.parameters.insert("sequence_end".into(), param(ParameterChoice::BoolParam(sequence.end)));
+    request.encode_to_vec().into()
+}
+
+/// A prepared request's bytes and what follows them on the wire (a sequence step's
+/// parameters, or nothing).
+pub(crate) type Encoded = (Bytes, Bytes);
+
 fn to_proto(spec: &RequestSpec) -> ModelInferRequest {
     let mut request = ModelInferRequest {
         model_name: spec.model_name.clone(),
@@ -222,7 +243,7 @@ struct ResponseDecoder {
 }
 
 impl Codec for InferCodec {
-    type Encode = Bytes;
+    type Encode = Encoded;
     type Decode = Option<ModelInferResponse>;
     type Encoder = PreEncoded;
     type Decoder = ResponseDecoder;
@@ -237,11 +258,12 @@ impl Codec for InferCodec {
 }
 
 impl Encoder for PreEncoded {
-    type Item = Bytes;
+    type Item = Encoded;
     type Error = Status;
 
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
+    fn encode(&mut self, (head, tail): Encoded, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&head);
+        dst.put_slice(&tail);
         let _ = self.times.encoded.set(Instant::now());
         Ok(())
     }
@@ -325,50 +347,16 @@ impl InferClient for GrpcClient {
     ///   not separable, so it counts as network + server time;
     /// - `total`: from the call to the end of `recv`.
     async fn infer(&self, request: &GrpcRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
-        if let Some(streams) = &self.streams {
-            let (response, timing) = streams
-                .infer(
-                    self.channel(),
-                    self.metadata.clone(),
-                    MAX_MESSAGE_BYTES,
-                    (request.encoded.clone(), request.decoupled),
-                    |s| self.status_error(s),
-                )
-                .await;
-            let result = match response {
-                Ok(r) if keep_outputs => from_proto(r),
-                Ok(_) => Ok(InferResult::default()),
-                Err(e) => Err(e),
-            };
-            return (result, timing);
-        }
-        let start = Instant::now();
-        let times = Arc::new(CallTimes::default());
-        let mut grpc = tonic::client::Grpc::new(self.channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        if let Some(encoding) = self.compression {
-            grpc = grpc.send_compressed(encoding);
-        }
-        let response = match grpc.ready().await {
-            Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
-            Ok(()) => {
-                let codec = InferCodec { times: times.clone(), keep_outputs };
-                let path = tonic::codegen::http::uri::PathAndQuery::from_static(MODEL_INFER_PATH);
-                grpc.unary(self.request(request.encoded.clone()), path, codec).await.map_err(|s| self.status_error(s))
-            }
-        };
-        let answered = Instant::now();
-        let result = match response.map(tonic::Response::into_inner) {
-            Err(e) => Err(e),
-            Ok(Some(r)) => from_proto(r),
-            Ok(None) => Ok(InferResult::default()),
-        };
-        let end = Instant::now();
-        let sent = times.encoded.get().copied().unwrap_or(answered).min(answered);
-        let decoding = times.decoding.get().copied().unwrap_or(answered);
-        let timing = RequestTiming { send: sent - start, recv: end - decoding, total: end - start };
-        (result, timing)
+        self.exchange(request, Bytes::new(), keep_outputs).await
+    }
+
+    async fn infer_in_sequence(
+        &self,
+        request: &GrpcRequest,
+        sequence: &SequenceFlags,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        self.exchange(request, sequence_parameters(sequence), keep_outputs).await
     }
 
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
@@ -396,6 +384,64 @@ impl InferClient for GrpcClient {
         let request = crate::proto::inference::TraceSettingRequest { settings, model_name: model.into() };
         let response = self.client().trace_setting(self.request(request)).await;
         response.map(|_| ()).map_err(|s| self.status_error(s))
+    }
+}
+
+impl GrpcClient {
+    /// One inference call (unary, or on a stream with `--streaming`) of the prepared bytes
+    /// followed by `tail`; see [`InferClient::infer`] for what the timing covers.
+    async fn exchange(
+        &self,
+        request: &GrpcRequest,
+        tail: Bytes,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        if let Some(streams) = &self.streams {
+            let (response, timing) = streams
+                .infer(
+                    self.channel(),
+                    self.metadata.clone(),
+                    MAX_MESSAGE_BYTES,
+                    ((request.encoded.clone(), tail), request.decoupled),
+                    |s| self.status_error(s),
+                )
+                .await;
+            let result = match response {
+                Ok(r) if keep_outputs => from_proto(r),
+                Ok(_) => Ok(InferResult::default()),
+                Err(e) => Err(e),
+            };
+            return (result, timing);
+        }
+        let start = Instant::now();
+        let times = Arc::new(CallTimes::default());
+        let mut grpc = tonic::client::Grpc::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        if let Some(encoding) = self.compression {
+            grpc = grpc.send_compressed(encoding);
+        }
+        let response = match grpc.ready().await {
+            Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
+            Ok(()) => {
+                let codec = InferCodec { times: times.clone(), keep_outputs };
+                let path = tonic::codegen::http::uri::PathAndQuery::from_static(MODEL_INFER_PATH);
+                grpc.unary(self.request((request.encoded.clone(), tail)), path, codec)
+                    .await
+                    .map_err(|s| self.status_error(s))
+            }
+        };
+        let answered = Instant::now();
+        let result = match response.map(tonic::Response::into_inner) {
+            Err(e) => Err(e),
+            Ok(Some(r)) => from_proto(r),
+            Ok(None) => Ok(InferResult::default()),
+        };
+        let end = Instant::now();
+        let sent = times.encoded.get().copied().unwrap_or(answered).min(answered);
+        let decoding = times.decoding.get().copied().unwrap_or(answered);
+        let timing = RequestTiming { send: sent - start, recv: end - decoding, total: end - start };
+        (result, timing)
     }
 }
 
@@ -432,6 +478,31 @@ mod tests {
         assert_eq!(p.outputs[0].name, "X");
         // The pre-encoded bytes decode back to the same message.
         assert_eq!(ModelInferRequest::decode(&p.encode_to_vec()[..]).unwrap(), p);
+    }
+
+    #[test]
+    fn sequence_parameters_merge_into_the_prepared_request() {
+        let spec = RequestSpec {
+            model_name: "m".into(),
+            model_version: String::new(),
+            inputs: vec![("A".into(), InputSource::Inline(Tensor::from_i32(vec![1], &[7])))],
+            outputs: vec![],
+            decoupled: true,
+        };
+        let prepared = to_proto(&spec);
+        let mut wire = prepared.encode_to_vec();
+        let flags = SequenceFlags { id: CorrelationId::Number(9), start: false, end: true };
+        wire.extend_from_slice(&sequence_parameters(&flags));
+        let got = ModelInferRequest::decode(&wire[..]).unwrap();
+        let choice = |k: &str| got.parameters[k].parameter_choice.clone().unwrap();
+        assert_eq!(choice("sequence_id"), ParameterChoice::Int64Param(9));
+        assert_eq!(choice("sequence_start"), ParameterChoice::BoolParam(false));
+        assert_eq!(choice("sequence_end"), ParameterChoice::BoolParam(true));
+        assert_eq!(choice("triton_enable_empty_final_response"), ParameterChoice::BoolParam(true));
+        assert_eq!(got.raw_input_contents, prepared.raw_input_contents);
+        let text = SequenceFlags { id: CorrelationId::Text("s1".into()), start: true, end: false };
+        let got = ModelInferRequest::decode(&sequence_parameters(&text)[..]).unwrap();
+        assert_eq!(got.parameters["sequence_id"].parameter_choice, Some(ParameterChoice::StringParam("s1".into())));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes};
+use bytes::BufMut;
 use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::mpsc;
@@ -13,6 +13,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
+use super::grpc::Encoded;
 use super::{ClientError, ClientResult, RequestTiming};
 use crate::proto::inference::{ModelInferResponse, ModelStreamInferResponse};
 
@@ -20,7 +21,7 @@ const STREAM_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelStreamInfe
 
 /// One open stream: where requests go in and responses come out.
 struct OpenStream {
-    requests: mpsc::Sender<Bytes>,
+    requests: mpsc::Sender<Encoded>,
     responses: Streaming<ModelStreamInferResponse>,
 }
 
@@ -44,7 +45,7 @@ impl StreamPool {
         channel: Channel,
         metadata: tonic::metadata::MetadataMap,
         max_bytes: usize,
-        first: Bytes,
+        first: Encoded,
     ) -> Result<OpenStream, Status> {
         let (requests, rx) = mpsc::channel(1);
         requests.try_send(first).expect("a new channel has room for one request");
@@ -70,7 +71,7 @@ impl StreamPool {
         channel: Channel,
         metadata: tonic::metadata::MetadataMap,
         max_bytes: usize,
-        (encoded, decoupled): (Bytes, bool),
+        (encoded, decoupled): (Encoded, bool),
         status_error: impl Fn(Status) -> ClientError,
     ) -> (ClientResult<ModelInferResponse>, RequestTiming) {
         let start = Instant::now();
@@ -145,7 +146,7 @@ struct PassThrough;
 struct StreamDecoder;
 
 impl Codec for StreamCodec {
-    type Encode = Bytes;
+    type Encode = Encoded;
     type Decode = ModelStreamInferResponse;
     type Encoder = PassThrough;
     type Decoder = StreamDecoder;
@@ -158,10 +159,11 @@ impl Codec for StreamCodec {
 }
 
 impl Encoder for PassThrough {
-    type Item = Bytes;
+    type Item = Encoded;
     type Error = Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
+    fn encode(&mut self, (head, tail): Encoded, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&head);
+        dst.put_slice(&tail);
         Ok(())
     }
 }

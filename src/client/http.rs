@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use super::tls::TlsOptions;
 use super::{
-    base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, InputSource,
-    OutputTarget, RequestSpec, RequestTiming, ServerInfo,
+    base_url, error_chain, ClientError, ClientResult, ConnectOptions, CorrelationId, InferClient, InferResult,
+    InputSource, OutputTarget, RequestSpec, RequestTiming, SequenceFlags, ServerInfo,
 };
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse};
 use crate::tensor::{DataType, Tensor};
@@ -62,6 +62,21 @@ pub struct HttpRequest {
     path: hyper::Uri,
     headers: HeaderMap,
     body: Bytes,
+    /// The length of the JSON header at the start of `body` (`None`: the body is all JSON).
+    header_length: Option<usize>,
+}
+
+/// The opening of a JSON inference header that carries a sequence's parameters, as
+/// perf_analyzer's client writes them; the prepared header follows without its own `{`.
+fn sequence_prefix(sequence: &SequenceFlags) -> Bytes {
+    let id = match &sequence.id {
+        CorrelationId::Number(n) => n.to_string(),
+        CorrelationId::Text(t) => serde_json::Value::String(t.clone()).to_string(),
+    };
+    Bytes::from(format!(
+        "{{\"parameters\":{{\"sequence_id\":{id},\"sequence_start\":{},\"sequence_end\":{}}},",
+        sequence.start, sequence.end
+    ))
 }
 
 impl HttpClient {
@@ -165,13 +180,26 @@ impl HttpClient {
     async fn send_infer(
         &self,
         request: &HttpRequest,
+        sequence: Option<&SequenceFlags>,
         taken_at: &Arc<OnceLock<Instant>>,
     ) -> ClientResult<(hyper::Response<Incoming>, Connection)> {
         let (mut connection, mut reused) = self.connection().await?;
-        let mut message = hyper::Request::post(request.path.clone())
-            .body(TimedBody { data: Some(request.body.clone()), taken_at: taken_at.clone() })
-            .expect("a prepared request is valid");
-        *message.headers_mut() = request.headers.clone();
+        let mut headers = request.headers.clone();
+        let body = match sequence {
+            None => TimedBody { head: None, data: Some(request.body.clone()), taken_at: taken_at.clone() },
+            Some(sequence) => {
+                // `{"parameters":{...},` replaces the header's `{`: only the head is new bytes.
+                let head = sequence_prefix(sequence);
+                let grown = head.len() - 1;
+                headers.insert(CONTENT_LENGTH, HeaderValue::from(request.body.len() + grown));
+                if let Some(length) = request.header_length {
+                    headers.insert(HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(length + grown));
+                }
+                TimedBody { head: Some(head), data: Some(request.body.slice(1..)), taken_at: taken_at.clone() }
+            }
+        };
+        let mut message = hyper::Request::post(request.path.clone()).body(body).expect("a prepared request is valid");
+        *message.headers_mut() = headers;
         loop {
             match connection.try_send_request(message).await {
                 Ok(response) => return Ok((response, connection)),
@@ -460,6 +488,8 @@ fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool
 
 /// A full request body that notes when hyper takes it to write on the connection.
 struct TimedBody {
+    /// A sequence step's new header opening, written before `data`.
+    head: Option<Bytes>,
     data: Option<Bytes>,
     taken_at: Arc<OnceLock<Instant>>,
 }
@@ -469,6 +499,9 @@ impl Body for TimedBody {
     type Error = std::convert::Infallible;
 
     fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(head) = self.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
         let frame = self.data.take().map(|d| Ok(Frame::data(d)));
         if frame.is_some() {
             let _ = self.taken_at.set(Instant::now());
@@ -477,11 +510,12 @@ impl Body for TimedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.is_none()
+        self.head.is_none() && self.data.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, |d| d.len() as u64);
+        SizeHint::with_exact(len(&self.head) + len(&self.data))
     }
 }
 
@@ -536,7 +570,7 @@ impl InferClient for HttpClient {
         for (name, value) in &self.headers {
             headers.append(name, value.clone());
         }
-        Ok(HttpRequest { path, headers, body })
+        Ok(HttpRequest { path, headers, body, header_length })
     }
 
     /// Timing, measured on our side of the socket:
@@ -547,38 +581,16 @@ impl InferClient for HttpClient {
     ///   the first response byte separately from the parsed headers, so server time ends there;
     /// - `total`: from the call to the end of `recv`.
     async fn infer(&self, request: &HttpRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
-        let start = Instant::now();
-        let taken_at = Arc::new(OnceLock::new());
-        let sent = self.send_infer(request, &taken_at).await;
-        let headers_at = Instant::now();
-        let result = match sent {
-            Err(e) => Err(e),
-            Ok((response, connection)) => {
-                let status = response.status();
-                let header_length = response
-                    .headers()
-                    .get(HEADER_LENGTH)
-                    .map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()));
-                match response.into_body().collect().await {
-                    Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
-                    Ok(body) => {
-                        // The whole answer is read: the connection can take the next request.
-                        self.idle.lock().push(connection);
-                        let body = body.to_bytes();
-                        match header_length {
-                            _ if status != StatusCode::OK => Err(error_from_body(status, &body)),
-                            Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
-                            Some(Some(n)) => decode_response(body, Some(n), keep_outputs),
-                            None => decode_response(body, None, keep_outputs),
-                        }
-                    }
-                }
-            }
-        };
-        let end = Instant::now();
-        let send_end = taken_at.get().copied().unwrap_or(headers_at).min(headers_at);
-        let timing = RequestTiming { send: send_end - start, recv: end - headers_at, total: end - start };
-        (result, timing)
+        self.exchange(request, None, keep_outputs).await
+    }
+
+    async fn infer_in_sequence(
+        &self,
+        request: &HttpRequest,
+        sequence: &SequenceFlags,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        self.exchange(request, Some(sequence), keep_outputs).await
     }
 
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
@@ -621,6 +633,50 @@ impl InferClient for HttpClient {
         let url = self.model_url(model, "", &["trace", "setting"]);
         let request = self.http.post(url).header(reqwest::header::CONTENT_TYPE, "application/json");
         self.call(request.body(serde_json::Value::Object(body).to_string())).await.map(|_| ())
+    }
+}
+
+impl HttpClient {
+    /// One inference exchange; see [`InferClient::infer`] for what the timing covers.
+    async fn exchange(
+        &self,
+        request: &HttpRequest,
+        sequence: Option<&SequenceFlags>,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        let start = Instant::now();
+        let taken_at = Arc::new(OnceLock::new());
+        let sent = self.send_infer(request, sequence, &taken_at).await;
+
+        let headers_at = Instant::now();
+        let result = match sent {
+            Err(e) => Err(e),
+            Ok((response, connection)) => {
+                let status = response.status();
+                let header_length = response
+                    .headers()
+                    .get(HEADER_LENGTH)
+                    .map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()));
+                match response.into_body().collect().await {
+                    Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
+                    Ok(body) => {
+                        // The whole answer is read: the connection can take the next request.
+                        self.idle.lock().push(connection);
+                        let body = body.to_bytes();
+                        match header_length {
+                            _ if status != StatusCode::OK => Err(error_from_body(status, &body)),
+                            Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
+                            Some(Some(n)) => decode_response(body, Some(n), keep_outputs),
+                            None => decode_response(body, None, keep_outputs),
+                        }
+                    }
+                }
+            }
+        };
+        let end = Instant::now();
+        let send_end = taken_at.get().copied().unwrap_or(headers_at).min(headers_at);
+        let timing = RequestTiming { send: send_end - start, recv: end - headers_at, total: end - start };
+        (result, timing)
     }
 }
 
@@ -668,6 +724,32 @@ mod tests {
         assert_eq!(header["outputs"][0]["parameters"], serde_json::json!({"binary_data": true}));
         assert_eq!(header["outputs"][1]["parameters"]["shared_memory_offset"], 16);
         assert_eq!(&body[n..], &Tensor::from_f32(vec![2], &[1.0, 2.0]).data[..]);
+    }
+
+    #[test]
+    fn a_sequence_step_opens_the_header_with_its_parameters() {
+        let (body, n) = encode_request(&spec(), false, false).unwrap();
+        let n = n.unwrap();
+        let flags = SequenceFlags { id: CorrelationId::Number(42), start: true, end: false };
+        let head = sequence_prefix(&flags);
+        // The body sent: the new head, then the prepared body without its `{`.
+        let mut sent = head.to_vec();
+        sent.extend_from_slice(&body[1..]);
+        let length = n + head.len() - 1;
+        let header: serde_json::Value = serde_json::from_slice(&sent[..length]).unwrap();
+        assert_eq!(
+            header["parameters"],
+            serde_json::json!({"sequence_id": 42, "sequence_start": true, "sequence_end": false})
+        );
+        assert_eq!(header["inputs"][0]["parameters"], serde_json::json!({"binary_data_size": 8}));
+        assert_eq!(&sent[length..], &body[n..]);
+        let text = SequenceFlags { id: CorrelationId::Text("a\"b".into()), start: false, end: true };
+        let head = sequence_prefix(&text);
+        let mut sent = head.to_vec();
+        sent.extend_from_slice(&body[1..n]);
+        let header: serde_json::Value = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(header["parameters"]["sequence_id"], "a\"b");
+        assert_eq!(header["parameters"]["sequence_end"], true);
     }
 
     #[test]

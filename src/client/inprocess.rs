@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{
     ClientError, ClientResult, InferClient, InferResult, InputSource, OutputTarget, RequestSpec, RequestTiming,
-    ServerInfo,
+    SequenceFlags, ServerInfo,
 };
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics};
 use crate::server::core::{EXTENSIONS, SERVER_NAME, SERVER_VERSION};
@@ -109,8 +109,49 @@ impl InferClient for InProcessClient {
     /// the call into the server; `recv` is turning the server's response into an [`InferResult`]
     /// (zero when outputs are not kept). There is no wire, so both are tiny by design.
     async fn infer(&self, request: &InferRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
+        self.call(request, None, keep_outputs).await
+    }
+
+    async fn infer_in_sequence(
+        &self,
+        request: &InferRequest,
+        sequence: &SequenceFlags,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        self.call(request, Some(sequence), keep_outputs).await
+    }
+
+    async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
+        self.server.shm.register(name, key, offset, byte_size).map_err(server_err)
+    }
+
+    async fn unregister_system_shm(&self, name: &str) -> ClientResult<()> {
+        self.server.shm.unregister(name);
+        Ok(())
+    }
+
+    /// The embedded server has no CUDA regions; like Triton without a GPU, unregistering
+    /// succeeds.
+    async fn unregister_cuda_shm(&self, _name: &str) -> ClientResult<()> {
+        Ok(())
+    }
+
+    async fn trace_setting(&self, _model: &str, _settings: &[(String, Vec<String>)]) -> ClientResult<()> {
+        Err(ClientError::Invalid("trace settings need a server reached over HTTP or gRPC".into()))
+    }
+}
+
+impl InProcessClient {
+    /// One call into the server, as a step of `sequence` when given.
+    async fn call(
+        &self,
+        request: &InferRequest,
+        sequence: Option<&SequenceFlags>,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
         let start = Instant::now();
-        let request = request.clone();
+        let mut request = request.clone();
+        request.sequence = sequence.cloned();
         let sent = Instant::now();
         let response = self.server.infer(request).await;
         let received = Instant::now();
@@ -134,24 +175,5 @@ impl InferClient for InProcessClient {
         let end = Instant::now();
         let timing = RequestTiming { send: sent - start, recv: end - received, total: end - start };
         (result, timing)
-    }
-
-    async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
-        self.server.shm.register(name, key, offset, byte_size).map_err(server_err)
-    }
-
-    async fn unregister_system_shm(&self, name: &str) -> ClientResult<()> {
-        self.server.shm.unregister(name);
-        Ok(())
-    }
-
-    /// The embedded server has no CUDA regions; like Triton without a GPU, unregistering
-    /// succeeds.
-    async fn unregister_cuda_shm(&self, _name: &str) -> ClientResult<()> {
-        Ok(())
-    }
-
-    async fn trace_setting(&self, _model: &str, _settings: &[(String, Vec<String>)]) -> ClientResult<()> {
-        Err(ClientError::Invalid("trace settings need a server reached over HTTP or gRPC".into()))
     }
 }

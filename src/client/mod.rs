@@ -12,6 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics};
+pub use crate::server::infer::{CorrelationId, SequenceFlags};
 use crate::tensor::{DataType, Tensor};
 
 /// Client-side failures, each with a one-line reason.
@@ -176,6 +177,15 @@ pub trait InferClient: Send + Sync + 'static {
     fn infer(
         &self,
         request: &Self::Prepared,
+        keep_outputs: bool,
+    ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send;
+    /// [`infer`](Self::infer) as one step of a stateful sequence: the request also carries
+    /// `sequence_id`, `sequence_start` and `sequence_end` (as perf_analyzer sends them). Only
+    /// those parameters are encoded per call; the prepared body is reused as it is.
+    fn infer_in_sequence(
+        &self,
+        request: &Self::Prepared,
+        sequence: &SequenceFlags,
         keep_outputs: bool,
     ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send;
 

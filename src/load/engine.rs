@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::sequence::{SequenceSpec, SequenceStep, SequenceTable};
 use super::{LoadError, LoadMode, Pacer, DRAIN_TIMEOUT};
 use crate::client::{ClientError, InferClient, InferResult, STALL_TIMEOUT};
 use crate::measure::recorder::WindowRecorder;
@@ -38,9 +39,11 @@ const MAX_SHARDS: usize = 16;
 const DISPATCH_SLICE: Duration = Duration::from_millis(20);
 
 /// Checks the answer to request `index` (of the prepared requests) against what it must hold
-/// (`validation_data`); an error ends the load with that reason, as perf_analyzer's thread
-/// error ends its run.
-pub type ResponseCheck = Arc<dyn Fn(usize, &InferResult) -> Result<(), String> + Send + Sync>;
+/// (`validation_data`, or with sequences the running sum of the sequence so far, when
+/// [`SequenceSpec::sums`] is given). An error ends the load with that reason, as
+/// perf_analyzer's thread error ends its run, unless [`LoadSpec::check_fatal`] is false: then
+/// it counts as a failed request.
+pub type ResponseCheck = Arc<dyn Fn(usize, Option<&[i64]>, &InferResult) -> Result<(), String> + Send + Sync>;
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,11 +55,22 @@ pub struct LoadSpec {
     pub max_in_flight: u64,
     /// Keep every request's send/response wall-clock times (`--profile-export-file`).
     pub log_requests: bool,
+    /// A sequence model: requests go out as steps of sequences.
+    pub sequences: Option<SequenceSpec>,
+    /// A failed check ends the load (true), or counts as a failed request (`--validate-outputs`).
+    pub check_fatal: bool,
 }
 
 impl LoadSpec {
     pub fn new(mode: LoadMode) -> LoadSpec {
-        LoadSpec { mode, request_budget: None, max_in_flight: 1024, log_requests: false }
+        LoadSpec {
+            mode,
+            request_budget: None,
+            max_in_flight: 1024,
+            log_requests: false,
+            sequences: None,
+            check_fatal: true,
+        }
     }
 }
 
@@ -95,6 +109,9 @@ struct Shared {
     log_requests: bool,
     /// Validation: answers are decoded and checked (the hot path without it is unchanged).
     check: Option<ResponseCheck>,
+    check_fatal: bool,
+    /// Sequence models: the sequence slots (a closed-loop worker owns slot `worker`).
+    sequences: Option<Mutex<SequenceTable>>,
 }
 
 impl Shared {
@@ -119,7 +136,8 @@ impl Shared {
         self.progress.notify_one();
     }
 
-    /// Sends the next data step and records it. `intended` is when it should have gone out.
+    /// Sends the next data step (or `sequence`'s step) and records it. `intended` is when it
+    /// should have gone out.
     async fn send_one<C: InferClient>(
         &self,
         client: &C,
@@ -127,24 +145,36 @@ impl Shared {
         shard: usize,
         intended: Instant,
         late: bool,
+        sequence: Option<SequenceStep>,
     ) {
-        let step = self.started.fetch_add(1, Ordering::Relaxed) as usize % steps.len();
+        let step = match &sequence {
+            Some(s) => s.step,
+            None => self.started.fetch_add(1, Ordering::Relaxed) as usize % steps.len(),
+        };
         let request = &steps[step];
         let sent = Instant::now();
         // Outputs are decoded only for the profile export and validation, as perf_analyzer does.
-        let (mut result, timing) = client.infer(request, self.log_requests || self.check.is_some()).await;
+        let keep = self.log_requests || self.check.is_some();
+        let (mut result, timing) = match &sequence {
+            None => client.infer(request, keep).await,
+            Some(s) => client.infer_in_sequence(request, &s.flags, keep).await,
+        };
         let done = Instant::now();
         let mut failed_check = false;
         if let (Some(check), Ok(answer)) = (&self.check, &result) {
-            if let Err(reason) = check(step, answer) {
+            if let Err(reason) = check(step, sequence.as_ref().and_then(|s| s.sum.as_deref()), answer) {
                 result = Err(ClientError::Invalid(reason));
-                failed_check = true;
+                failed_check = self.check_fatal;
             }
         }
         {
             let mut rec = self.recorders[shard].lock();
             if late {
                 rec.late += 1;
+            }
+            if let Some(length) = sequence.as_ref().and_then(|s| s.ends) {
+                rec.sequences += 1;
+                rec.sequence_steps += length;
             }
             match &result {
                 Ok(_) => rec.record_ok(done - intended, timing),
@@ -165,6 +195,15 @@ impl Shared {
             }
         }
         self.finish();
+    }
+
+    /// Sends the end of a sequence cut short by the end of the load, unrecorded, so the server
+    /// releases the sequence before the next point.
+    async fn end_sequence<C: InferClient>(&self, client: &C, steps: &[C::Prepared], last: SequenceStep) {
+        if self.fatal.lock().is_some() {
+            return;
+        }
+        let _ = client.infer_in_sequence(&steps[last.step], &last.flags, false).await;
     }
 }
 
@@ -201,6 +240,13 @@ impl RunningLoad {
             LoadMode::Concurrency(n) => (*n as usize).min(MAX_SHARDS),
             LoadMode::Schedule(_) => MAX_SHARDS,
         };
+        let sequences = spec.sequences.clone().map(|seq| {
+            let slots = match &spec.mode {
+                LoadMode::Concurrency(n) => *n as usize,
+                LoadMode::Schedule(_) => seq.count.max(1) as usize,
+            };
+            Mutex::new(SequenceTable::new(seq, slots, steps.len()))
+        });
         let shared = Arc::new(Shared {
             recorders: (0..shards).map(|_| Mutex::new(WindowRecorder::default())).collect(),
             stop: AtomicBool::new(false),
@@ -214,6 +260,8 @@ impl RunningLoad {
             clock: WallClock::now(),
             log_requests: spec.log_requests,
             check,
+            check_fatal: spec.check_fatal,
+            sequences,
         });
         let mut load = RunningLoad { shared: shared.clone(), workers: Vec::new(), dispatcher: None };
         match &spec.mode {
@@ -221,10 +269,20 @@ impl RunningLoad {
                 for worker in 0..*n as usize {
                     let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
                     load.workers.push(tokio::spawn(async move {
+                        // With sequences, this worker walks slot `worker`'s sequences: each
+                        // step goes out once the previous one is answered.
+                        let table = shared.sequences.as_ref();
                         while !shared.stop.load(Ordering::Acquire) && shared.take_ticket() {
                             shared.in_flight.fetch_add(1, Ordering::AcqRel);
                             let now = Instant::now();
-                            shared.send_one(&*client, &steps, worker % shards, now, false).await;
+                            let step = table.map(|t| t.lock().next(worker));
+                            shared.send_one(&*client, &steps, worker % shards, now, false, step).await;
+                            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        }
+                        let last = table.and_then(|t| t.lock().finish(worker));
+                        if let Some(last) = last {
+                            shared.in_flight.fetch_add(1, Ordering::AcqRel);
+                            shared.end_sequence(&*client, &steps, last).await;
                             shared.in_flight.fetch_sub(1, Ordering::AcqRel);
                         }
                     }));
@@ -237,7 +295,10 @@ impl RunningLoad {
                 load.dispatcher = Some(
                     std::thread::Builder::new()
                         .name("perfbench-dispatch".into())
-                        .spawn(move || dispatch(shared, client, steps, pacer, runtime, max_in_flight))
+                        .spawn(move || {
+                            dispatch(&shared, &client, &steps, pacer, &runtime, max_in_flight);
+                            end_sequences(&shared, &client, &steps, &runtime);
+                        })
                         .expect("spawning the dispatcher thread"),
                 );
             }
@@ -344,11 +405,11 @@ impl Drop for RunningLoad {
 /// The open-loop dispatcher: one OS thread, so its sleeps are not rounded to the runtime's 1 ms
 /// timer tick.
 fn dispatch<C: InferClient>(
-    shared: Arc<Shared>,
-    client: Arc<C>,
-    steps: Arc<[C::Prepared]>,
+    shared: &Arc<Shared>,
+    client: &Arc<C>,
+    steps: &Arc<[C::Prepared]>,
     mut pacer: Pacer,
-    runtime: tokio::runtime::Handle,
+    runtime: &tokio::runtime::Handle,
     max_in_flight: u64,
 ) {
     let start = std::time::Instant::now();
@@ -372,13 +433,67 @@ fn dispatch<C: InferClient>(
             shared.recorders[shard].lock().missed += 1;
             continue;
         }
+        // A sequence model: the request is the next step of a sequence. With
+        // --serial-sequences it waits (and goes out late) while every sequence has one in
+        // flight, as perf_analyzer's worker waits for a free context.
+        let sequence = match &shared.sequences {
+            None => None,
+            Some(table) => loop {
+                let mut table = table.lock();
+                if let Some(slot) = table.pick() {
+                    break Some((slot, table.next(slot)));
+                }
+                drop(table);
+                if shared.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            },
+        };
         shared.in_flight.fetch_add(1, Ordering::AcqRel);
         let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
         let intended = Instant::from_std(intended);
         runtime.spawn(async move {
             let late = Instant::now().saturating_duration_since(intended) > LATE_SLACK;
-            shared.send_one(&*client, &steps, shard, intended, late).await;
+            let (slot, step) = sequence.map_or((None, None), |(slot, step)| (Some(slot), Some(step)));
+            shared.send_one(&*client, &steps, shard, intended, late, step).await;
+            if let (Some(slot), Some(table)) = (slot, &shared.sequences) {
+                table.lock().release(slot);
+            }
             shared.in_flight.fetch_sub(1, Ordering::AcqRel);
         });
+    }
+}
+
+/// Open loop, when the dispatcher ends: the end of every sequence cut short, so the server
+/// releases them (perf_analyzer's CompleteOngoingSequences).
+fn end_sequences<C: InferClient>(
+    shared: &Arc<Shared>,
+    client: &Arc<C>,
+    steps: &Arc<[C::Prepared]>,
+    runtime: &tokio::runtime::Handle,
+) {
+    let Some(table) = &shared.sequences else { return };
+    // A serial sequence with a request in flight ends once that request is answered.
+    let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
+    loop {
+        let (last, waiting) = {
+            let mut table = table.lock();
+            let ready = table.unfinished();
+            let last: Vec<SequenceStep> = ready.into_iter().filter_map(|slot| table.finish(slot)).collect();
+            (last, table.unfinished_in_flight())
+        };
+        for last in last {
+            shared.in_flight.fetch_add(1, Ordering::AcqRel);
+            let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
+            runtime.spawn(async move {
+                shared.end_sequence(&*client, &steps, last).await;
+                shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+        if waiting == 0 || std::time::Instant::now() >= deadline || shared.fatal.lock().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }

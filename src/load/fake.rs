@@ -8,7 +8,10 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::client::{ClientError, ClientResult, InferClient, InferResult, RequestSpec, RequestTiming, ServerInfo};
+use crate::client::{
+    ClientError, ClientResult, CorrelationId, InferClient, InferResult, RequestSpec, RequestTiming, SequenceFlags,
+    ServerInfo,
+};
 use crate::proto::inference::{
     InferStatistics, ModelConfig, ModelMetadataResponse, ModelStatistics, StatisticDuration,
 };
@@ -36,6 +39,12 @@ pub struct FakeClient {
     pub in_flight: AtomicU64,
     /// (requests, ns of model time) the fake "server" has done.
     pub served: Mutex<(u64, u64)>,
+    /// Every sequence step in the order it was sent: (sequence id, start, end).
+    pub sequence_log: Mutex<Vec<(u64, bool, bool)>>,
+    /// Sequences with a request in flight, and how often a second one of the same sequence
+    /// arrived while one was.
+    pub sequence_busy: Mutex<std::collections::HashSet<u64>>,
+    pub sequence_overlaps: AtomicU64,
 }
 
 impl FakeClient {
@@ -79,6 +88,39 @@ impl InferClient for FakeClient {
         Ok(())
     }
     async fn infer(&self, _: &(), _: bool) -> (ClientResult<InferResult>, RequestTiming) {
+        self.serve().await
+    }
+    async fn infer_in_sequence(
+        &self,
+        _: &(),
+        sequence: &SequenceFlags,
+        _: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        let CorrelationId::Number(id) = sequence.id else { panic!("the load sends numeric sequence ids") };
+        self.sequence_log.lock().push((id, sequence.start, sequence.end));
+        if !self.sequence_busy.lock().insert(id) {
+            self.sequence_overlaps.fetch_add(1, Ordering::AcqRel);
+        }
+        let answer = self.serve().await;
+        self.sequence_busy.lock().remove(&id);
+        answer
+    }
+    async fn register_system_shm(&self, _: &str, _: &str, _: u64, _: u64) -> ClientResult<()> {
+        Ok(())
+    }
+    async fn unregister_system_shm(&self, _: &str) -> ClientResult<()> {
+        Ok(())
+    }
+    async fn unregister_cuda_shm(&self, _: &str) -> ClientResult<()> {
+        Ok(())
+    }
+    async fn trace_setting(&self, _: &str, _: &[(String, Vec<String>)]) -> ClientResult<()> {
+        Ok(())
+    }
+}
+
+impl FakeClient {
+    async fn serve(&self) -> (ClientResult<InferResult>, RequestTiming) {
         let n = self.sent.fetch_add(1, Ordering::AcqRel) + 1;
         if self.unreachable_after.is_some_and(|limit| n > limit) {
             let e = ClientError::Unreachable { url: "fake".into(), reason: "connection refused".into() };
@@ -109,17 +151,5 @@ impl InferClient for FakeClient {
         served.0 += 1;
         served.1 += latency.as_nanos() as u64;
         (Ok(InferResult::default()), timing)
-    }
-    async fn register_system_shm(&self, _: &str, _: &str, _: u64, _: u64) -> ClientResult<()> {
-        Ok(())
-    }
-    async fn unregister_system_shm(&self, _: &str) -> ClientResult<()> {
-        Ok(())
-    }
-    async fn unregister_cuda_shm(&self, _: &str) -> ClientResult<()> {
-        Ok(())
-    }
-    async fn trace_setting(&self, _: &str, _: &[(String, Vec<String>)]) -> ClientResult<()> {
-        Ok(())
     }
 }

@@ -6,11 +6,13 @@ pub mod engine;
 #[cfg(test)]
 pub mod fake;
 pub mod pacer;
+pub mod sequence;
 
 use std::time::Duration;
 
 pub use engine::{LoadSpec, ResponseCheck, RunningLoad, LATE_SLACK};
 pub use pacer::{read_intervals, Distribution, Pacer, Schedule};
+pub use sequence::SequenceSpec;
 
 use crate::results::LoadPoint;
 

@@ -34,6 +34,9 @@ pub struct WindowRecorder {
     /// The first failure's message, for the summary line.
     pub first_error: Option<String>,
     pub log: Vec<RequestRecord>,
+    /// Sequence models: sequences whose last request completed, and their requests in all.
+    pub sequences: u64,
+    pub sequence_steps: u64,
 }
 
 impl Default for WindowRecorder {
@@ -50,6 +53,8 @@ impl Default for WindowRecorder {
             exchange_ns_sum: 0,
             first_error: None,
             log: Vec::new(),
+            sequences: 0,
+            sequence_steps: 0,
         }
     }
 }
@@ -84,6 +89,8 @@ impl WindowRecorder {
         self.failed += other.failed;
         self.late += other.late;
         self.missed += other.missed;
+        self.sequences += other.sequences;
+        self.sequence_steps += other.sequence_steps;
         self.latency_ns_sum = self.latency_ns_sum.saturating_add(other.latency_ns_sum);
         self.send_ns_sum = self.send_ns_sum.saturating_add(other.send_ns_sum);
         self.recv_ns_sum = self.recv_ns_sum.saturating_add(other.recv_ns_sum);

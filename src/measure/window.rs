@@ -229,6 +229,12 @@ pub fn derive_point(
         failed: client.failed,
         late: client.late,
         missed: client.missed,
+        sequences: client.sequences,
+        avg_sequence_length: if client.sequences > 0 {
+            client.sequence_steps as f64 / client.sequences as f64
+        } else {
+            0.0
+        },
         stable: stable && !overloaded,
         throughput_spread_pct: per_window(&|w| w.throughput(batch)),
         p99_spread_pct: per_window(&|w| w.client.percentile_us(99.0)),

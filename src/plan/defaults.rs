@@ -32,6 +32,12 @@ pub struct Defaults {
     pub request_distribution: &'static str,
     pub seed: u64,
     pub metrics_interval_ms: u64,
+    /// Sequence models (perf_analyzer's): base length, its ± variation in percent, the first
+    /// sequence id, and the sequences an open loop keeps alive.
+    pub sequence_length: u64,
+    pub sequence_length_variation: f64,
+    pub sequence_id_start: u64,
+    pub num_of_sequences: u64,
 }
 
 /// Shared by all three; each kind differs where its column below says so.
@@ -51,6 +57,10 @@ const COMMON: Defaults = Defaults {
     request_distribution: "constant",
     seed: 1,
     metrics_interval_ms: 1000,
+    sequence_length: 20,
+    sequence_length_variation: 20.0,
+    sequence_id_start: 1,
+    num_of_sequences: 4,
 };
 
 /// `perfbench profile`: perf_analyzer's own defaults.
@@ -97,7 +107,7 @@ pub fn of(kind: SweepKind) -> &'static Defaults {
 pub fn markdown_table() -> String {
     let kinds = [SweepKind::Profile, SweepKind::Offline, SweepKind::Online];
     type Cell = fn(&Defaults) -> String;
-    let rows: [(&str, Cell); 15] = [
+    let rows: [(&str, Cell); 19] = [
         ("batch sizes (`-b`, `--batch-sizes`)", |d| format!("`{}`", d.batch_sizes)),
         ("concurrency (`--concurrency-range`, `--concurrency`)", |d| format!("`{}`", d.concurrency)),
         ("`--shared-memory`", |d| d.shared_memory.to_string()),
@@ -113,6 +123,10 @@ pub fn markdown_table() -> String {
         ("`--request-distribution`", |d| d.request_distribution.to_string()),
         ("`--seed`", |d| d.seed.to_string()),
         ("`--metrics-interval` (ms)", |d| d.metrics_interval_ms.to_string()),
+        ("`--sequence-length`", |d| d.sequence_length.to_string()),
+        ("`--sequence-length-variation` (%)", |d| d.sequence_length_variation.to_string()),
+        ("`--sequence-id-range`", |d| format!("`{}` (no end)", d.sequence_id_start)),
+        ("`--num-of-sequences` (open loop)", |d| d.num_of_sequences.to_string()),
     ];
     let mut out = String::from("| setting | profile | offline | online |\n|---|---|---|---|\n");
     for (name, value) in rows {

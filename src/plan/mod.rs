@@ -148,6 +148,57 @@ pub struct Sweep {
     /// Server trace settings set through the trace extension before the sweep (`--trace-*`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trace: Vec<TraceSetting>,
+    /// How sequences are formed, used when the model has `sequence_batching`.
+    #[serde(default)]
+    pub sequences: Sequences,
+    /// `--validate-outputs`: check each answer (the `accumulate` model's running sum, or
+    /// `validation_data`); a mismatch is a failed request and the run exits non-zero.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub validate_outputs: bool,
+}
+
+/// perf_analyzer's sequence settings, for models with a sequence batcher.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sequences {
+    /// `--sequence-length`: the base number of requests of a sequence.
+    pub length: u64,
+    /// The length was given: with `--input-data` streams it then wins over a stream's length.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub length_given: bool,
+    /// `--sequence-length-variation`: each sequence's length is drawn within ± this percent.
+    pub length_variation_pct: f64,
+    /// `--sequence-id-range start[:end]`: ids from `id_start`, below `id_end` when given.
+    pub id_start: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_end: Option<u64>,
+    /// `--num-of-sequences`: the sequences an open loop keeps alive at once.
+    pub count: u64,
+    /// `--serial-sequences`: in an open loop, at most one request of a sequence in flight.
+    #[serde(default)]
+    pub serial: bool,
+}
+
+impl Default for Sequences {
+    fn default() -> Sequences {
+        let d = &defaults::PROFILE;
+        Sequences {
+            length: d.sequence_length,
+            length_given: false,
+            length_variation_pct: d.sequence_length_variation,
+            id_start: d.sequence_id_start,
+            id_end: None,
+            count: d.num_of_sequences,
+            serial: false,
+        }
+    }
+}
+
+impl Sequences {
+    /// How many ids the range holds (perf_analyzer's `UINT32_MAX` when it has no end).
+    pub fn id_range(&self) -> u64 {
+        self.id_end.map_or(u32::MAX as u64, |end| end - self.id_start)
+    }
 }
 
 /// One trace setting, as the trace extension takes it: a key and its values.
@@ -626,6 +677,22 @@ impl Sweep {
                 "--shared-memory needs a server over the network; --service-kind inprocess shares memory already",
             ));
         }
+        // perf_analyzer's check: a range smaller than the sequences alive at once would reuse
+        // an id still in use.
+        let alive = match &self.load {
+            Load::Concurrency { levels } => levels.max().unwrap_or(MAX_OPEN_CONCURRENCY),
+            _ => self.sequences.count,
+        };
+        if self.sequences.id_end.is_some() && self.sequences.id_range() < alive {
+            return Err(invalid(format!(
+                "sequence id range specified is smaller than the maximum possible {}, sequence id collision may \
+                 occur. (--sequence-id-range {}:{} holds {} ids)",
+                if matches!(self.load, Load::Concurrency { .. }) { "concurrency" } else { "number of sequences" },
+                self.sequences.id_start,
+                self.sequences.id_end.unwrap_or_default(),
+                self.sequences.id_range()
+            )));
+        }
         if self.kind != SweepKind::Profile && self.output.dir.is_none() {
             return Err(invalid(format!("the {} sweep needs an output folder", self.kind.name())));
         }
@@ -704,6 +771,16 @@ mod tests {
                 },
                 output: Output { dir: Some("out".into()), ..Output::default() },
                 trace: vec![TraceSetting { key: "trace_level".into(), values: vec!["TIMESTAMPS".into()] }],
+                sequences: Sequences {
+                    length: 7,
+                    length_given: true,
+                    length_variation_pct: 0.0,
+                    id_start: 100,
+                    id_end: Some(200),
+                    count: 9,
+                    serial: true,
+                },
+                validate_outputs: true,
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, PlanError,
-    Protocol, StopWhen, Sweep, SweepKind, Target, TensorFormat, TraceSetting, WindowKind,
+    Protocol, Sequences, StopWhen, Sweep, SweepKind, Target, TensorFormat, TraceSetting, WindowKind,
 };
 use crate::client::shm::SharedMemoryKind;
 use crate::client::tls::TlsOptions;
@@ -68,6 +68,15 @@ pub struct Settings {
     /// `binary` or `json` (HTTP).
     pub input_tensor_format: Option<String>,
     pub output_tensor_format: Option<String>,
+    /// Sequence models: `--sequence-length`, `--sequence-length-variation` (%),
+    /// `--sequence-id-range start[:end]`, `--num-of-sequences`, `--serial-sequences`.
+    pub sequence_length: Option<u64>,
+    pub sequence_length_variation: Option<f64>,
+    pub sequence_id_range: Option<String>,
+    pub num_of_sequences: Option<u64>,
+    pub serial_sequences: Option<bool>,
+    /// `--validate-outputs`: check every answer, counting mismatches as failed requests.
+    pub validate_outputs: Option<bool>,
 }
 
 impl Settings {
@@ -118,6 +127,12 @@ impl Settings {
             tls,
             input_tensor_format,
             output_tensor_format,
+            sequence_length,
+            sequence_length_variation,
+            sequence_id_range,
+            num_of_sequences,
+            serial_sequences,
+            validate_outputs,
         )
     }
 }
@@ -142,6 +157,57 @@ fn parse_rate_range(text: &str) -> Result<(f64, f64, f64), PlanError> {
     // perf_analyzer measures the start and steps on while at most the end: an end below the
     // start measures the start alone.
     Ok((start, end.max(start), step))
+}
+
+/// `--sequence-id-range start[:end]` (end excluded), as perf_analyzer reads it.
+fn parse_id_range(text: &str) -> Result<(u64, Option<u64>), PlanError> {
+    let bad = |why: &str| invalid(format!("Failed to parse --sequence-id-range. {why} (got '{text}')"));
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() > 2 {
+        return Err(bad("The value does not match <start:end>."));
+    }
+    let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad("The range values must be >= 0."));
+    let start = num(parts[0])?;
+    let end = parts.get(1).map(|s| num(s)).transpose()?;
+    if end.is_some_and(|end| start > end) {
+        return Err(bad("The 'end' value must be greater than 'start' value."));
+    }
+    Ok((start, end))
+}
+
+/// The sequence settings of a sweep, checked.
+fn sequences(s: &Settings, d: &defaults::Defaults) -> Result<Sequences, PlanError> {
+    let length = match s.sequence_length {
+        Some(0) => return Err(invalid("Failed to parse --sequence-length. The value must be > 0.")),
+        Some(n) => n,
+        None => d.sequence_length,
+    };
+    let variation = s.sequence_length_variation.unwrap_or(d.sequence_length_variation);
+    if !(variation.is_finite() && variation >= 0.0) {
+        return Err(invalid("Failed to parse --sequence-length-variation. The value must be >= 0.0."));
+    }
+    let (id_start, id_end) = match &s.sequence_id_range {
+        Some(text) => parse_id_range(text)?,
+        None => (d.sequence_id_start, None),
+    };
+    if id_end == Some(id_start) {
+        return Err(invalid("Failed to parse --sequence-id-range. The range holds no sequence id."));
+    }
+    let count = match s.num_of_sequences {
+        Some(0) => return Err(invalid("Failed to parse --num-of-sequences. The value must be > 0.")),
+        Some(n) => n,
+        None => d.num_of_sequences,
+    };
+    Ok(Sequences {
+        length,
+        length_given: s.sequence_length.is_some(),
+        length_variation_pct: variation,
+        // perf_analyzer takes sequence id 0 (no sequence) as its default start, 1.
+        id_start: id_start.max(1),
+        id_end,
+        count,
+        serial: s.serial_sequences.unwrap_or(false),
+    })
 }
 
 /// Fills `s` from the defaults of `kind` into a checked sweep against `target`.
@@ -284,6 +350,8 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             verbose: s.verbose.unwrap_or(0),
         },
         trace: s.trace.clone().unwrap_or_default(),
+        sequences: sequences(s, d)?,
+        validate_outputs: s.validate_outputs.unwrap_or(false),
     };
     sweep.validate(target)?;
     Ok(sweep)

@@ -298,6 +298,8 @@ mod tests {
             failed: 0,
             late: 0,
             missed: 0,
+            sequences: 0,
+            avg_sequence_length: 0.0,
             stable: true,
             throughput_spread_pct: 2.0,
             p99_spread_pct: 5.0,

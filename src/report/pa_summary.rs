@@ -145,6 +145,9 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
         let _ = write!(s, " (first failure: {error})");
     }
     s.push('\n');
+    if r.sequences > 0 {
+        let _ = writeln!(s, "  Sequences: {} ended, average length {:.1} requests", r.sequences, r.avg_sequence_length);
+    }
     if !r.stable {
         let _ = writeln!(
             s,

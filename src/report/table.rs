@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::results::csv::{latencies_us, LATENCY_COLUMNS, REQUEST_RATE_COLUMN};
+use crate::results::csv::{latencies_us, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS};
 use crate::results::format::{fixed, format_e, format_g, round_decimal};
 use crate::results::{Interval, LoadPoint, ReportRow};
 
@@ -346,6 +346,12 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
                 ));
             }
         }
+    }
+    // A sequence model's rows say how many sequences ended and how long they were on average.
+    if rows.iter().any(|r| r.sequences > 0) {
+        columns.push(PipeColumn::new(SEQUENCE_COLUMNS[0], rows.iter().map(|r| r.sequences.to_string()).collect()));
+        columns
+            .push(PipeColumn::new(SEQUENCE_COLUMNS[1], rows.iter().map(|r| fixed(r.avg_sequence_length, 1)).collect()));
     }
     pipe_table(&columns)
 }

@@ -50,7 +50,7 @@ pub const LATENCY_COLUMNS: [&str; 12] = report_columns(3);
 /// perfbench's own columns after [`REPORT_COLUMNS`]; the gate reads them by these names. A CSV
 /// without the later ones (an older report.csv) reads as "not measured": 0 requests (not judged
 /// low-sample), not overloaded, unknown intervals.
-pub const EXTRA_COLUMNS: [&str; 14] = [
+pub const EXTRA_COLUMNS: [&str; 16] = [
     "Failed",
     "Stable",
     "Throughput Spread (%)",
@@ -65,7 +65,13 @@ pub const EXTRA_COLUMNS: [&str; 14] = [
     CI_COLUMNS[3],
     CI_COLUMNS[4],
     CI_COLUMNS[5],
+    SEQUENCE_COLUMNS[0],
+    SEQUENCE_COLUMNS[1],
 ];
+
+/// Sequence models: the sequences that ended in the row's windows and their average number of
+/// requests (0 for other models, and in an older report.csv without them).
+pub const SEQUENCE_COLUMNS: [&str; 2] = ["Sequences", "Avg Sequence Length"];
 
 /// The 95% interval bounds of throughput, p50 and p99 (latencies in µs), in report.csv and in
 /// perf_analyzer's CSV with `--verbose-csv`.
@@ -147,6 +153,8 @@ pub enum Field {
     Overloaded,
     /// One of [`CI_COLUMNS`].
     Ci(usize),
+    Sequences,
+    AvgSequenceLength,
 }
 
 /// Names the column, and the unit its header states if it states one.
@@ -183,6 +191,8 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "avg spread (%)" => Field::AvgSpread,
         "requests" => Field::Requests,
         "overloaded" => Field::Overloaded,
+        "sequences" => Field::Sequences,
+        "avg sequence length" => Field::AvgSequenceLength,
         other => return CI_COLUMNS.iter().position(|c| c.eq_ignore_ascii_case(other)).map(|i| (Field::Ci(i), unit)),
     };
     Some((field, unit))
@@ -306,6 +316,8 @@ struct RowBuilder {
     requests: u64,
     overloaded: bool,
     ci: [f64; 6],
+    sequences: u64,
+    avg_sequence_length: f64,
 }
 
 impl Default for RowBuilder {
@@ -324,6 +336,8 @@ impl Default for RowBuilder {
             requests: 0,
             overloaded: false,
             ci: [f64::NAN; 6],
+            sequences: 0,
+            avg_sequence_length: 0.0,
         }
     }
 }
@@ -366,6 +380,14 @@ impl RowBuilder {
             Field::ThroughputSpread => self.spreads_pct[0] = number()?,
             Field::P99Spread => self.spreads_pct[1] = number()?,
             Field::AvgSpread => self.spreads_pct[2] = number()?,
+            Field::Sequences => {
+                let n = number()?;
+                self.sequences = if n.is_nan() { 0 } else { n as u64 };
+            }
+            Field::AvgSequenceLength => {
+                let n = number()?;
+                self.avg_sequence_length = if n.is_nan() { 0.0 } else { n };
+            }
         }
         Ok(())
     }
@@ -409,6 +431,8 @@ impl RowBuilder {
             p50_ci: ci(2),
             p99_ci: ci(4),
             overloaded: self.overloaded,
+            sequences: self.sequences,
+            avg_sequence_length: self.avg_sequence_length,
         }
     }
 }
@@ -495,6 +519,8 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
     for (i, name) in CI_COLUMNS.iter().enumerate() {
         columns.push(f64_column(name, &|r| ci_bounds(r)[i]));
     }
+    columns.push(Column::new(SEQUENCE_COLUMNS[0].into(), rows.iter().map(|r| r.sequences).collect::<Vec<u64>>()));
+    columns.push(f64_column(SEQUENCE_COLUMNS[1], &|r| r.avg_sequence_length));
     DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 
@@ -632,6 +658,8 @@ request/response,response wait
             failed: 2,
             late: 0,
             missed: 0,
+            sequences: 0,
+            avg_sequence_length: 0.0,
             stable: false,
             throughput_spread_pct: 3.25,
             p99_spread_pct: 4.5,
@@ -664,6 +692,10 @@ request/response,response wait
         assert_eq!(back[1].throughput_ci, Interval::new(2000.0, 2100.5));
         assert_eq!(back[1].p99_ci, Interval::new(4000.0, f64::INFINITY), "an open bound survives");
         assert!(text.lines().nth(1).unwrap().contains(",p95;p99,"), "{text}");
+        // A sequence model's row keeps its sequence count and average length.
+        let seq = ReportRow { sequences: 40, avg_sequence_length: 5.25, ..sample_row(1, 4) };
+        let back = parse_csv(&report_csv(&[seq]).unwrap(), Unit::Us, "report.csv").unwrap();
+        assert_eq!((back[0].sequences, back[0].avg_sequence_length), (40, 5.25));
     }
 
     #[test]
@@ -674,5 +706,6 @@ request/response,response wait
         assert!(!rows[0].overloaded);
         assert!(!rows[0].throughput_ci.is_known() && !rows[0].p99_ci.is_known());
         assert!(rows[0].low_sample_names().is_empty());
+        assert_eq!((rows[0].sequences, rows[0].avg_sequence_length), (0, 0.0), "no sequence columns: none");
     }
 }

@@ -216,6 +216,8 @@ Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latenc
             failed: 0,
             late: 0,
             missed: 0,
+            sequences: 0,
+            avg_sequence_length: 0.0,
             stable: true,
             throughput_spread_pct: 1.0,
             p99_spread_pct: 1.0,

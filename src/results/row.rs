@@ -96,6 +96,12 @@ pub struct ReportRow {
     /// Open loop: requests sent later than their schedule, and requests never sent.
     pub late: u64,
     pub missed: u64,
+    /// Sequence models: sequences that ended in the merged windows, and their average number
+    /// of requests (0 otherwise).
+    #[serde(default)]
+    pub sequences: u64,
+    #[serde(default)]
+    pub avg_sequence_length: f64,
     /// Whether the stability criterion was met (an unstable row is reported, flagged).
     pub stable: bool,
     /// Spread across the merged windows, in percent of the mean: (max − min) / mean × 100.
@@ -171,6 +177,8 @@ impl ReportRow {
             failed: 0,
             late: 0,
             missed: 0,
+            sequences: 0,
+            avg_sequence_length: 0.0,
             stable: true,
             throughput_spread_pct: 0.0,
             p99_spread_pct: 0.0,

@@ -311,6 +311,8 @@ async fn drive<C: InferClient>(
                     version: session.version.clone(),
                     server_stats: session.server_stats,
                     check: requests.check,
+                    check_fatal: !sweep.validate_outputs,
+                    sequences: requests.sequences,
                 };
                 let settings = measure_settings(sweep, batch);
                 let plan = LoadPlan { time_bank: time_bank.clone(), ..load_plan(sweep)? };
@@ -326,6 +328,7 @@ async fn drive<C: InferClient>(
             }),
         }
     };
+    let session_mismatches = session.mismatches.clone();
     session.close().await;
     let kind = context.service_kind.to_lowercase();
     let export = sweep.output.profile_export_file.as_deref().map(|path| Export {
@@ -335,7 +338,15 @@ async fn drive<C: InferClient>(
     });
     let finished = recorder.finish(&config, export);
     let rows = recorder.rows();
+    let mismatches = session_mismatches.load(std::sync::atomic::Ordering::Relaxed);
     match measured {
+        Ok(()) if mismatches > 0 => {
+            finished.map_err(RunError::bad_input)?;
+            Err(RunError::target(anyhow!(
+                "--validate-outputs: {mismatches} answer(s) did not match the expected output (counted as failed \
+                 requests in the rows)"
+            )))
+        }
         Ok(()) => {
             finished.map_err(RunError::bad_input)?;
             Ok(SweepOutcome { kind: sweep.kind, rows, dir: sweep.output.dir.clone() })

@@ -3,14 +3,17 @@
 //! when a batch size needs a bigger one. Each batch size gets its prepared requests from here,
 //! checked by one probe request before any load starts.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::RunError;
 use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmSet};
-use crate::client::{within_stall_timeout, InferClient, InputSource, RequestSpec};
+use crate::client::{
+    within_stall_timeout, CorrelationId, InferClient, InferResult, InputSource, RequestSpec, SequenceFlags,
+};
 use crate::input::{build_request_set, InputOptions};
-use crate::load::ResponseCheck;
+use crate::load::{ResponseCheck, SequenceSpec};
 use crate::plan::{Model, Sweep};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse};
@@ -29,6 +32,10 @@ pub struct Session<C: InferClient> {
     pub server_stats: bool,
     /// The model answers zero or more responses per request (streamed only).
     pub decoupled: bool,
+    /// The model has a sequence batcher: requests go out as steps of sequences.
+    pub sequence: bool,
+    /// `--validate-outputs`: answers that did not match, over the whole sweep.
+    pub mismatches: Arc<AtomicU64>,
     shm: Option<ShmSet>,
 }
 
@@ -38,8 +45,11 @@ pub struct BatchRequests<C: InferClient> {
     pub prepared: Arc<[C::Prepared]>,
     /// The inline input values of each step (for `--profile-export-file`; empty otherwise).
     pub step_inputs: Vec<Vec<(String, Tensor)>>,
-    /// Checks each answer against `validation_data`, when the data has it.
+    /// Checks each answer against `validation_data`, when the data has it, or with
+    /// `--validate-outputs` against the `accumulate` model's running sums.
     pub check: Option<ResponseCheck>,
+    /// A sequence model: how the load forms sequences.
+    pub sequences: Option<SequenceSpec>,
 }
 
 impl<C: InferClient> Session<C> {
@@ -56,11 +66,7 @@ impl<C: InferClient> Session<C> {
             .model_config(name, version)
             .await
             .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
-        if matches!(config.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_))) {
-            return Err(RunError::bad_input(anyhow::anyhow!(
-                "not supported: model '{name}' uses the sequence batcher, and perfbench does not drive stateful sequences yet"
-            )));
-        }
+        let sequence = matches!(config.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_)));
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         if decoupled && !streaming {
             // perf_analyzer's words (the C API does not apply here).
@@ -71,6 +77,8 @@ impl<C: InferClient> Session<C> {
         }
         Ok(Session {
             decoupled,
+            sequence,
+            mismatches: Arc::new(AtomicU64::new(0)),
             client: Arc::new(client),
             model: name.to_string(),
             version: version.to_string(),
@@ -138,16 +146,85 @@ impl<C: InferClient> Session<C> {
         }
         let prepared =
             specs.iter().map(|s| self.client.prepare(s)).collect::<Result<Vec<_>, _>>().map_err(RunError::client)?;
-        let answer = self.probe(&prepared[0]).await?;
-        let check = set.expected.map(|expected| {
-            let expected = Arc::new(expected);
-            Arc::new(move |index: usize, answer: &crate::client::InferResult| expected[index].check(answer))
-                as ResponseCheck
-        });
-        if let Some(check) = &check {
-            check(0, &answer).map_err(|reason| RunError::bad_input(anyhow::anyhow!(reason)))?;
+        // `accumulate`: each answer is the running sum of the summed input over its sequence.
+        let accumulate = match self.accumulate_io() {
+            Some((input, output)) if sweep.validate_outputs => Some((sums_of(&specs, &input)?, output)),
+            _ => None,
+        };
+        if sweep.validate_outputs && accumulate.is_none() && set.expected.is_none() {
+            return Err(RunError::bad_input(anyhow::anyhow!(
+                "--validate-outputs has nothing to validate against: model '{}' is not the `accumulate` sequence \
+                 model and the --input-data has no validation_data",
+                self.model
+            )));
         }
-        Ok(BatchRequests { prepared: prepared.into(), step_inputs, check })
+        let expected = set.expected.map(Arc::new);
+        let sums = accumulate.as_ref().map(|(sums, _)| sums.clone());
+        let check = match (expected, accumulate) {
+            (Some(expected), _) => Some(Arc::new(move |index: usize, _: Option<&[i64]>, answer: &InferResult| {
+                expected[index].check(answer)
+            }) as ResponseCheck),
+            (None, Some((_, output))) => Some(Arc::new(move |_: usize, sum: Option<&[i64]>, answer: &InferResult| {
+                check_running_sum(&output, sum, answer)
+            }) as ResponseCheck),
+            (None, None) => None,
+        };
+        // With --validate-outputs a mismatch is a failed request, counted for the exit status.
+        let check = match check {
+            Some(check) if sweep.validate_outputs => {
+                let mismatches = self.mismatches.clone();
+                Some(Arc::new(move |index: usize, sum: Option<&[i64]>, answer: &InferResult| {
+                    let verdict = check(index, sum, answer);
+                    if verdict.is_err() {
+                        mismatches.fetch_add(1, Ordering::Relaxed);
+                    }
+                    verdict
+                }) as ResponseCheck)
+            }
+            other => other,
+        };
+        let sequences = self.sequence.then(|| {
+            let q = &sweep.sequences;
+            SequenceSpec {
+                length: q.length,
+                length_given: q.length_given,
+                variation_pct: q.length_variation_pct,
+                id_start: q.id_start,
+                id_range: q.id_range(),
+                count: q.count,
+                serial: q.serial,
+                seed: match &sweep.load {
+                    crate::plan::Load::RequestRate { seed, .. } => *seed,
+                    _ => crate::plan::defaults::PROFILE.seed,
+                },
+                streams: set.streams.clone().into(),
+                sums: sums.clone(),
+            }
+        });
+        // The probe of a sequence model is a sequence of one request (start and end).
+        let probe_sequence = self.sequence.then_some(SequenceFlags {
+            id: CorrelationId::Number(sweep.sequences.id_start),
+            start: true,
+            end: true,
+        });
+        let answer = self.probe_step(&prepared[0], probe_sequence.as_ref()).await?;
+        if let Some(check) = &check {
+            let sum = sums.as_ref().map(|s| s[0].as_slice());
+            check(0, sum, &answer).map_err(|reason| RunError::bad_input(anyhow::anyhow!(reason)))?;
+        }
+        Ok(BatchRequests { prepared: prepared.into(), step_inputs, check, sequences })
+    }
+
+    /// The `accumulate` model's summed input and its output: a sequence model of that name
+    /// with one INT32 input and one INT32 output.
+    fn accumulate_io(&self) -> Option<(String, String)> {
+        if !self.sequence || self.model != "accumulate" {
+            return None;
+        }
+        match (self.meta.inputs.as_slice(), self.meta.outputs.as_slice()) {
+            ([i], [o]) if i.datatype == "INT32" && o.datatype == "INT32" => Some((i.name.clone(), o.name.clone())),
+            _ => None,
+        }
     }
 
     /// Sends one request and reads its answer, bounded like the load's requests: a refusal
@@ -155,9 +232,24 @@ impl<C: InferClient> Session<C> {
     ///
     /// [`ClientError::Stalled`]: crate::client::ClientError::Stalled
     async fn probe(&self, request: &C::Prepared) -> Result<crate::client::InferResult, RunError> {
+        let sequence = self.sequence.then_some(SequenceFlags { id: CorrelationId::Number(1), start: true, end: true });
+        self.probe_step(request, sequence.as_ref()).await
+    }
+
+    /// [`probe`](Self::probe), as a step of `sequence` when given.
+    async fn probe_step(
+        &self,
+        request: &C::Prepared,
+        sequence: Option<&SequenceFlags>,
+    ) -> Result<crate::client::InferResult, RunError> {
         tracing::debug!("probe request sent");
-        let answer =
-            within_stall_timeout("the first request", async { self.client.infer(request, true).await.0 }).await;
+        let answer = within_stall_timeout("the first request", async {
+            match sequence {
+                None => self.client.infer(request, true).await.0,
+                Some(flags) => self.client.infer_in_sequence(request, flags, true).await.0,
+            }
+        })
+        .await;
         tracing::debug!(ok = answer.is_ok(), "probe answered");
         answer.map_err(|e| RunError::client(e).context("the server rejected the first request"))
     }
@@ -172,6 +264,36 @@ impl<C: InferClient> Session<C> {
             }
         }
     }
+}
+
+/// Per request, the values of input `name` (INT32), which `accumulate` sums.
+fn sums_of(specs: &[RequestSpec], name: &str) -> Result<Arc<[Vec<i64>]>, RunError> {
+    specs
+        .iter()
+        .map(|spec| match spec.inputs.iter().find(|(n, _)| n == name) {
+            Some((_, InputSource::Inline(t))) => Ok(t.to_i32().into_iter().map(i64::from).collect()),
+            _ => Err(RunError::bad_input(anyhow::anyhow!(
+                "not supported: --validate-outputs needs input '{name}' sent inline (not in shared memory)"
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Into::into)
+}
+
+/// `accumulate`'s answer: output `output` holds the running sum of the sequence so far.
+fn check_running_sum(output: &str, sum: Option<&[i64]>, answer: &InferResult) -> Result<(), String> {
+    let Some(want) = sum else { return Ok(()) };
+    let got = match answer.outputs.iter().find(|(n, _)| n == output) {
+        Some((_, t)) => t.to_i32(),
+        None => return Err(format!("Output doesn't match expected output: the answer has no output '{output}'")),
+    };
+    let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
+    if got != want {
+        return Err(format!(
+            "Output doesn't match expected output: output '{output}' is {got:?}, the sequence's running sum {want:?}"
+        ));
+    }
+    Ok(())
 }
 
 fn inline_inputs(spec: &RequestSpec) -> Vec<(String, Tensor)> {

@@ -127,6 +127,10 @@ pub struct Target<C: InferClient> {
     pub server_stats: bool,
     /// Checks every answer (`validation_data`); `None` sends without decoding answers.
     pub check: Option<ResponseCheck>,
+    /// A failed check ends the sweep (true), or is a failed request (`--validate-outputs`).
+    pub check_fatal: bool,
+    /// A sequence model: how requests form sequences.
+    pub sequences: Option<crate::load::SequenceSpec>,
 }
 
 /// One window as the progress display sees it.
@@ -188,6 +192,8 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             request_budget: None,
             max_in_flight: self.plan.max_in_flight,
             log_requests: self.plan.log_requests,
+            sequences: self.target.sequences.clone(),
+            check_fatal: self.target.check_fatal,
         }
     }
 
@@ -630,6 +636,8 @@ mod tests {
             version: String::new(),
             server_stats: true,
             check: None,
+            check_fatal: true,
+            sequences: None,
         }
     }
 
@@ -730,7 +738,7 @@ mod tests {
         let checked = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counter = checked.clone();
         let check: ResponseCheck =
-            Arc::new(move |_, _| match counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel) {
+            Arc::new(move |_, _, _| match counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel) {
                 n if n < 150 => Ok(()),
                 _ => Err("Output doesn't match expected output".into()),
             });

@@ -13,6 +13,7 @@ mod input;
 mod plan;
 mod profile;
 mod seed_tables;
+mod sequence;
 mod server_dropin;
 mod server_grpc;
 mod server_guard;
