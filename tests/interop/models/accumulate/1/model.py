@@ -10,12 +10,12 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy()
             corrid = pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy()
             key = int(corrid.flatten()[0])
             total = (0 if int(start.flatten()[0]) else self.sums.get(key, 0)) + int(x.flatten()[0])
             self.sums[key] = total
             out = np.full(x.shape, total, dtype=np.int32)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", out)]))
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
         return responses
