@@ -412,7 +412,7 @@ pub(super) fn execute_batch(
     }
     if succeeded > 0 {
         let real: usize = batch.iter().filter(|p| !p.filler).map(|p| p.request.batch_size).sum();
-        shared.stats.record_execution(real as u64, compute);
+        shared.stats.record_padded_execution(total as u64, real as u64, compute);
     }
     results.into_iter().map(|r| r.map(Answer::Single)).collect()
 }

@@ -14,7 +14,10 @@
 //!
 //! The control inputs (`control_input`: START, END, READY, CORRID) reach the model as extra
 //! input tensors after the config's inputs, in `control_input` order, each of per-item shape [1].
-//! Triton's error texts are kept; statistics are recorded by the shared execution path.
+//! Triton's error texts are kept. Statistics are recorded by the shared execution path, as
+//! Triton records them for a sequence model: `inference_count` and the request statistics count
+//! requests only, `batch_stats` the executed batch size, empty slots included; queue time runs
+//! from arrival to execution, backlog included.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -670,9 +673,11 @@ mod tests {
         assert_eq!(batch[4].to_i32(), [0, 2, 3]);
         assert_eq!(batch[4].shape, [3, 1]);
         assert_eq!(&batch[5].data[..], b"\x00\x00\x00\x00\x01\x00\x00\x002\x01\x00\x00\x003");
-        // Only real requests count.
+        // As in Triton: only requests count as inferences, batch_stats key the executed size.
         let snap = stats.snapshot("m", "1");
         assert_eq!((snap.inference_count, snap.execution_count), (3, 2));
+        let sizes: Vec<u64> = snap.batch_stats.iter().map(|b| b.batch_size).collect();
+        assert_eq!(sizes, [1, 3]);
         assert_eq!(snap.inference_stats.unwrap().success.unwrap().count, 3);
     }
 
