@@ -124,7 +124,11 @@ impl SequencePolicy {
                 }
                 (
                     false,
-                    (o.max_candidate_sequences.max(1) as usize).min(4096),
+                    // 0 (unset): as many candidates as a batch holds.
+                    match o.max_candidate_sequences {
+                        0 => max_batch,
+                        n => (n as usize).min(4096),
+                    },
                     preferred,
                     o.max_queue_delay_microseconds,
                 )
