@@ -533,10 +533,13 @@ fn instance_loop(shared: &Shared, sequencer: &Sequencer, instance: usize) {
             // Positions: direct batches hold one per slot up to the highest taken slot.
             let mut batch = Vec::new();
             let mut items = Vec::new();
-            let template = filler(shared, &taken[0].1.request, dequeued);
+            let direct = sequencer.policy.direct && batching;
+            // `taken` is in slot order here: a gap below the highest slot needs fillers.
+            let gaps = direct && taken.last().is_some_and(|(slot, _)| slot + 1 > taken.len());
+            let template = gaps.then(|| filler(shared, &taken[0].1.request, dequeued));
             let mut next_slot = 0;
             for (slot, p) in taken {
-                if sequencer.policy.direct && batching {
+                if let (true, Some(template)) = (direct, &template) {
                     while next_slot < slot {
                         batch.push(filler(shared, &template.request, dequeued));
                         items.push((false, false, false, None));
