@@ -32,14 +32,15 @@ sequence_batching {
 }
 "#;
 
-/// `accumulate` with a single direct slot and a short idle timeout.
+/// `accumulate` with a single direct slot and a 1 s idle timeout (long beside the gap between
+/// two requests of a client, short for a test to wait out).
 const ONE_SLOT: &str = r#"
 backend: "accumulate"
 max_batch_size: 1
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
-  max_sequence_idle_microseconds: 200000
+  max_sequence_idle_microseconds: 1000000
   control_input [
     { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
     { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
