@@ -20,8 +20,8 @@ use super::core::{InferenceServer, EXTENSIONS, SERVER_NAME, SERVER_VERSION};
 use super::error::{ServerError, ServerResult};
 use super::http::{blocking, no_repository_name};
 use super::infer::{
-    Answer, DecoupledResponses, InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput,
-    ShmRef,
+    Answer, CorrelationId, DecoupledResponses, InferRequest, InferResponse, InputData, InputTensor, OutputData,
+    RequestedOutput, SequenceFlags, ShmRef,
 };
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_server::{Health, HealthServer};
@@ -216,14 +216,39 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
             Ok(RequestedOutput { shm: shm_ref(&o.parameters, &o.name)?, name: o.name })
         })
         .collect::<ServerResult<Vec<_>>>()?;
+    let sequence = sequence_params(&request.parameters)?;
     Ok(InferRequest {
         model_name: request.model_name,
         model_version: request.model_version,
         id: request.id,
         inputs,
         outputs,
-        sequence: None,
+        sequence,
     })
+}
+
+/// The request's sequence parameters, as Triton reads them: `sequence_id` an int64_param (taken
+/// as its uint64 bits), a uint64_param or a string_param; `sequence_start` and `sequence_end`
+/// bool_params.
+fn sequence_params(params: &HashMap<String, InferParameter>) -> ServerResult<Option<SequenceFlags>> {
+    let id = match params.get("sequence_id").map(|p| &p.parameter_choice) {
+        None => None,
+        Some(Some(ParameterChoice::Int64Param(n))) => Some(CorrelationId::Number(*n as u64)),
+        Some(Some(ParameterChoice::Uint64Param(n))) => Some(CorrelationId::Number(*n)),
+        Some(Some(ParameterChoice::StringParam(s))) => Some(CorrelationId::Text(s.clone())),
+        Some(_) => {
+            return Err(ServerError::invalid(
+                "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+            ))
+        }
+    };
+    let flag = |key: &str| match params.get(key).map(|p| &p.parameter_choice) {
+        None => Ok(false),
+        Some(Some(ParameterChoice::BoolParam(b))) => Ok(*b),
+        Some(_) => Err(ServerError::invalid(format!("invalid value type for '{key}' parameter, expected bool_param."))),
+    };
+    let (start, end) = (flag("sequence_start")?, flag("sequence_end")?);
+    Ok(SequenceFlags::from_parts(id, start, end))
 }
 
 /// The core's response as a `ModelInferResponse`: data always in `raw_output_contents`.

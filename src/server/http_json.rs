@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::{ServerError, ServerResult};
-use super::infer::{InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, ShmRef};
+use super::infer::{
+    CorrelationId, InferRequest, InferResponse, InputData, InputTensor, OutputData, RequestedOutput, SequenceFlags,
+    ShmRef,
+};
 use crate::proto::inference::ModelConfig;
 use crate::tensor::{byte_size, element_count, DataType, JsonValuesError};
 
@@ -321,6 +324,7 @@ pub fn decode_request(
     if let Some(key) = parameters.keys().find(|k| k.starts_with("triton_")) {
         return Err(ServerError::invalid(format!("parameter keys starting with 'triton_' are reserved: '{key}'")));
     }
+    let sequence = sequence_params(&parameters)?;
 
     let mut inputs = Vec::with_capacity(parsed.inputs.len());
     for input in parsed.inputs {
@@ -401,7 +405,7 @@ pub fn decode_request(
         id: parsed.id,
         inputs,
         outputs,
-        sequence: None,
+        sequence,
     };
     Ok(DecodedRequest { request, formats })
 }
@@ -479,6 +483,28 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
 /// A JSON body that does not parse: a client error, named as Triton names it.
 pub fn bad_json(e: serde_json::Error) -> ServerError {
     ServerError::invalid(format!("failed to parse the request JSON buffer: {e}"))
+}
+
+/// The sequence parameters of the request header, as Triton reads them: `sequence_id` an unsigned
+/// integer or a string, `sequence_start` and `sequence_end` booleans.
+fn sequence_params(params: &Map<String, Value>) -> ServerResult<Option<SequenceFlags>> {
+    let id = match params.get("sequence_id") {
+        None => None,
+        Some(Value::String(s)) => Some(CorrelationId::Text(s.clone())),
+        Some(v) => Some(CorrelationId::Number(v.as_u64().ok_or_else(|| {
+            ServerError::invalid(format!(
+                "Unable to parse 'sequence_id': expected an unsigned integer or a string, got {v}"
+            ))
+        })?)),
+    };
+    let flag = |key: &str| match params.get(key) {
+        None => Ok(false),
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| ServerError::invalid(format!("Unable to parse '{key}': expected a boolean, got {v}"))),
+    };
+    let (start, end) = (flag("sequence_start")?, flag("sequence_end")?);
+    Ok(SequenceFlags::from_parts(id, start, end))
 }
 
 fn not_bool(key: &str) -> ServerError {

@@ -49,6 +49,30 @@ pub enum CorrelationId {
     Text(String),
 }
 
+impl CorrelationId {
+    /// False for 0 and "", which mean "no sequence".
+    pub fn in_sequence(&self) -> bool {
+        !matches!(self, CorrelationId::Number(0)) && !matches!(self, CorrelationId::Text(t) if t.is_empty())
+    }
+}
+
+impl std::fmt::Display for CorrelationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CorrelationId::Number(n) => write!(f, "{n}"),
+            CorrelationId::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+impl SequenceFlags {
+    /// The flags a request's parameters carry; `None` when `id` is absent, 0 or "" (Triton then
+    /// ignores the start and end flags too).
+    pub fn from_parts(id: Option<CorrelationId>, start: bool, end: bool) -> Option<SequenceFlags> {
+        id.filter(CorrelationId::in_sequence).map(|id| SequenceFlags { id, start, end })
+    }
+}
+
 /// A request's place in a stateful sequence: the `sequence_id`, `sequence_start` and
 /// `sequence_end` request parameters, as HTTP and gRPC (unary and streaming) carry them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,6 +191,8 @@ pub struct AdmittedRequest {
     pub outputs: Vec<OutputPlan>,
     /// When the server took the request in; `success.ns` counts from here.
     pub received: Instant,
+    /// The request's place in a sequence, for a model with `sequence_batching`.
+    pub sequence: Option<SequenceFlags>,
 }
 
 impl AdmittedRequest {
@@ -364,5 +390,6 @@ pub fn admit(
         inputs,
         outputs,
         received,
+        sequence: request.sequence,
     })
 }

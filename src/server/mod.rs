@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod models;
 pub mod repository;
 pub mod scheduler;
+pub mod sequence;
 pub mod serve;
 pub mod shm;
 pub mod stats;

@@ -24,6 +24,7 @@ pub const ZOO: &[(&str, &str)] = &[
     ("add_sub", include_str!("zoo/add_sub.pbtxt")),
     ("optional", include_str!("zoo/optional.pbtxt")),
     ("repeat", include_str!("zoo/repeat.pbtxt")),
+    ("accumulate", include_str!("zoo/accumulate.pbtxt")),
     ("delay", include_str!("zoo/delay.pbtxt")),
     ("bert", include_str!("zoo/bert.pbtxt")),
     ("wide_deep", include_str!("zoo/wide_deep.pbtxt")),
@@ -119,7 +120,7 @@ impl ModelRepository {
         }
         let model = models::build(&config)?;
         let stats = Arc::new(ModelStats::default());
-        let scheduler = Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config));
+        let scheduler = Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config))?;
         let loaded = Arc::new(LoadedModel { config, stats, scheduler });
         tracing::info!(model = name, "loaded");
         self.models.write().insert(name.to_string(), loaded);

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use super::error::{ServerError, ServerResult};
 use super::infer::{AdmittedRequest, Answer, DecoupledResponses, InferResponse, InputBytes, OutputData, OutputTensor};
 use super::models::{Model, ModelError};
+use super::sequence::{self, SequencePolicy, Sequencer};
 use super::stats::{ComputeTimes, ModelStats};
 use crate::proto::inference::{model_config::SchedulingChoice, ModelConfig};
 use crate::tensor::{DataType, Tensor};
@@ -94,11 +95,13 @@ pub fn decide(policy: &BatchPolicy, sizes: &[usize], can_grow: bool, oldest: Ins
     Decision::Execute(best)
 }
 
-struct Pending {
-    request: AdmittedRequest,
-    enqueued: Instant,
+pub(super) struct Pending {
+    pub(super) request: AdmittedRequest,
+    pub(super) enqueued: Instant,
     /// `None` for a request executed inline: its caller takes the result directly.
-    reply: Option<oneshot::Sender<ServerResult<Answer>>>,
+    pub(super) reply: Option<oneshot::Sender<ServerResult<Answer>>>,
+    /// An empty slot of a sequence batch (`sequence::`): executed, never answered or counted.
+    pub(super) filler: bool,
 }
 
 #[derive(Default)]
@@ -110,9 +113,9 @@ struct Queue {
     idle: usize,
 }
 
-struct Shared {
-    name: String,
-    config: ModelConfig,
+pub(super) struct Shared {
+    pub(super) name: String,
+    pub(super) config: ModelConfig,
     policy: BatchPolicy,
     /// `model_transaction_policy { decoupled: true }`: answers only over a stream.
     decoupled: bool,
@@ -151,11 +154,21 @@ impl Drop for InlineInstance<'_> {
 pub struct Scheduler {
     shared: Arc<Shared>,
     instances: Vec<std::thread::JoinHandle<()>>,
+    /// Set for a model with `sequence_batching`: it schedules instead of the queue above.
+    sequencer: Option<Arc<Sequencer>>,
 }
 
 impl Scheduler {
-    pub fn start(config: ModelConfig, model: Arc<dyn Model>, stats: Arc<ModelStats>, instances: usize) -> Self {
+    /// Starts the model's instances: the sequence batcher's for a model with
+    /// `sequence_batching` (a config it cannot serve is refused), the dynamic batcher's otherwise.
+    pub fn start(
+        config: ModelConfig,
+        model: Arc<dyn Model>,
+        stats: Arc<ModelStats>,
+        instances: usize,
+    ) -> ServerResult<Self> {
         let count = instances.max(1);
+        let sequence_policy = SequencePolicy::from_config(&config)?;
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             policy: BatchPolicy::from_config(&config),
@@ -167,6 +180,11 @@ impl Scheduler {
             queue: Mutex::new(Queue { idle: count, ..Queue::default() }),
             wake: Condvar::new(),
         });
+        if let Some(policy) = sequence_policy {
+            let sequencer = Arc::new(Sequencer::new(policy, count));
+            let instances = sequence::start_instances(&shared, &sequencer, count);
+            return Ok(Scheduler { shared, instances, sequencer: Some(sequencer) });
+        }
         let instances = (0..count)
             .map(|i| {
                 let shared = shared.clone();
@@ -176,7 +194,7 @@ impl Scheduler {
                     .expect("spawn model instance thread")
             })
             .collect();
-        Scheduler { shared, instances }
+        Ok(Scheduler { shared, instances, sequencer: None })
     }
 
     /// Queues an admitted request and waits for its response. When an instance is idle, nothing
@@ -185,6 +203,10 @@ impl Scheduler {
     /// waiting for its reply.
     pub async fn infer(&self, request: AdmittedRequest) -> ServerResult<Answer> {
         let shared = &*self.shared;
+        if let Some(sequencer) = &self.sequencer {
+            let rx = sequencer.enqueue(shared, request)?;
+            return rx.await.map_err(|_| ServerError::unavailable(format!("model '{}' was unloaded", shared.name)))?;
+        }
         let enqueued = Instant::now();
         let rx = {
             let mut q = shared.queue.lock();
@@ -195,12 +217,12 @@ impl Scheduler {
                 q.idle -= 1;
                 drop(q);
                 let _instance = InlineInstance(shared);
-                let pending = Pending { request, enqueued, reply: None };
+                let pending = Pending { request, enqueued, reply: None, filler: false };
                 let mut results = execute(shared, std::slice::from_ref(&pending), Instant::now());
                 return results.pop().expect("one result per request");
             }
             let (reply, rx) = oneshot::channel();
-            q.items.push_back(Pending { request, enqueued, reply: Some(reply) });
+            q.items.push_back(Pending { request, enqueued, reply: Some(reply), filler: false });
             rx
         };
         shared.wake.notify_one();
@@ -214,7 +236,10 @@ impl Scheduler {
 
     /// Requests waiting for an instance (for `nv_inference_pending_request_count`).
     pub fn pending(&self) -> usize {
-        self.shared.queue.lock().items.len()
+        match &self.sequencer {
+            Some(sequencer) => sequencer.pending(),
+            None => self.shared.queue.lock().items.len(),
+        }
     }
 }
 
@@ -229,6 +254,9 @@ impl Drop for Scheduler {
     fn drop(&mut self) {
         self.shared.queue.lock().stopped = true;
         self.shared.wake.notify_all();
+        if let Some(sequencer) = &self.sequencer {
+            sequencer.stop();
+        }
         for handle in self.instances.drain(..) {
             let _ = handle.join();
         }
@@ -308,14 +336,35 @@ fn mergeable(shared: &Shared) -> bool {
 
 /// Runs one batch and records its statistics; returns each request's answer, in order.
 fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerResult<Answer>> {
+    execute_batch(shared, batch, dequeued, &|| vec![])
+}
+
+/// [`execute`] with extra model inputs after the config's (a sequence batch's control tensors),
+/// built during compute_input. Fillers are executed but neither answered nor counted.
+pub(super) fn execute_batch(
+    shared: &Shared,
+    batch: &[Pending],
+    dequeued: Instant,
+    extra_inputs: &dyn Fn() -> Vec<Tensor>,
+) -> Vec<ServerResult<Answer>> {
     if shared.decoupled {
-        return batch.iter().map(|p| execute_decoupled(shared, p, dequeued)).collect();
+        // One request per execution: a filler has nothing to answer.
+        return batch
+            .iter()
+            .map(|p| match p.filler {
+                true => Err(ServerError::internal("an empty sequence slot has no answer")),
+                false => execute_decoupled(shared, p, dequeued),
+            })
+            .collect();
     }
     let total: usize = batch.iter().map(|p| p.request.batch_size).sum();
     let batching = shared.policy.max_batch_size > 0;
 
     let t_input = Instant::now();
-    let gathered = gather_inputs(&shared.config, batch, total, batching);
+    let gathered = gather_inputs(&shared.config, batch, total, batching).map(|mut inputs| {
+        inputs.extend(extra_inputs());
+        inputs
+    });
     let t_infer = Instant::now();
     let outputs = gathered.and_then(|inputs| {
         match std::panic::catch_unwind(AssertUnwindSafe(|| shared.model.execute(&inputs))) {
@@ -330,7 +379,7 @@ fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerR
         Ok(outputs) => outputs,
         Err(e) => {
             let done = Instant::now();
-            for p in batch {
+            for p in batch.iter().filter(|p| !p.filler) {
                 shared.stats.record_failure(done - p.request.received);
             }
             return batch.iter().map(|_| Err(e.clone())).collect();
@@ -351,7 +400,7 @@ fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerR
 
     let compute = ComputeTimes { input: t_infer - t_input, infer: t_output - t_infer, output: done - t_output };
     let mut succeeded = 0u64;
-    for (p, response) in batch.iter().zip(&results) {
+    for (p, response) in batch.iter().zip(&results).filter(|(p, _)| !p.filler) {
         let request_time = done - p.request.received;
         match response {
             Ok(_) => {
@@ -362,7 +411,8 @@ fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerR
         }
     }
     if succeeded > 0 {
-        shared.stats.record_execution(total as u64, compute);
+        let real: usize = batch.iter().filter(|p| !p.filler).map(|p| p.request.batch_size).sum();
+        shared.stats.record_padded_execution(total as u64, real as u64, compute);
     }
     results.into_iter().map(|r| r.map(Answer::Single)).collect()
 }
@@ -592,7 +642,7 @@ mod tests {
             most_running: Default::default(),
         });
         let stats = Arc::new(ModelStats::default());
-        (Scheduler::start(config, model.clone(), stats.clone(), 1), model, stats)
+        (Scheduler::start(config, model.clone(), stats.clone(), 1).unwrap(), model, stats)
     }
 
     fn request() -> AdmittedRequest {
@@ -604,6 +654,7 @@ mod tests {
             inputs: vec![AdmittedInput { shape: vec![1, 1], bytes: InputBytes::Raw(Bytes::from(vec![0u8; 4])) }],
             outputs: vec![OutputPlan { config_index: 0, shm: None }],
             received: Instant::now(),
+            sequence: None,
         }
     }
 

@@ -78,8 +78,15 @@ impl ModelStats {
 
     /// One successful batch execution of `batch_size` inferences.
     pub fn record_execution(&self, batch_size: u64, compute: ComputeTimes) {
+        self.record_padded_execution(batch_size, batch_size, compute);
+    }
+
+    /// One successful execution of `batch_size` items of which `inferences` are requests' (a
+    /// sequence batch pads empty slots): as in Triton, `inference_count` counts the requests'
+    /// items and `batch_stats` the executed batch size.
+    pub fn record_padded_execution(&self, batch_size: u64, inferences: u64, compute: ComputeTimes) {
         let mut s = self.inner.lock();
-        s.inference_count += batch_size;
+        s.inference_count += inferences;
         s.execution_count += 1;
         let entry = s.batches.entry(batch_size).or_default();
         entry[0].add(compute.input);

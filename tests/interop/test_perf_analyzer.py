@@ -12,7 +12,7 @@ import pytest
 
 import subprocess
 
-from peers import (DELAY_US, QUICK, TlsFiles, http_status, pa_bin, read_pa_csv, run_pa,
+from peers import (DELAY_US, HERE, QUICK, PeerRunError, TlsFiles, http_status, pa_bin, read_pa_csv, run_pa,
                    run_tool, start_perfbench)
 
 SERVER_STAGES = ["Server Queue", "Server Compute Input", "Server Compute Infer",
@@ -141,3 +141,54 @@ def test_ssl_flags_against_a_tls_server(tmp_path, protocol):
         assert http_status(ready, context=server.tls_context) == 200
     finally:
         server.stop()
+
+
+# --- stateful sequences (issue 15): the zoo's `accumulate` ----------------------------------
+
+DATA = HERE / "data"
+
+
+@pytest.fixture(scope="module")
+def perfbench_accumulate(tmp_path_factory):
+    """`perfbench serve` with the zoo's sequence model `accumulate` (running sum per sequence)."""
+    server = start_perfbench(tmp_path_factory.mktemp("accumulate"), ["accumulate"])
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_sequence_validation_data(perfbench_accumulate, tmp_path, protocol):
+    # perf_analyzer checks every response against the running sums of validation_data and
+    # exits non-zero on a mismatch during measurement. One load level per run: when a level ends
+    # mid-sequence, perf_analyzer 2.50 completes the sequence by jumping to the stream's last step
+    # (CompleteOngoingSequence) and compares in-flight answers with that step, whatever the
+    # server (Triton's answers trip it too). After the last level that only prints a mismatch and
+    # exits 0; between two levels it would fail the next one.
+    rows, _ = run_pa(
+        perfbench_accumulate, "accumulate", protocol, tmp_path / "pa.csv",
+        ["--input-data", str(DATA / "accumulate_seq_valid.json"), "--concurrency-range", "4",
+         *QUICK],
+    )
+    assert_measured(rows, [4])
+
+
+def test_sequence_wrong_validation_data_fails(perfbench_accumulate, tmp_path):
+    # The negative control: sums that ignore the sequence (no running total) must fail.
+    data = json.loads((DATA / "accumulate_seq_valid.json").read_text())
+    data["validation_data"] = [[{"OUTPUT0": step["INPUT0"]} for step in stream]
+                               for stream in data["data"]]
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(data))
+    with pytest.raises(PeerRunError) as err:
+        run_pa(perfbench_accumulate, "accumulate", "grpc", tmp_path / "pa.csv",
+               ["--input-data", str(wrong), *QUICK])
+    assert "Output doesn't match expected output" in str(err.value)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_sequence_length(perfbench_accumulate, tmp_path, protocol):
+    rows, _ = run_pa(
+        perfbench_accumulate, "accumulate", protocol, tmp_path / "pa.csv",
+        ["--sequence-length", "5", "--concurrency-range", "4", *QUICK],
+    )
+    assert_measured(rows, [4])

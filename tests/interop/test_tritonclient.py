@@ -343,3 +343,89 @@ def test_bad_request_is_a_clear_error_and_server_keeps_serving(perfbench_zoo, pr
     sent = np.ones((1, 4), np.float32)
     got = infer(client, protocol, "identity", {"INPUT0": sent}, ["OUTPUT0"])["OUTPUT0"]
     assert_same_bytes(got, sent)
+
+
+# --- stateful sequences (issue 15): the zoo's `accumulate`, a running sum per sequence -------
+
+# Interleaved sequences: (sequence id, values). Each test run uses its own ids.
+SEQUENCES = [[1, 2, 3, 4], [10, 20, 30], [-5, 7]]
+
+
+@pytest.fixture(scope="module")
+def perfbench_accumulate(tmp_path_factory):
+    """`perfbench serve` with the zoo's sequence model `accumulate`."""
+    server = start_perfbench(tmp_path_factory.mktemp("accumulate"), ["accumulate"])
+    yield server
+    server.stop()
+
+
+def interleaved(first_id):
+    """Round robin over SEQUENCES: (id, step, value, start, end, expected running sum)."""
+    steps, sums = [], [0] * len(SEQUENCES)
+    for step in range(max(map(len, SEQUENCES))):
+        for k, values in enumerate(SEQUENCES):
+            if step < len(values):
+                sums[k] += values[step]
+                steps.append((first_id + k, step, values[step], step == 0,
+                              step == len(values) - 1, sums[k]))
+    return steps
+
+
+def int32_input(mod, protocol, value, binary=True):
+    t = mod.InferInput("INPUT0", [1, 1], "INT32")
+    array = np.array([[value]], dtype=np.int32)
+    if protocol == "http":
+        t.set_data_from_numpy(array, binary_data=binary)
+    else:
+        t.set_data_from_numpy(array)
+    return t
+
+
+@pytest.mark.parametrize("protocol,binary", ENCODINGS, ids=ENCODING_IDS)
+def test_sequence_running_sums(perfbench_accumulate, protocol, binary):
+    client = client_for(perfbench_accumulate, protocol)
+    mod = module_for(protocol)
+    first_id = 1000 + 10 * ENCODINGS.index((protocol, binary))
+    for seq_id, step, value, start, end, expected in interleaved(first_id):
+        result = client.infer("accumulate", [int32_input(mod, protocol, value, binary)],
+                              sequence_id=seq_id, sequence_start=start, sequence_end=end)
+        got = result.as_numpy("OUTPUT0")
+        assert got.dtype == np.int32 and got.shape == (1, 1)
+        assert int(got[0][0]) == expected, (seq_id, step)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_sequence_refusals_and_the_server_keeps_serving(perfbench_accumulate, protocol):
+    client = client_for(perfbench_accumulate, protocol)
+    mod = module_for(protocol)
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("accumulate", [int32_input(mod, protocol, 1)], sequence_id=987654)
+    assert "must specify the START flag on the first request of the sequence" in str(err.value)
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("accumulate", [int32_input(mod, protocol, 1)])
+    assert "must specify a non-zero or non-empty correlation ID" in str(err.value)
+    result = client.infer("accumulate", [int32_input(mod, protocol, 5)], sequence_id=987654,
+                          sequence_start=True, sequence_end=True)
+    assert int(result.as_numpy("OUTPUT0")[0][0]) == 5
+
+
+def test_sequence_grpc_stream(perfbench_accumulate):
+    import queue
+
+    answers = queue.Queue()
+    client = grpcclient.InferenceServerClient(perfbench_accumulate.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    steps = interleaved(2000)
+    try:
+        for seq_id, step, value, start, end, _ in steps:
+            client.async_stream_infer("accumulate", [int32_input(grpcclient, "grpc", value)],
+                                      request_id=f"{seq_id}:{step}", sequence_id=seq_id,
+                                      sequence_start=start, sequence_end=end)
+        got = {}
+        for _ in steps:
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            got[result.get_response().id] = int(result.as_numpy("OUTPUT0")[0][0])
+    finally:
+        client.stop_stream()
+    assert got == {f"{seq_id}:{step}": expected for seq_id, step, _, _, _, expected in steps}

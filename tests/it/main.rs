@@ -18,5 +18,6 @@ mod server_dropin;
 mod server_grpc;
 mod server_guard;
 mod server_http;
+mod server_sequence;
 mod server_tls;
 mod sweep;

@@ -6,7 +6,8 @@ use crate::proto::inference::ModelConfig;
 use crate::server::error::{ServerError, ServerResult};
 use crate::tensor::Tensor;
 
-pub struct IdentityModel;
+/// Holds its output count: a sequence model's control inputs follow the config's inputs.
+pub struct IdentityModel(usize);
 
 impl IdentityModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
@@ -24,14 +25,14 @@ impl IdentityModel {
                 )));
             }
         }
-        Ok(IdentityModel)
+        Ok(IdentityModel(config.output.len()))
     }
 }
 
 impl Model for IdentityModel {
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
         // `Bytes` clones share the buffer: the output is the input, with no copy.
-        Ok(inputs.to_vec())
+        Ok(inputs[..self.0.min(inputs.len())].to_vec())
     }
 
     fn runs_inline(&self) -> bool {

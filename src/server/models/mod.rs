@@ -9,6 +9,7 @@ use super::error::{ServerError, ServerResult};
 use crate::proto::inference::ModelConfig;
 use crate::tensor::Tensor;
 
+mod accumulate;
 mod arith;
 mod bert;
 mod delay;
@@ -19,6 +20,7 @@ mod repeat;
 mod signature;
 mod wide_deep;
 
+pub use accumulate::AccumulateModel;
 pub use arith::{AddOptionalModel, AddSubModel};
 pub use bert::BertModel;
 pub use delay::DelayModel;
@@ -100,10 +102,11 @@ pub enum ModelKind {
     AddSub,
     AddOptional,
     Repeat,
+    Accumulate,
 }
 
 impl ModelKind {
-    pub const ALL: [ModelKind; 8] = [
+    pub const ALL: [ModelKind; 9] = [
         ModelKind::Identity,
         ModelKind::Delay,
         ModelKind::Bert,
@@ -112,6 +115,7 @@ impl ModelKind {
         ModelKind::AddSub,
         ModelKind::AddOptional,
         ModelKind::Repeat,
+        ModelKind::Accumulate,
     ];
 
     /// The `backend` string of the config.
@@ -125,6 +129,7 @@ impl ModelKind {
             ModelKind::AddSub => "add_sub",
             ModelKind::AddOptional => "add_optional",
             ModelKind::Repeat => "repeat",
+            ModelKind::Accumulate => "accumulate",
         }
     }
 
@@ -152,6 +157,7 @@ pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
         ModelKind::AddSub => Arc::new(AddSubModel::new(config)?),
         ModelKind::AddOptional => Arc::new(AddOptionalModel::new(config)?),
         ModelKind::Repeat => Arc::new(RepeatModel::new(config)?),
+        ModelKind::Accumulate => Arc::new(AccumulateModel::new(config)?),
     };
     Ok(model)
 }
