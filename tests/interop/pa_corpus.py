@@ -53,7 +53,7 @@ LINE_TIMEOUT_S = 30
 STAGE_BUDGET_S = 1200
 
 # The zoo models the serve stage loads (the same names and signatures as tests/interop/models).
-ZOO_MODELS = ["identity", "identity_bytes", "identity_fp16", "identity_nobatch", "var_shape", "add_sub",
+ZOO_MODELS = ["identity", "identity_bytes", "identity_fp16", "identity_nobatch", "var_shape", "add_sub", "accumulate",
               "optional", "repeat"]
 
 NOISE = ("stable measurement", "no valid requests recorded")

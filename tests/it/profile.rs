@@ -460,3 +460,15 @@ fn perf_analyzer_spellings_verbose_passes_and_legacy_t() {
     assert!(line.contains(" infer/sec. Avg latency: ") && line.ends_with(" usec). "), "{line}");
     assert_eq!(text.matches("Request concurrency: 2").count(), 1, "{text}");
 }
+
+/// perf_analyzer 2.50 checks a decoupled model's validation_data against the empty final
+/// response, so it always fails there; perfbench gives the same verdict in the same words.
+#[test]
+fn validation_data_on_a_decoupled_model_fails_as_perf_analyzer_does() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/data/repeat_valid.json");
+    assert_fails(
+        &["profile", "-m", "repeat", "-i", "grpc", "--streaming", "--input-data", data, "-p", "200"],
+        2,
+        "Output size doesn't match expected size",
+    );
+}
