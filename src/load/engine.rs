@@ -310,8 +310,8 @@ impl RunningLoad {
     pub fn take_window(&self) -> WindowRecorder {
         let mut merged = WindowRecorder::default();
         for shard in &self.shared.recorders {
-            // Merged and emptied in place (the workers wait that long): swapping in a fresh
-            // recorder allocated a new histogram per shard per window.
+            // Merged and emptied in place (the workers wait that long), rather than swapped for a
+            // fresh recorder, which allocated a new histogram per shard per window.
             let mut shard = shard.lock();
             merged.merge(&shard);
             shard.clear();
