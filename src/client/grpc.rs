@@ -346,17 +346,13 @@ impl InferClient for GrpcClient {
     ///   decoded and turned into outputs. HTTP/2 framing runs in tonic's connection task and is
     ///   not separable, so it counts as network + server time;
     /// - `total`: from the call to the end of `recv`.
-    async fn infer(&self, request: &GrpcRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
-        self.exchange(request, Bytes::new(), keep_outputs).await
-    }
-
-    async fn infer_in_sequence(
+    async fn infer_step(
         &self,
         request: &GrpcRequest,
-        sequence: &SequenceFlags,
+        sequence: Option<&SequenceFlags>,
         keep_outputs: bool,
     ) -> (ClientResult<InferResult>, RequestTiming) {
-        self.exchange(request, sequence_parameters(sequence), keep_outputs).await
+        self.exchange(request, sequence.map_or_else(Bytes::new, sequence_parameters), keep_outputs).await
     }
 
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
@@ -389,7 +385,7 @@ impl InferClient for GrpcClient {
 
 impl GrpcClient {
     /// One inference call (unary, or on a stream with `--streaming`) of the prepared bytes
-    /// followed by `tail`; see [`InferClient::infer`] for what the timing covers.
+    /// followed by `tail`; see [`InferClient::infer_step`] for what the timing covers.
     async fn exchange(
         &self,
         request: &GrpcRequest,

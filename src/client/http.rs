@@ -580,17 +580,13 @@ impl InferClient for HttpClient {
     ///   response decoded (JSON header parsed, binary outputs sliced). hyper does not expose
     ///   the first response byte separately from the parsed headers, so server time ends there;
     /// - `total`: from the call to the end of `recv`.
-    async fn infer(&self, request: &HttpRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
-        self.exchange(request, None, keep_outputs).await
-    }
-
-    async fn infer_in_sequence(
+    async fn infer_step(
         &self,
         request: &HttpRequest,
-        sequence: &SequenceFlags,
+        sequence: Option<&SequenceFlags>,
         keep_outputs: bool,
     ) -> (ClientResult<InferResult>, RequestTiming) {
-        self.exchange(request, Some(sequence), keep_outputs).await
+        self.exchange(request, sequence, keep_outputs).await
     }
 
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
@@ -637,7 +633,7 @@ impl InferClient for HttpClient {
 }
 
 impl HttpClient {
-    /// One inference exchange; see [`InferClient::infer`] for what the timing covers.
+    /// One inference exchange; see [`InferClient::infer_step`] for what the timing covers.
     async fn exchange(
         &self,
         request: &HttpRequest,

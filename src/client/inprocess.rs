@@ -108,17 +108,13 @@ impl InferClient for InProcessClient {
     /// Timing: `send` is cloning the prepared request (reference-counted bytes, no copy) up to
     /// the call into the server; `recv` is turning the server's response into an [`InferResult`]
     /// (zero when outputs are not kept). There is no wire, so both are tiny by design.
-    async fn infer(&self, request: &InferRequest, keep_outputs: bool) -> (ClientResult<InferResult>, RequestTiming) {
-        self.call(request, None, keep_outputs).await
-    }
-
-    async fn infer_in_sequence(
+    async fn infer_step(
         &self,
         request: &InferRequest,
-        sequence: &SequenceFlags,
+        sequence: Option<&SequenceFlags>,
         keep_outputs: bool,
     ) -> (ClientResult<InferResult>, RequestTiming) {
-        self.call(request, Some(sequence), keep_outputs).await
+        self.call(request, sequence, keep_outputs).await
     }
 
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {

@@ -173,21 +173,24 @@ pub trait InferClient: Send + Sync + 'static {
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<Self::Prepared>;
     /// Sends one request and waits for its response. `keep_outputs` asks for decoded outputs
-    /// (tests, validation); the load loop passes false and only times the exchange.
+    /// (tests, validation); the load loop passes false and only times the exchange. With a
+    /// `sequence`, the request is one step of a stateful sequence and also carries
+    /// `sequence_id`, `sequence_start` and `sequence_end` (as perf_analyzer sends them): only
+    /// those parameters are encoded per call, the prepared body is reused as it is.
+    fn infer_step(
+        &self,
+        request: &Self::Prepared,
+        sequence: Option<&SequenceFlags>,
+        keep_outputs: bool,
+    ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send;
+    /// [`infer_step`](Self::infer_step) outside any sequence.
     fn infer(
         &self,
         request: &Self::Prepared,
         keep_outputs: bool,
-    ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send;
-    /// [`infer`](Self::infer) as one step of a stateful sequence: the request also carries
-    /// `sequence_id`, `sequence_start` and `sequence_end` (as perf_analyzer sends them). Only
-    /// those parameters are encoded per call; the prepared body is reused as it is.
-    fn infer_in_sequence(
-        &self,
-        request: &Self::Prepared,
-        sequence: &SequenceFlags,
-        keep_outputs: bool,
-    ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send;
+    ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send {
+        self.infer_step(request, None, keep_outputs)
+    }
 
     fn register_system_shm(
         &self,

@@ -155,10 +155,7 @@ impl Shared {
         let sent = Instant::now();
         // Outputs are decoded only for the profile export and validation, as perf_analyzer does.
         let keep = self.log_requests || self.check.is_some();
-        let (mut result, timing) = match &sequence {
-            None => client.infer(request, keep).await,
-            Some(s) => client.infer_in_sequence(request, &s.flags, keep).await,
-        };
+        let (mut result, timing) = client.infer_step(request, sequence.as_ref().map(|s| &s.flags), keep).await;
         let done = Instant::now();
         let mut failed_check = false;
         if let (Some(check), Ok(answer)) = (&self.check, &result) {
@@ -203,7 +200,7 @@ impl Shared {
         if self.fatal.lock().is_some() {
             return;
         }
-        let _ = client.infer_in_sequence(&steps[last.step], &last.flags, false).await;
+        let _ = client.infer_step(&steps[last.step], Some(&last.flags), false).await;
     }
 }
 

@@ -87,15 +87,15 @@ impl InferClient for FakeClient {
     fn prepare(&self, _: &RequestSpec) -> ClientResult<()> {
         Ok(())
     }
-    async fn infer(&self, _: &(), _: bool) -> (ClientResult<InferResult>, RequestTiming) {
-        self.serve().await
-    }
-    async fn infer_in_sequence(
+    async fn infer_step(
         &self,
         _: &(),
-        sequence: &SequenceFlags,
+        sequence: Option<&SequenceFlags>,
         _: bool,
     ) -> (ClientResult<InferResult>, RequestTiming) {
+        let Some(sequence) = sequence else {
+            return self.serve().await;
+        };
         let CorrelationId::Number(id) = sequence.id else { panic!("the load sends numeric sequence ids") };
         self.sequence_log.lock().push((id, sequence.start, sequence.end));
         if !self.sequence_busy.lock().insert(id) {

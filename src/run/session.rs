@@ -249,10 +249,7 @@ impl<C: InferClient> Session<C> {
     ) -> Result<crate::client::InferResult, RunError> {
         tracing::debug!("probe request sent");
         let answer = within_stall_timeout("the first request", async {
-            match sequence {
-                None => self.client.infer(request, true).await.0,
-                Some(flags) => self.client.infer_in_sequence(request, flags, true).await.0,
-            }
+            self.client.infer_step(request, sequence, true).await.0
         })
         .await;
         tracing::debug!(ok = answer.is_ok(), "probe answered");
