@@ -41,8 +41,20 @@ pub struct WindowRecorder {
 
 impl Default for WindowRecorder {
     fn default() -> Self {
+        let latency_us = Histogram::new_with_bounds(1, MAX_LATENCY_US, SIGFIG).expect("static histogram bounds");
+        WindowRecorder::around(latency_us, Vec::new())
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl WindowRecorder {
+    /// Zero counters around an (empty) histogram and log.
+    fn around(latency_us: Histogram<u64>, log: Vec<RequestRecord>) -> Self {
         WindowRecorder {
-            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, SIGFIG).expect("static histogram bounds"),
+            latency_us,
             ok: 0,
             failed: 0,
             late: 0,
@@ -52,54 +64,22 @@ impl Default for WindowRecorder {
             recv_ns_sum: 0,
             exchange_ns_sum: 0,
             first_error: None,
-            log: Vec::new(),
+            log,
             sequences: 0,
             sequence_steps: 0,
         }
     }
-}
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl WindowRecorder {
     /// Empties the recorder for the next window, keeping the memory of its histogram (about
-    /// 188 KB) and log, so a window boundary allocates nothing per worker. Destructured, so a
-    /// new field cannot be forgotten here.
+    /// 188 KB) and log, so a window boundary allocates no histogram per worker.
     pub fn clear(&mut self) {
-        let WindowRecorder {
-            latency_us,
-            ok,
-            failed,
-            late,
-            missed,
-            latency_ns_sum,
-            send_ns_sum,
-            recv_ns_sum,
-            exchange_ns_sum,
-            first_error,
-            log,
-            sequences,
-            sequence_steps,
-        } = self;
+        // A one-digit auto-sized histogram holds the place for a moment (a few hundred bytes).
+        let placeholder = Histogram::new(1).expect("one significant digit");
+        let mut latency_us = std::mem::replace(&mut self.latency_us, placeholder);
         latency_us.reset();
+        let mut log = std::mem::take(&mut self.log);
         log.clear();
-        *first_error = None;
-        for counter in [
-            ok,
-            failed,
-            late,
-            missed,
-            latency_ns_sum,
-            send_ns_sum,
-            recv_ns_sum,
-            exchange_ns_sum,
-            sequences,
-            sequence_steps,
-        ] {
-            *counter = 0;
-        }
+        *self = WindowRecorder::around(latency_us, log);
     }
 
     pub fn record_ok(&mut self, latency: Duration, timing: RequestTiming) {
