@@ -19,6 +19,16 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).trim().to_string()
 }
 
+/// Asserts a failed run: exit `code`, one line on stderr containing `needle`.
+pub fn assert_fails(args: &[&str], code: i32, needle: &str) {
+    let out = perfbench(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(code), "perfbench {args:?}\nstderr: {err}");
+    assert_eq!(err.lines().count(), 1, "perfbench {args:?}: one line expected, got:\n{err}");
+    assert!(err.contains(needle), "perfbench {args:?}: expected '{needle}' in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }

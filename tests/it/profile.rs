@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::common::{perfbench, stderr};
+use crate::common::{assert_fails, perfbench, stderr};
 use perfbench::results::{LoadPoint, ReportRow};
 
 /// Runs `perfbench profile` with `args` and short count windows of `requests` requests (stable
@@ -22,16 +22,6 @@ fn profile_to_csv(args: &[&str], requests: &str, csv: &Path) -> Output {
 /// Asserts a failed run: exit 2, one line on stderr containing `needle`.
 fn assert_bad_input(args: &[&str], needle: &str) {
     assert_fails(args, 2, needle);
-}
-
-/// Asserts a failed run: exit `code`, one line on stderr containing `needle`.
-fn assert_fails(args: &[&str], code: i32, needle: &str) {
-    let out = perfbench(args);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(code), "perfbench {args:?}\nstderr: {err}");
-    assert_eq!(err.lines().count(), 1, "perfbench {args:?}: one line expected, got:\n{err}");
-    assert!(err.contains(needle), "perfbench {args:?}: expected '{needle}' in: {err}");
-    assert!(!err.contains("panicked"), "{err}");
 }
 
 /// A model repository with `delay` models of known compute time.
