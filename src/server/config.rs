@@ -97,7 +97,8 @@ pub fn parse_json(text: &str, name: &str) -> ServerResult<ModelConfig> {
 /// Fills in what Triton fills in, and rejects what cannot be served.
 fn complete(config: &mut ModelConfig) -> ServerResult<()> {
     let name = config.name.clone();
-    if config.backend.is_empty() {
+    let ensemble = config.platform == "ensemble";
+    if config.backend.is_empty() && !ensemble {
         return Err(ServerError::invalid(format!("model '{name}': config needs a backend (the model kind)")));
     }
     if config.max_batch_size < 0 {
@@ -121,7 +122,8 @@ fn complete(config: &mut ModelConfig) -> ServerResult<()> {
             "model '{name}': more than {MAX_INSTANCES} instances in instance_group (one thread each)"
         )));
     }
-    if config.instance_group.is_empty() {
+    // An ensemble has no instances of its own, as in Triton.
+    if config.instance_group.is_empty() && !ensemble {
         config.instance_group.push(ModelInstanceGroup { count: 1, ..Default::default() });
     }
     for (i, group) in config.instance_group.iter_mut().enumerate() {

@@ -10,8 +10,9 @@ use super::config;
 use super::error::{ServerError, ServerResult};
 use super::infer::{admit, Answer, InferRequest, InferResponse, Limits};
 use super::listen::TlsFiles;
-use super::repository::{IndexEntry, LoadedModel, ModelRepository, MODEL_VERSION};
+use super::repository::{IndexEntry, LoadedModel, ModelRepository, Runner, MODEL_VERSION};
 use super::shm::SharedMemoryManager;
+use super::stats::ModelStats;
 use super::trace::TraceSettings;
 use crate::proto::inference::{
     model_metadata_response::TensorMetadata, ModelConfig, ModelMetadataResponse, ModelStatistics,
@@ -126,7 +127,7 @@ impl InferenceServer {
         Ok(ModelMetadataResponse {
             name: c.name.clone(),
             versions: vec![MODEL_VERSION.to_string()],
-            platform: c.backend.clone(),
+            platform: if c.backend.is_empty() { c.platform.clone() } else { c.backend.clone() },
             inputs: c.input.iter().map(|i| tensor(&i.name, i.data_type, &i.dims)).collect(),
             outputs: c.output.iter().map(|o| tensor(&o.name, o.data_type, &o.dims)).collect(),
         })
@@ -153,7 +154,7 @@ impl InferenceServer {
     /// [`infer`](Self::infer) on the model the request names, already looked up by the caller
     /// (the HTTP front end needs its config to decode the body), within `request_timeout`.
     pub async fn infer_on(&self, model: &LoadedModel, request: InferRequest) -> ServerResult<InferResponse> {
-        if model.scheduler.decoupled() {
+        if model.decoupled() {
             return Err(ServerError::unsupported(DECOUPLED_UNARY));
         }
         match self.answer(model, request).await? {
@@ -172,15 +173,43 @@ impl InferenceServer {
         let received = Instant::now();
         let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
         let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, &limits, received)?;
-        let Some(limit) = self.options.request_timeout else {
-            return model.scheduler.infer(admitted).await;
+        let run = async {
+            match &model.runner {
+                Runner::Scheduler(scheduler) => scheduler.infer(admitted).await,
+                Runner::Ensemble(ensemble) => ensemble
+                    .run(admitted, &model.stats, |step, context| self.step(step, context))
+                    .await
+                    .map(Answer::Single),
+            }
         };
-        tokio::time::timeout(limit, model.scheduler.infer(admitted)).await.unwrap_or_else(|_| {
+        let Some(limit) = self.options.request_timeout else {
+            return run.await;
+        };
+        tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
             Err(ServerError::timeout(format!(
                 "inference on '{}' did not finish within the server's request timeout of {limit:?}",
                 model.config.name
             )))
         })
+    }
+
+    /// One step of an ensemble on its composing model's scheduler, its statistics also recorded
+    /// into the ensemble request's `context`.
+    async fn step(&self, request: InferRequest, context: Arc<ModelStats>) -> ServerResult<InferResponse> {
+        let model = self.repository.get(&request.model_name, &request.model_version)?;
+        let Runner::Scheduler(scheduler) = &model.runner else {
+            return Err(ServerError::invalid(format!("model '{}' is an ensemble, not a step", model.config.name)));
+        };
+        let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
+        let mut admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, &limits, Instant::now())?;
+        admitted.also_record = Some(context);
+        match scheduler.infer(admitted).await? {
+            Answer::Single(response) => Ok(response),
+            Answer::Decoupled(_) => Err(ServerError::unsupported(format!(
+                "model '{}' is decoupled: it cannot be an ensemble step",
+                model.config.name
+            ))),
+        }
     }
 
     /// Statistics of one model (all its versions) or, with an empty name, of every model.

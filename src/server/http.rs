@@ -289,7 +289,7 @@ async fn run_infer(
         })?),
     };
     let model = core.repository.get(name, version)?;
-    if model.scheduler.decoupled() {
+    if model.decoupled() {
         return Err(ServerError::unsupported(crate::server::core::DECOUPLED_HTTP));
     }
     let decoded = decode_request(&model.config, version, body, header_len)?;

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::error::{ServerError, ServerResult};
 use super::shm::{Region, SharedMemoryManager};
+use super::stats::ModelStats;
 use crate::proto::inference::ModelConfig;
 use crate::tensor::{bytes_tensor_is_valid, element_count, shape_matches, DataType};
 
@@ -181,6 +182,25 @@ pub struct OutputPlan {
     pub shm: Option<(Arc<Region>, u64, u64)>,
 }
 
+impl OutputPlan {
+    /// compute_output's last stage: the output's bytes for the response, or written into the
+    /// requested shared-memory region.
+    pub fn place(&self, name: &str, data: Bytes) -> ServerResult<OutputData> {
+        let Some((region, region_offset, byte_size)) = &self.shm else {
+            return Ok(OutputData::Raw(data));
+        };
+        if data.len() as u64 > *byte_size {
+            // The client sized the region: its mistake, as Triton reports it (INVALID_ARG).
+            return Err(ServerError::invalid(format!(
+                "shared memory size specified with the request for output '{name}' ({byte_size} bytes) should be at least {} bytes to hold the results",
+                data.len()
+            )));
+        }
+        region.write(*region_offset, &data)?;
+        Ok(OutputData::InShm)
+    }
+}
+
 /// A request that passed every check and is ready to queue.
 pub struct AdmittedRequest {
     pub id: String,
@@ -193,6 +213,9 @@ pub struct AdmittedRequest {
     pub received: Instant,
     /// The request's place in a sequence, for a model with `sequence_batching`.
     pub sequence: Option<SequenceFlags>,
+    /// A step of an ensemble: its statistics are also recorded here, the ensemble request's
+    /// context (Triton's secondary statistics aggregator).
+    pub also_record: Option<Arc<ModelStats>>,
 }
 
 impl AdmittedRequest {
@@ -391,5 +414,6 @@ pub fn admit(
         outputs,
         received,
         sequence: request.sequence,
+        also_record: None,
     })
 }

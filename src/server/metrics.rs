@@ -191,7 +191,7 @@ pub fn render(state: &MetricsState) -> String {
                 "Instantaneous number of pending requests awaiting execution per-model.",
                 "gauge",
             ),
-            |m, _| m.scheduler.pending() as f64,
+            |m, _| m.pending() as f64,
         ),
     ];
     for (f, value) in &per_model {

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod config;
 pub mod core;
+pub mod ensemble;
 pub mod error;
 pub mod grpc;
 pub mod http;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use super::config;
+use super::ensemble::{self, Ensemble};
 use super::error::{ServerError, ServerResult};
 use super::models;
 use super::scheduler::Scheduler;
@@ -38,7 +39,30 @@ pub const MODEL_VERSION: &str = "1";
 pub struct LoadedModel {
     pub config: ModelConfig,
     pub stats: Arc<ModelStats>,
-    pub scheduler: Scheduler,
+    pub runner: Runner,
+}
+
+/// What runs a model's requests.
+pub enum Runner {
+    /// A bundled model behind its batcher and instances.
+    Scheduler(Scheduler),
+    /// An ensemble: its steps run on the composing models' own runners.
+    Ensemble(Ensemble),
+}
+
+impl LoadedModel {
+    /// Whether the model is decoupled (only a stream carries its answers).
+    pub fn decoupled(&self) -> bool {
+        matches!(&self.runner, Runner::Scheduler(s) if s.decoupled())
+    }
+
+    /// Requests waiting for an instance; an ensemble's wait in its composing models.
+    pub fn pending(&self) -> usize {
+        match &self.runner {
+            Runner::Scheduler(s) => s.pending(),
+            Runner::Ensemble(_) => 0,
+        }
+    }
 }
 
 /// One entry of the repository index.
@@ -70,6 +94,10 @@ impl ModelRepository {
         }
         let names = if only.is_empty() { available } else { only.to_vec() };
         for name in names {
+            // An ensemble loaded earlier may have loaded this one as its dependency.
+            if repo.models.read().contains_key(&name) {
+                continue;
+            }
             repo.load(&name, None)?;
         }
         Ok(repo)
@@ -118,13 +146,52 @@ impl ModelRepository {
         if config.name != name {
             return Err(ServerError::invalid(format!("model '{name}': config names the model '{}'", config.name)));
         }
-        let model = models::build(&config)?;
         let stats = Arc::new(ModelStats::default());
-        let scheduler = Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config))?;
-        let loaded = Arc::new(LoadedModel { config, stats, scheduler });
+        let runner = if ensemble::is_ensemble(&config) {
+            Runner::Ensemble(self.ensemble(&config)?)
+        } else {
+            let model = models::build(&config)?;
+            Runner::Scheduler(Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config))?)
+        };
+        let loaded = Arc::new(LoadedModel { config, stats, runner });
         tracing::info!(model = name, "loaded");
         self.models.write().insert(name.to_string(), loaded);
         Ok(())
+    }
+
+    /// Checks an ensemble's graph and its composing models, loading those that the source holds
+    /// but are not loaded yet (as Triton loads an ensemble's dependencies).
+    fn ensemble(&self, config: &ModelConfig) -> ServerResult<Ensemble> {
+        let ensemble = Ensemble::new(config)?;
+        for model in ensemble.composing_models() {
+            let loaded = self.models.read().get(model).cloned();
+            let loaded = match loaded {
+                Some(m) => m,
+                None => {
+                    if !self.available()?.iter().any(|n| n == model) {
+                        return Err(ServerError::invalid(format!(
+                            "ensemble '{}': composing model '{model}' is not in the repository",
+                            config.name
+                        )));
+                    }
+                    if ensemble::is_ensemble(&config::parse_pbtxt(&self.config_text(model)?, model)?) {
+                        return Err(ServerError::invalid(format!(
+                            "ensemble '{}': composing model '{model}' is an ensemble; nested ensembles are not supported",
+                            config.name
+                        )));
+                    }
+                    self.load(model, None).map_err(|e| {
+                        ServerError::invalid(format!(
+                            "ensemble '{}': composing model '{model}' failed to load: {}",
+                            config.name, e.message
+                        ))
+                    })?;
+                    self.get(model, "")?
+                }
+            };
+            ensemble.check_composing(&loaded.config)?;
+        }
+        Ok(ensemble)
     }
 
     /// Loads (or reloads) a model defined by config.pbtxt text that is not in the source, e.g.

@@ -20,7 +20,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 
 use super::error::{ServerError, ServerResult};
-use super::infer::{AdmittedRequest, Answer, DecoupledResponses, InferResponse, InputBytes, OutputData, OutputTensor};
+use super::infer::{AdmittedRequest, Answer, DecoupledResponses, InferResponse, InputBytes, OutputTensor};
 use super::models::{Model, ModelError};
 use super::sequence::{self, SequencePolicy, Sequencer};
 use super::stats::{ComputeTimes, ModelStats};
@@ -405,7 +405,7 @@ pub(super) fn execute_batch(
         match response {
             Ok(_) => {
                 succeeded += p.request.batch_size as u64;
-                shared.stats.record_success(request_time, dequeued - p.enqueued, compute);
+                record_success(shared, &p.request, request_time, dequeued - p.enqueued, compute);
             }
             Err(_) => shared.stats.record_failure(request_time),
         }
@@ -415,6 +415,14 @@ pub(super) fn execute_batch(
         shared.stats.record_padded_execution(total as u64, real as u64, compute);
     }
     results.into_iter().map(|r| r.map(Answer::Single)).collect()
+}
+
+/// A request's success, in its model's statistics and, for an ensemble's step, its context's.
+fn record_success(shared: &Shared, request: &AdmittedRequest, total: Duration, queue: Duration, compute: ComputeTimes) {
+    shared.stats.record_success(total, queue, compute);
+    if let Some(context) = &request.also_record {
+        context.record_success(total, queue, compute);
+    }
 }
 
 fn check_output_count<T>(shared: &Shared, outputs: Vec<T>) -> ServerResult<Vec<T>> {
@@ -473,7 +481,7 @@ fn execute_decoupled(shared: &Shared, p: &Pending, dequeued: Instant) -> ServerR
     let compute = ComputeTimes { input: t_infer - t_input, infer: t_output - t_infer, output: done - t_output };
     match &answer {
         Ok(_) => {
-            shared.stats.record_success(done - p.request.received, dequeued - p.enqueued, compute);
+            record_success(shared, &p.request, done - p.request.received, dequeued - p.enqueued, compute);
             shared.stats.record_execution(n as u64, compute);
         }
         Err(_) => shared.stats.record_failure(done - p.request.received),
@@ -530,21 +538,7 @@ fn scatter(
         } else {
             (tensor.shape.clone(), tensor.data.clone())
         };
-        let data = match &plan.shm {
-            None => OutputData::Raw(data),
-            Some((region, region_offset, byte_size)) => {
-                if data.len() as u64 > *byte_size {
-                    // The client sized the region: its mistake, as Triton reports it (INVALID_ARG).
-                    return Err(ServerError::invalid(format!(
-                        "shared memory size specified with the request for output '{}' ({byte_size} bytes) should be at least {} bytes to hold the results",
-                        spec.name,
-                        data.len()
-                    )));
-                }
-                region.write(*region_offset, &data)?;
-                OutputData::InShm
-            }
-        };
+        let data = plan.place(&spec.name, data)?;
         result.push(OutputTensor { name: spec.name.clone(), datatype: tensor.dtype, shape, data });
     }
     Ok(InferResponse {
@@ -655,6 +649,7 @@ mod tests {
             outputs: vec![OutputPlan { config_index: 0, shm: None }],
             received: Instant::now(),
             sequence: None,
+            also_record: None,
         }
     }
 

@@ -479,6 +479,7 @@ fn filler(shared: &Shared, template: &AdmittedRequest, now: Instant) -> Pending 
         outputs: vec![],
         received: now,
         sequence: None,
+        also_record: None,
     };
     Pending { request, enqueued: now, reply: None, filler: true }
 }
@@ -633,6 +634,7 @@ mod tests {
             outputs: vec![OutputPlan { config_index: 0, shm: None }],
             received: Instant::now(),
             sequence: Some(SequenceFlags { id: CorrelationId::Number(id), start, end }),
+            also_record: None,
         }
     }
 

@@ -94,6 +94,17 @@ impl ModelStats {
         entry[2].add(compute.output);
     }
 
+    /// The compute times of every successful request so far, summed (an ensemble request's
+    /// context adds up its steps').
+    pub fn compute_totals(&self) -> ComputeTimes {
+        let s = self.inner.lock();
+        ComputeTimes {
+            input: Duration::from_nanos(s.compute_input.ns),
+            infer: Duration::from_nanos(s.compute_infer.ns),
+            output: Duration::from_nanos(s.compute_output.ns),
+        }
+    }
+
     /// A snapshot in the protocol's shape. Every `inference_stats` member is present, as
     /// perf_analyzer requires.
     pub fn snapshot(&self, name: &str, version: &str) -> ModelStatistics {

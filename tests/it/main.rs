@@ -15,6 +15,7 @@ mod profile;
 mod seed_tables;
 mod sequence;
 mod server_dropin;
+mod server_ensemble;
 mod server_grpc;
 mod server_guard;
 mod server_http;
