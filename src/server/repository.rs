@@ -30,6 +30,10 @@ pub const ZOO: &[(&str, &str)] = &[
     ("bert", include_str!("zoo/bert.pbtxt")),
     ("wide_deep", include_str!("zoo/wide_deep.pbtxt")),
     ("dlrm", include_str!("zoo/dlrm.pbtxt")),
+    ("embedding_lookup", include_str!("zoo/embedding_lookup.pbtxt")),
+    ("dlrm_dense", include_str!("zoo/dlrm_dense.pbtxt")),
+    ("dlrm_hps", include_str!("zoo/dlrm_hps.pbtxt")),
+    ("ensemble", include_str!("zoo/ensemble.pbtxt")),
 ];
 
 /// Every model is served as version "1".

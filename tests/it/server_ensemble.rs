@@ -416,3 +416,44 @@ async fn composing_models_load_as_dependencies() {
     server.shutdown().await;
     std::fs::remove_dir_all(root).unwrap();
 }
+
+fn data_of(reply: &Value, output: &str) -> Vec<f64> {
+    let outputs = reply["outputs"].as_array().unwrap();
+    let o = outputs.iter().find(|o| o["name"] == output).unwrap_or_else(|| panic!("{output} in {reply}"));
+    o["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn dlrm_hps_takes_dlrms_inputs_and_chains_its_two_halves() {
+    let server = start().await;
+    let numerical: Vec<f32> = (0..2 * 13).map(|i| (i % 7) as f32 / 3.0 - 1.0).collect();
+    let categorical: Vec<i64> = (0..2 * 26).map(|i| i * 7919 - 40_000).collect();
+    let inputs = json!([
+        {"name": "numerical_features", "datatype": "FP32", "shape": [2, 13], "data": numerical},
+        {"name": "categorical_features", "datatype": "INT64", "shape": [2, 26], "data": categorical}
+    ]);
+    // The same request dlrm takes.
+    let (status, dlrm) = infer_json(&server, "dlrm", json!({"inputs": inputs})).await;
+    assert_eq!(status, StatusCode::OK, "{dlrm}");
+    let (status, hps) = infer_json(&server, "dlrm_hps", json!({"inputs": inputs})).await;
+    assert_eq!(status, StatusCode::OK, "{hps}");
+    assert_eq!(hps["outputs"][0]["shape"], json!([2, 1]));
+    let probabilities = data_of(&hps, "click_probability");
+    assert!(probabilities.iter().all(|p| *p > 0.0 && *p < 1.0), "{probabilities:?}");
+
+    // By hand: the lookup, then the dense half on its embeddings.
+    let lookup = json!({"inputs": [inputs[1]]});
+    let (status, embeddings) = infer_json(&server, "embedding_lookup", lookup).await;
+    assert_eq!(status, StatusCode::OK, "{embeddings}");
+    assert_eq!(embeddings["outputs"][0]["shape"], json!([2, 26, 128]));
+    let dense = json!({"inputs": [inputs[0],
+        {"name": "embeddings", "datatype": "FP32", "shape": [2, 26, 128], "data": data_of(&embeddings, "embeddings")}]});
+    let (status, by_hand) = infer_json(&server, "dlrm_dense", dense).await;
+    assert_eq!(status, StatusCode::OK, "{by_hand}");
+    assert_eq!(data_of(&by_hand, "click_probability"), probabilities);
+
+    for model in ["embedding_lookup", "dlrm_dense"] {
+        assert_eq!(count(&stats(&server, model).await, "success"), 2, "{model}: the ensemble's call and ours");
+    }
+    server.shutdown().await;
+}

@@ -14,6 +14,7 @@ mod arith;
 mod bert;
 mod delay;
 mod dlrm;
+mod embedding;
 mod identity;
 mod nn;
 mod repeat;
@@ -24,7 +25,8 @@ pub use accumulate::AccumulateModel;
 pub use arith::{AddOptionalModel, AddSubModel};
 pub use bert::BertModel;
 pub use delay::DelayModel;
-pub use dlrm::DlrmModel;
+pub use dlrm::{DlrmDenseModel, DlrmModel};
+pub use embedding::EmbeddingLookupModel;
 pub use identity::IdentityModel;
 pub use repeat::RepeatModel;
 pub use wide_deep::WideDeepModel;
@@ -99,6 +101,8 @@ pub enum ModelKind {
     Bert,
     WideDeep,
     Dlrm,
+    DlrmDense,
+    EmbeddingLookup,
     AddSub,
     AddOptional,
     Repeat,
@@ -106,12 +110,14 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
-    pub const ALL: [ModelKind; 9] = [
+    pub const ALL: [ModelKind; 11] = [
         ModelKind::Identity,
         ModelKind::Delay,
         ModelKind::Bert,
         ModelKind::WideDeep,
         ModelKind::Dlrm,
+        ModelKind::DlrmDense,
+        ModelKind::EmbeddingLookup,
         ModelKind::AddSub,
         ModelKind::AddOptional,
         ModelKind::Repeat,
@@ -126,6 +132,8 @@ impl ModelKind {
             ModelKind::Bert => "bert",
             ModelKind::WideDeep => "wide_deep",
             ModelKind::Dlrm => "dlrm",
+            ModelKind::DlrmDense => "dlrm_dense",
+            ModelKind::EmbeddingLookup => "embedding_lookup",
             ModelKind::AddSub => "add_sub",
             ModelKind::AddOptional => "add_optional",
             ModelKind::Repeat => "repeat",
@@ -154,6 +162,8 @@ pub fn build(config: &ModelConfig) -> ServerResult<Arc<dyn Model>> {
         ModelKind::Bert => Arc::new(BertModel::new(config)?),
         ModelKind::WideDeep => Arc::new(WideDeepModel::new(config)?),
         ModelKind::Dlrm => Arc::new(DlrmModel::new(config)?),
+        ModelKind::DlrmDense => Arc::new(DlrmDenseModel::new(config)?),
+        ModelKind::EmbeddingLookup => Arc::new(EmbeddingLookupModel::new(config)?),
         ModelKind::AddSub => Arc::new(AddSubModel::new(config)?),
         ModelKind::AddOptional => Arc::new(AddOptionalModel::new(config)?),
         ModelKind::Repeat => Arc::new(RepeatModel::new(config)?),
