@@ -192,3 +192,57 @@ def test_sequence_length(perfbench_accumulate, tmp_path, protocol):
         ["--sequence-length", "5", "--concurrency-range", "4", *QUICK],
     )
     assert_measured(rows, [4])
+
+
+# --- ensembles (issue G): seed 003's twin `dlrm_hps` and the 2-step identity `ensemble` ----------
+
+@pytest.fixture(scope="module")
+def perfbench_ensembles(tmp_path_factory):
+    """`perfbench serve` with the zoo's ensembles; their composing models load as dependencies."""
+    server = start_perfbench(tmp_path_factory.mktemp("ensembles"), ["dlrm_hps", "ensemble"])
+    yield server
+    server.stop()
+
+
+def composing_blocks(output):
+    """perf_analyzer's "Composing models:" blocks: {model: [inference count per load level]}."""
+    counts = {}
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "Composing models:":
+            for j in range(i + 1, len(lines)):
+                text = lines[j].strip()
+                if text.endswith(", version: 1"):
+                    name = text.split(",")[0]
+                    count = lines[j + 1].strip()
+                    assert count.startswith("Inference count:"), lines[j:j + 2]
+                    counts.setdefault(name, []).append(int(count.split(":")[1]))
+                elif text and not text.startswith(("Inference", "Execution", "Successful", "Avg")):
+                    break
+    return counts
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ensemble_lists_its_composing_models(perfbench_ensembles, tmp_path, protocol):
+    rows, output = run_pa(perfbench_ensembles, "dlrm_hps", protocol, tmp_path / "pa.csv",
+                          ["--concurrency-range", "1:2:1", *QUICK])
+    assert_measured(rows, [1, 2])
+    counts = composing_blocks(output)
+    assert sorted(counts) == ["dlrm_dense", "embedding_lookup"], output[-3000:]
+    for name, per_level in counts.items():
+        assert len(per_level) == 2 and all(n > 0 for n in per_level), (name, per_level)
+    # Each ensemble request ran once in each composing model.
+    stats = {m["name"]: m for m in perfbench_ensembles.get_json("/v2/models/stats")["model_stats"]}
+    ensemble = int(stats["dlrm_hps"]["inference_count"])
+    assert ensemble > 0
+    for name in counts:
+        assert int(stats[name]["inference_count"]) == ensemble, (name, stats[name]["inference_count"], ensemble)
+
+
+def test_identity_ensemble_counts_both_steps(perfbench_ensembles, tmp_path):
+    _, output = run_pa(perfbench_ensembles, "ensemble", "grpc", tmp_path / "pa.csv",
+                       ["--shape", "INPUT0:16", *QUICK])
+    counts = composing_blocks(output)
+    assert list(counts) == ["identity"], output[-3000:]
+    stats = {m["name"]: m for m in perfbench_ensembles.get_json("/v2/models/stats")["model_stats"]}
+    assert int(stats["identity"]["inference_count"]) == 2 * int(stats["ensemble"]["inference_count"])
