@@ -19,7 +19,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::error::{ServerError, ServerResult};
 use super::infer::{
-    AdmittedRequest, InferRequest, InferResponse, InputData, InputTensor, OutputData, OutputTensor, RequestedOutput,
+    AdmittedRequest, InferRequest, InferResponse, InputBytes, InputData, InputTensor, OutputData, OutputTensor,
+    RequestedOutput,
 };
 use super::stats::ModelStats;
 use crate::proto::inference::{model_config::SchedulingChoice, ModelConfig};
@@ -223,7 +224,7 @@ impl Ensemble {
         let mut values: HashMap<String, Value> = HashMap::new();
         for ((name, dtype), input) in self.inputs.iter().zip(&request.inputs) {
             let data = match &input.bytes {
-                super::infer::InputBytes::Raw(b) => b.clone(),
+                InputBytes::Raw(b) => b.clone(),
                 shm => {
                     // Read once from the region; every step then shares these bytes.
                     let mut buf = Vec::with_capacity(shm.len());
