@@ -239,9 +239,11 @@ def test_ensemble_lists_its_composing_models(perfbench_ensembles, tmp_path, prot
         assert int(stats[name]["inference_count"]) == ensemble, (name, stats[name]["inference_count"], ensemble)
 
 
-def test_identity_ensemble_counts_both_steps(perfbench_ensembles, tmp_path):
+def test_identity_ensemble_counts_both_steps_with_shared_memory(perfbench_ensembles, tmp_path):
+    # Inputs and outputs in system shared memory: the ensemble reads and writes the regions.
     _, output = run_pa(perfbench_ensembles, "ensemble", "grpc", tmp_path / "pa.csv",
-                       ["--shape", "INPUT0:16", *QUICK])
+                       ["--shape", "INPUT0:16", "--shared-memory", "system",
+                        "--output-shared-memory-size", "64", *QUICK])
     counts = composing_blocks(output)
     assert list(counts) == ["identity"], output[-3000:]
     stats = {m["name"]: m for m in perfbench_ensembles.get_json("/v2/models/stats")["model_stats"]}
