@@ -28,6 +28,10 @@ pub struct CallArgs {
     pub metrics_url: Option<String>,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// gRPC: a request parameter sent with every inference request, NAME:VALUE:TYPE with TYPE
+    /// int, bool or string (repeatable; a later one of the same name wins).
+    #[arg(long = "request-parameter", value_name = "name:value:type")]
+    pub request_parameters: Vec<String>,
     /// HTTP: send input tensors as binary data or JSON.
     #[arg(long = "input-tensor-format", value_name = "binary|json")]
     pub input_tensor_format: Option<String>,
@@ -134,6 +138,8 @@ impl CommonArgs {
             warmup_request_count: self.warmup_request_count,
             max_threads: self.max_threads,
             headers: (!self.call.headers.is_empty()).then(|| self.call.headers.clone()),
+            request_parameters: (!self.call.request_parameters.is_empty())
+                .then(|| self.call.request_parameters.clone()),
             streaming: self.call.streaming.then_some(true),
             collect_metrics: self.call.collect_metrics.then_some(true),
             metrics_url: self.call.metrics_url.clone(),
@@ -163,8 +169,6 @@ pub struct UnsupportedFlags {
     periodic_concurrency_range: Option<Option<String>>,
     #[arg(long = "request-period", hide = true, num_args = 0..=1)]
     request_period: Option<Option<String>>,
-    #[arg(long = "request-parameter", hide = true, num_args = 0..=1)]
-    request_parameter: Option<Option<String>>,
     #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
     triton_server_directory: Option<Option<String>>,
     #[arg(short = 'd', hide = true, num_args = 0..=1)]
@@ -179,7 +183,6 @@ impl UnsupportedFlags {
             ("--bls-composing-models", self.bls_composing_models.is_some()),
             ("--periodic-concurrency-range", self.periodic_concurrency_range.is_some()),
             ("--request-period", self.request_period.is_some()),
-            ("--request-parameter", self.request_parameter.is_some()),
             ("--triton-server-directory", self.triton_server_directory.is_some()),
             ("-d (use --concurrency-range with -l)", self.dynamic_concurrency.is_some()),
         ];
@@ -485,6 +488,21 @@ mod tests {
     }
 
     #[test]
+    fn request_parameters_resolve_typed_and_a_later_name_wins() {
+        use crate::client::{ParameterValue, RequestParameter};
+        let plan = resolve("-m m -i grpc --request-parameter n:1:int --request-parameter b:false:Bool --request-parameter s:hi:string --request-parameter n:-3:INT").unwrap();
+        let p = |name: &str, value| RequestParameter { name: name.into(), value };
+        assert_eq!(
+            plan.sweeps[0].call.request_parameters,
+            vec![
+                p("b", ParameterValue::Bool(false)),
+                p("s", ParameterValue::String("hi".into())),
+                p("n", ParameterValue::Int(-3))
+            ]
+        );
+    }
+
+    #[test]
     fn flags_perf_analyzer_ignores_for_triton_are_accepted() {
         let plan = resolve("-m m --model-signature-name serving_default --endpoint v1/x --percentile -1").unwrap();
         assert_eq!(plan.sweeps[0].measurement.percentile, None);
@@ -538,6 +556,18 @@ mod tests {
             ("-m m --sequence-id-range 1:2:3", "Failed to parse --sequence-id-range"),
             ("-m m --sequence-id-range 1:3 -t 4", "sequence id collision"),
             ("-m m --num-of-sequences 0", "Failed to parse --num-of-sequences"),
+            (
+                "-m m --request-parameter a:1:int",
+                "The --request-parameter option is currently only supported by gRPC protocol.",
+            ),
+            (
+                "-m m -i grpc --request-parameter a:1",
+                "Failed to parse --request-parameter. The value does not match <name:value:type>.",
+            ),
+            ("-m m -i grpc --request-parameter a:x:int", "is not an int"),
+            ("-m m -i grpc --request-parameter a:yes:bool", "is not a bool"),
+            ("-m m -i grpc --request-parameter a:1.5:float", "Unsupported type provided: 'float'"),
+            ("-m m -i grpc --service-kind inprocess --request-parameter a:1:int", "--service-kind inprocess"),
         ] {
             let err = resolve(line).unwrap_err().to_string();
             assert!(err.contains(needle), "{line}: {err}");
@@ -555,6 +585,7 @@ mod tests {
             "-m identity --shape INPUT0:16 --input-data zero --request-count 10 --max-threads 2",
             "-m accumulate --sequence-length 5 --sequence-length-variation 0 --sequence-id-range 10:20 -t 4",
             "-m accumulate --request-rate-range 50 --num-of-sequences 8 --serial-sequences --validate-outputs",
+            "-m m -i grpc --request-parameter n:5:int --request-parameter b:true:bool --request-parameter s:5:string",
         ] {
             let plan = resolve(line).unwrap();
             let text = plan.to_toml();

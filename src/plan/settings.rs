@@ -48,6 +48,8 @@ pub struct Settings {
     pub max_trials: Option<usize>,
     pub percentile: Option<f64>,
     pub headers: Option<Vec<String>>,
+    /// `name:value:type`, repeatable (gRPC).
+    pub request_parameters: Option<Vec<String>>,
     pub streaming: Option<bool>,
     pub asynchronous: Option<bool>,
     pub max_threads: Option<usize>,
@@ -110,6 +112,7 @@ impl Settings {
             max_trials,
             percentile,
             headers,
+            request_parameters,
             streaming,
             asynchronous,
             max_threads,
@@ -276,6 +279,9 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         .flatten()
         .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
         .collect::<Result<Vec<_>, _>>()?;
+    let request_parameters =
+        crate::client::parse_request_parameters(s.request_parameters.as_deref().unwrap_or_default())
+            .map_err(PlanError::Invalid)?;
     let format = |flag: &str, text: &Option<String>| -> Result<TensorFormat, PlanError> {
         text.as_deref()
             .map(|t| t.parse().map_err(|e| invalid(format!("Failed to parse {flag}. {e}"))))
@@ -314,6 +320,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             tls,
             input_tensor_format,
             output_tensor_format,
+            request_parameters,
             metrics: collect.then(|| Metrics {
                 url: s.metrics_url.clone(),
                 interval_ms: s.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),
