@@ -302,6 +302,19 @@ impl Decoder for ResponseDecoder {
     }
 }
 
+/// A streamed request's responses as one result: the answer is the last response that carried
+/// outputs (a decoupled model's empty final one carries none); a decoupled request also keeps
+/// every response with its arrival time.
+fn from_stream(responses: Vec<(Instant, ModelInferResponse)>, decoupled: bool) -> ClientResult<InferResult> {
+    let mut each = Vec::with_capacity(responses.len());
+    for (at, response) in responses {
+        each.push((at, from_proto(response)?.outputs));
+    }
+    let answer = each.iter().rev().find(|(_, outputs)| !outputs.is_empty()).or(each.last());
+    let outputs = answer.map(|(_, outputs)| outputs.clone()).unwrap_or_default();
+    Ok(InferResult { outputs, responses: if decoupled { each } else { Vec::new() } })
+}
+
 /// Outputs by position: `outputs[i]` owns `raw_output_contents[i]` (empty for shm outputs).
 fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
     let mut raw = response.raw_output_contents.into_iter();
@@ -314,7 +327,7 @@ fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
         let data = raw.next().unwrap_or_default();
         outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
     }
-    Ok(InferResult { outputs })
+    Ok(InferResult { outputs, ..Default::default() })
 }
 
 impl InferClient for GrpcClient {
@@ -422,7 +435,7 @@ impl GrpcClient {
                 )
                 .await;
             let result = match response {
-                Ok(r) if keep_outputs => from_proto(r),
+                Ok(responses) if keep_outputs => from_stream(responses, request.decoupled),
                 Ok(_) => Ok(InferResult::default()),
                 Err(e) => Err(e),
             };

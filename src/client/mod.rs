@@ -218,7 +218,12 @@ pub struct RequestTiming {
 /// A decoded response: output name, dtype, shape and bytes (empty for shm outputs).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct InferResult {
+    /// The answer: for a decoupled model, its last response that carried outputs.
     pub outputs: Vec<(String, Tensor)>,
+    /// A decoupled model's streamed request: every response in arrival order (the empty final
+    /// one included), with its arrival time and outputs, as perf_analyzer's profile export
+    /// lists them. Empty for a request answered once. Kept only when outputs are kept.
+    pub responses: Vec<(std::time::Instant, Vec<(String, Tensor)>)>,
 }
 
 /// One transport. `Prepared` is a request encoded once and sent many times, so the hot loop
