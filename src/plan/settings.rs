@@ -140,6 +140,10 @@ impl Settings {
     }
 }
 
+/// perf_analyzer's load-mode conflict, in its words (its spelling included: scripts grep them).
+pub const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
+    following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
+
 /// Splits "start[:end[:step]]" of request rates; missing end = start, missing step = 1.
 fn parse_rate_range(text: &str) -> Result<(f64, f64, f64), PlanError> {
     let parts: Vec<&str> = text.split(':').collect();
@@ -226,11 +230,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     };
     let load = match (&s.concurrency, &s.request_rate, &s.request_intervals) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
-            // perf_analyzer's words, its spelling included: scripts grep them.
-            return Err(invalid(
-                "Cannot specify more then one inference load mode. Please choose only one of the following \
-                 modes: --concurrency-range, --request-rate-range, or --request-intervals.",
-            ));
+            return Err(invalid(TWO_LOAD_MODES));
         }
         (_, Some(range), None) => {
             let (start, end, step) = parse_rate_range(range)?;
