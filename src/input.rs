@@ -1301,7 +1301,7 @@ mod tests {
             shape: vec![1, v.len() as i64],
             data: v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>().into(),
         };
-        InferResult { outputs: vec![("OUTPUT0".into(), t(out0)), ("OUTPUT1".into(), t(out1))] }
+        InferResult { outputs: vec![("OUTPUT0".into(), t(out0)), ("OUTPUT1".into(), t(out1))], ..Default::default() }
     }
 
     #[test]

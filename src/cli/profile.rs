@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::tls::TlsArgs;
-use crate::plan::settings::{resolve, Settings};
+use crate::plan::settings::{resolve, Settings, TWO_LOAD_MODES};
 use crate::plan::{invalid, Levels, Model, Plan, PlanError, SweepKind, Target, TraceSetting};
 
 /// How requests are sent and what is scraped beside them: the flags `profile` shares with the
@@ -28,6 +28,10 @@ pub struct CallArgs {
     pub metrics_url: Option<String>,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// gRPC: a request parameter sent with every inference request, NAME:VALUE:TYPE with TYPE
+    /// int, bool or string (repeatable; a later one of the same name wins).
+    #[arg(long = "request-parameter", value_name = "name:value:type")]
+    pub request_parameters: Vec<String>,
     /// HTTP: send input tensors as binary data or JSON.
     #[arg(long = "input-tensor-format", value_name = "binary|json")]
     pub input_tensor_format: Option<String>,
@@ -134,6 +138,8 @@ impl CommonArgs {
             warmup_request_count: self.warmup_request_count,
             max_threads: self.max_threads,
             headers: (!self.call.headers.is_empty()).then(|| self.call.headers.clone()),
+            request_parameters: (!self.call.request_parameters.is_empty())
+                .then(|| self.call.request_parameters.clone()),
             streaming: self.call.streaming.then_some(true),
             collect_metrics: self.call.collect_metrics.then_some(true),
             metrics_url: self.call.metrics_url.clone(),
@@ -159,12 +165,6 @@ pub struct UnsupportedFlags {
     data_directory: Option<Option<String>>,
     #[arg(long = "bls-composing-models", hide = true, num_args = 0..=1)]
     bls_composing_models: Option<Option<String>>,
-    #[arg(long = "periodic-concurrency-range", hide = true, num_args = 0..=1)]
-    periodic_concurrency_range: Option<Option<String>>,
-    #[arg(long = "request-period", hide = true, num_args = 0..=1)]
-    request_period: Option<Option<String>>,
-    #[arg(long = "request-parameter", hide = true, num_args = 0..=1)]
-    request_parameter: Option<Option<String>>,
     #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
     triton_server_directory: Option<Option<String>>,
     #[arg(short = 'd', hide = true, num_args = 0..=1)]
@@ -177,9 +177,6 @@ impl UnsupportedFlags {
         let given: &[(&'static str, bool)] = &[
             ("--data-directory", self.data_directory.is_some()),
             ("--bls-composing-models", self.bls_composing_models.is_some()),
-            ("--periodic-concurrency-range", self.periodic_concurrency_range.is_some()),
-            ("--request-period", self.request_period.is_some()),
-            ("--request-parameter", self.request_parameter.is_some()),
             ("--triton-server-directory", self.triton_server_directory.is_some()),
             ("-d (use --concurrency-range with -l)", self.dynamic_concurrency.is_some()),
         ];
@@ -286,8 +283,50 @@ pub struct ProfileArgs {
     /// Server trace log frequency, set through the trace extension.
     #[arg(long = "log-frequency")]
     pub log_frequency: Option<String>,
+    /// perf_analyzer's periodic concurrency mode, start:end:step: checked as perf_analyzer
+    /// checks it, then refused (the load itself is not implemented yet).
+    #[arg(long = "periodic-concurrency-range", hide = true)]
+    pub periodic_concurrency_range: Option<String>,
+    /// Responses per request before the periodic concurrency grows (perf_analyzer ignores it
+    /// without --periodic-concurrency-range, and so does perfbench).
+    #[arg(long = "request-period", hide = true, allow_negative_numbers = true)]
+    pub request_period: Option<String>,
     #[command(flatten)]
     pub unsupported: UnsupportedFlags,
+}
+
+/// `--periodic-concurrency-range start:end:step` and `--request-period`, checked in perf_analyzer
+/// 2.50's order and words.
+fn check_periodic(range: &str, period: Option<&str>) -> Result<(), PlanError> {
+    let bad = |why: &str| invalid(format!("Failed to parse --periodic-concurrency-range. {why}"));
+    let parts: Vec<&str> = range.split(':').collect();
+    if parts.len() < 2 {
+        return Err(bad("Both <start> and <end> values must be provided."));
+    }
+    if parts.len() > 3 {
+        return Err(bad("The value does not match <start:end:step>."));
+    }
+    let values = parts
+        .iter()
+        .map(|p| p.trim().parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| bad(&format!("Invalid value provided: {range}")))?;
+    let (start, end, step) = (values[0], values[1], values.get(2).copied().unwrap_or(1));
+    if step == 0 {
+        return Err(bad("The <step> value must be > 0."));
+    }
+    if start > end {
+        return Err(bad("The <start> must be <= <end>."));
+    }
+    if (end - start) % step != 0 {
+        return Err(bad("The <step> value must be a factor of the range size (<end> - <start>)."));
+    }
+    if let Some(text) = period {
+        if !text.trim().parse::<i64>().is_ok_and(|n| n > 0) {
+            return Err(invalid("Failed to parse --request-period. The value must be > 0"));
+        }
+    }
+    Ok(())
 }
 
 /// `-u`, `--service-kind` and `--model-repository` as a target.
@@ -317,6 +356,21 @@ impl ProfileArgs {
         let Some(model) = self.model.clone() else {
             return Err(invalid("Failed to parse -m (model name). The value must be specified."));
         };
+        if let Some(range) = &self.periodic_concurrency_range {
+            check_periodic(range, self.request_period.as_deref())?;
+        } else if let Some(text) = &self.request_period {
+            if !text.trim().parse::<i64>().is_ok_and(|n| n > 0) {
+                return Err(invalid("Failed to parse --request-period. The value must be > 0"));
+            }
+        }
+        let other_modes = [
+            self.concurrency_range.is_some() || self.concurrency.is_some(),
+            self.request_rate_range.is_some(),
+            self.request_intervals.is_some(),
+        ];
+        if self.periodic_concurrency_range.is_some() && other_modes.contains(&true) {
+            return Err(invalid(TWO_LOAD_MODES));
+        }
         let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
         let concurrency = match (&self.concurrency_range, self.concurrency) {
             (Some(_), Some(_)) => return Err(invalid("give -t or --concurrency-range, not both")),
@@ -364,6 +418,17 @@ impl ProfileArgs {
             ..common
         };
         let sweep = resolve(SweepKind::Profile, &settings, &target)?;
+        if self.periodic_concurrency_range.is_some() {
+            if !sweep.call.streaming {
+                return Err(invalid("The --periodic-concurrency-range option requires bi-directional gRPC streaming."));
+            }
+            if sweep.output.profile_export_file.is_none() {
+                return Err(invalid(
+                    "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
+                ));
+            }
+            return Err(PlanError::NotSupported("--periodic-concurrency-range".into()));
+        }
         let plan = Plan {
             resume: false,
             target,
@@ -485,6 +550,21 @@ mod tests {
     }
 
     #[test]
+    fn request_parameters_resolve_typed_and_a_later_name_wins() {
+        use crate::client::{ParameterValue, RequestParameter};
+        let plan = resolve("-m m -i grpc --request-parameter n:1:int --request-parameter b:false:Bool --request-parameter s:hi:string --request-parameter n:-3:INT").unwrap();
+        let p = |name: &str, value| RequestParameter { name: name.into(), value };
+        assert_eq!(
+            plan.sweeps[0].call.request_parameters,
+            vec![
+                p("b", ParameterValue::Bool(false)),
+                p("s", ParameterValue::String("hi".into())),
+                p("n", ParameterValue::Int(-3))
+            ]
+        );
+    }
+
+    #[test]
     fn flags_perf_analyzer_ignores_for_triton_are_accepted() {
         let plan = resolve("-m m --model-signature-name serving_default --endpoint v1/x --percentile -1").unwrap();
         assert_eq!(plan.sweeps[0].measurement.percentile, None);
@@ -538,6 +618,32 @@ mod tests {
             ("-m m --sequence-id-range 1:2:3", "Failed to parse --sequence-id-range"),
             ("-m m --sequence-id-range 1:3 -t 4", "sequence id collision"),
             ("-m m --num-of-sequences 0", "Failed to parse --num-of-sequences"),
+            ("-m m --periodic-concurrency-range 1", "Both <start> and <end> values must be provided."),
+            ("-m m --periodic-concurrency-range 1:2:3:4", "The value does not match <start:end:step>."),
+            ("-m m --periodic-concurrency-range a:2", "Invalid value provided: a:2"),
+            ("-m m --periodic-concurrency-range 1:2:0", "The <step> value must be > 0."),
+            ("-m m --periodic-concurrency-range 3:2", "The <start> must be <= <end>."),
+            ("-m m --periodic-concurrency-range 1:4:2", "The <step> value must be a factor of the range size"),
+            ("-m m --request-period 0", "Failed to parse --request-period. The value must be > 0"),
+            ("-m m --periodic-concurrency-range 1:2 -t 2", "--periodic-concurrency-range, --request-rate-range"),
+            ("-m m --periodic-concurrency-range 1:2", "requires bi-directional gRPC streaming."),
+            ("-m m -i grpc --streaming --periodic-concurrency-range 1:2", "Must provide --profile-export-file"),
+            (
+                "-m m -i grpc --streaming --periodic-concurrency-range 1:2 --profile-export-file x.json",
+                "not supported: --periodic-concurrency-range",
+            ),
+            (
+                "-m m --request-parameter a:1:int",
+                "The --request-parameter option is currently only supported by gRPC protocol.",
+            ),
+            (
+                "-m m -i grpc --request-parameter a:1",
+                "Failed to parse --request-parameter. The value does not match <name:value:type>.",
+            ),
+            ("-m m -i grpc --request-parameter a:x:int", "is not an int"),
+            ("-m m -i grpc --request-parameter a:yes:bool", "is not a bool"),
+            ("-m m -i grpc --request-parameter a:1.5:float", "Unsupported type provided: 'float'"),
+            ("-m m -i grpc --service-kind inprocess --request-parameter a:1:int", "--service-kind inprocess"),
         ] {
             let err = resolve(line).unwrap_err().to_string();
             assert!(err.contains(needle), "{line}: {err}");
@@ -555,6 +661,7 @@ mod tests {
             "-m identity --shape INPUT0:16 --input-data zero --request-count 10 --max-threads 2",
             "-m accumulate --sequence-length 5 --sequence-length-variation 0 --sequence-id-range 10:20 -t 4",
             "-m accumulate --request-rate-range 50 --num-of-sequences 8 --serial-sequences --validate-outputs",
+            "-m m -i grpc --request-parameter n:5:int --request-parameter b:true:bool --request-parameter s:5:string",
         ] {
             let plan = resolve(line).unwrap();
             let text = plan.to_toml();

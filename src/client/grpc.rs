@@ -20,7 +20,7 @@ use tonic::{Code, Status};
 use super::tls::{https_url, TlsOptions};
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, CorrelationId, InferClient, InferResult,
-    InputSource, OutputTarget, RequestSpec, RequestTiming, SequenceFlags, ServerInfo,
+    InputSource, OutputTarget, ParameterValue, RequestSpec, RequestTiming, SequenceFlags, ServerInfo,
 };
 use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
@@ -50,6 +50,8 @@ pub struct GrpcClient {
     streams: Option<super::grpc_stream::StreamPool>,
     /// `--grpc-compression-algorithm`: how requests are compressed.
     compression: Option<CompressionEncoding>,
+    /// `--request-parameter`s, added to every prepared request.
+    parameters: std::collections::HashMap<String, InferParameter>,
 }
 
 /// A `ModelInferRequest`, protobuf-encoded once.
@@ -100,6 +102,11 @@ impl GrpcClient {
             metadata,
             streams: options.streaming.then(|| super::grpc_stream::StreamPool::new(tls.grpc_compression.encoding())),
             compression: tls.grpc_compression.encoding(),
+            parameters: options
+                .request_parameters
+                .iter()
+                .map(|p| (p.name.clone(), infer_parameter(&p.value)))
+                .collect(),
         })
     }
 
@@ -169,6 +176,16 @@ pub(crate) fn sequence_parameters(sequence: &SequenceFlags) -> Bytes {
     request.parameters.insert("sequence_start".into(), param(ParameterChoice::BoolParam(sequence.start)));
     request.parameters.insert("sequence_end".into(), param(ParameterChoice::BoolParam(sequence.end)));
     request.encode_to_vec().into()
+}
+
+/// A `--request-parameter` value as the `InferParameter` perf_analyzer's client sends.
+fn infer_parameter(value: &ParameterValue) -> InferParameter {
+    let choice = match value {
+        ParameterValue::Bool(b) => ParameterChoice::BoolParam(*b),
+        ParameterValue::Int(n) => ParameterChoice::Int64Param(*n),
+        ParameterValue::String(s) => ParameterChoice::StringParam(s.clone()),
+    };
+    InferParameter { parameter_choice: Some(choice) }
 }
 
 /// A prepared request's bytes and what follows them on the wire (a sequence step's
@@ -285,6 +302,19 @@ impl Decoder for ResponseDecoder {
     }
 }
 
+/// A streamed request's responses as one result: the answer is the last response that carried
+/// outputs (a decoupled model's empty final one carries none); a decoupled request also keeps
+/// every response with its arrival time.
+fn from_stream(responses: Vec<(Instant, ModelInferResponse)>, decoupled: bool) -> ClientResult<InferResult> {
+    let mut each = Vec::with_capacity(responses.len());
+    for (at, response) in responses {
+        each.push((at, from_proto(response)?.outputs));
+    }
+    let answer = each.iter().rev().find(|(_, outputs)| !outputs.is_empty()).or(each.last());
+    let outputs = answer.map(|(_, outputs)| outputs.clone()).unwrap_or_default();
+    Ok(InferResult { outputs, responses: if decoupled { each } else { Vec::new() } })
+}
+
 /// Outputs by position: `outputs[i]` owns `raw_output_contents[i]` (empty for shm outputs).
 fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
     let mut raw = response.raw_output_contents.into_iter();
@@ -297,7 +327,7 @@ fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
         let data = raw.next().unwrap_or_default();
         outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
     }
-    Ok(InferResult { outputs })
+    Ok(InferResult { outputs, ..Default::default() })
 }
 
 impl InferClient for GrpcClient {
@@ -336,7 +366,9 @@ impl InferClient for GrpcClient {
     }
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<GrpcRequest> {
-        Ok(GrpcRequest { encoded: to_proto(spec).encode_to_vec().into(), decoupled: spec.decoupled })
+        let mut request = to_proto(spec);
+        request.parameters.extend(self.parameters.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(GrpcRequest { encoded: request.encode_to_vec().into(), decoupled: spec.decoupled })
     }
 
     /// Timing, measured on our side of the connection:
@@ -403,7 +435,7 @@ impl GrpcClient {
                 )
                 .await;
             let result = match response {
-                Ok(r) if keep_outputs => from_proto(r),
+                Ok(responses) if keep_outputs => from_stream(responses, request.decoupled),
                 Ok(_) => Ok(InferResult::default()),
                 Err(e) => Err(e),
             };

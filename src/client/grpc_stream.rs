@@ -64,8 +64,8 @@ impl StreamPool {
 
     /// Sends one pre-encoded `ModelInferRequest` on an idle (or new) stream and waits for its
     /// response; for a decoupled request (`request.1`), for every response up to the one flagged
-    /// `triton_final_response`, returning the last that carried outputs. Send ends when the
-    /// request is queued on the stream; recv covers decoding.
+    /// `triton_final_response`. Returns every response with its arrival time, in order. Send
+    /// ends when the request is queued on the stream; recv covers decoding.
     pub async fn infer(
         &self,
         channel: Channel,
@@ -73,7 +73,7 @@ impl StreamPool {
         max_bytes: usize,
         (encoded, decoupled): (Encoded, bool),
         status_error: impl Fn(Status) -> ClientError,
-    ) -> (ClientResult<ModelInferResponse>, RequestTiming) {
+    ) -> (ClientResult<Vec<(Instant, ModelInferResponse)>>, RequestTiming) {
         let start = Instant::now();
         let idle = self.idle.lock().pop();
         let mut stream = match idle {
@@ -90,7 +90,7 @@ impl StreamPool {
             },
         };
         let sent = Instant::now();
-        let mut last: Option<ModelInferResponse> = None;
+        let mut responses = Vec::with_capacity(1);
         loop {
             let message = stream.responses.message().await;
             let answered = Instant::now();
@@ -112,15 +112,12 @@ impl StreamPool {
                 }
                 Err(status) => return (Err(status_error(status)), timing(start, sent, answered)),
             };
-            if !decoupled || is_final(&response) {
+            let done = !decoupled || is_final(&response);
+            responses.push((answered, response));
+            if done {
                 self.idle.lock().push(stream);
-                let response = match last {
-                    Some(previous) if response.outputs.is_empty() => previous,
-                    _ => response,
-                };
-                return (Ok(response), timing(start, sent, answered));
+                return (Ok(responses), timing(start, sent, answered));
             }
-            last = Some(response);
         }
     }
 }

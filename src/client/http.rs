@@ -483,7 +483,7 @@ fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool
         };
         outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
     }
-    Ok(InferResult { outputs })
+    Ok(InferResult { outputs, ..Default::default() })
 }
 
 /// A full request body that notes when hyper takes it to write on the connection.

@@ -166,6 +166,7 @@ impl InProcessClient {
                         (o.name, Tensor { dtype: o.datatype, shape: o.shape, data })
                     })
                     .collect(),
+                ..Default::default()
             }),
         };
         let end = Instant::now();

@@ -73,6 +73,72 @@ pub struct ConnectOptions {
     pub json_inputs: bool,
     /// HTTP only: ask for outputs as JSON `data` (`--output-tensor-format json`).
     pub json_outputs: bool,
+    /// gRPC only: extra request parameters sent with every inference request
+    /// (`--request-parameter`).
+    pub request_parameters: Vec<RequestParameter>,
+}
+
+/// One `--request-parameter name:value:type`: a request-level parameter a backend may read
+/// (`ModelInferRequest.parameters`), typed as perf_analyzer types it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestParameter {
+    pub name: String,
+    pub value: ParameterValue,
+}
+
+/// The value of a [`RequestParameter`]: perf_analyzer's `int` (an `int64_param`), `bool` and
+/// `string`. In a plan file it is written as a TOML integer, boolean or string.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum ParameterValue {
+    Bool(bool),
+    Int(i64),
+    String(String),
+}
+
+impl std::str::FromStr for RequestParameter {
+    type Err = String;
+    /// `name:value:type`, split on every `:` as perf_analyzer splits it (so a value holds no
+    /// `:`); the type is read case-insensitively. perf_analyzer sends an `int` through
+    /// `std::stoi` (which aborts on a non-number), any bool other than `true` as false, and
+    /// drops an unknown type silently: those three are refused here instead.
+    fn from_str(text: &str) -> Result<RequestParameter, String> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let [name, value, kind] = parts[..] else {
+            return Err("Failed to parse --request-parameter. The value does not match <name:value:type>.".into());
+        };
+        let bad = |why: String| format!("Failed to parse --request-parameter '{text}'. {why}");
+        let value = match kind.to_ascii_lowercase().as_str() {
+            "int" => ParameterValue::Int(
+                value.trim().parse().map_err(|_| bad(format!("The value '{value}' is not an int.")))?,
+            ),
+            "bool" => match value {
+                "true" => ParameterValue::Bool(true),
+                "false" => ParameterValue::Bool(false),
+                _ => return Err(bad(format!("The value '{value}' is not a bool (true or false)."))),
+            },
+            "string" => ParameterValue::String(value.to_string()),
+            _ => {
+                return Err(bad(format!(
+                    "Unsupported type provided: '{kind}'. The available options are 'int', 'bool' or 'string'."
+                )))
+            }
+        };
+        Ok(RequestParameter { name: name.to_string(), value })
+    }
+}
+
+/// `--request-parameter` values in order, a later one replacing an earlier one of the same
+/// name (perf_analyzer keeps them in a map by name).
+pub fn parse_request_parameters(texts: &[String]) -> Result<Vec<RequestParameter>, String> {
+    let mut out: Vec<RequestParameter> = Vec::new();
+    for text in texts {
+        let p: RequestParameter = text.parse()?;
+        out.retain(|q| q.name != p.name);
+        out.push(p);
+    }
+    Ok(out)
 }
 
 /// `localhost:8000` or `http://localhost:8000` → `http://localhost:8000` (no trailing slash).
@@ -152,7 +218,12 @@ pub struct RequestTiming {
 /// A decoded response: output name, dtype, shape and bytes (empty for shm outputs).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct InferResult {
+    /// The answer: for a decoupled model, its last response that carried outputs.
     pub outputs: Vec<(String, Tensor)>,
+    /// A decoupled model's streamed request: every response in arrival order (the empty final
+    /// one included), with its arrival time and outputs, as perf_analyzer's profile export
+    /// lists them. Empty for a request answered once. Kept only when outputs are kept.
+    pub responses: Vec<(std::time::Instant, Vec<(String, Tensor)>)>,
 }
 
 /// One transport. `Prepared` is a request encoded once and sent many times, so the hot loop

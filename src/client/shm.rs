@@ -427,6 +427,7 @@ mod tests {
                 "B".into(),
                 Tensor { dtype: DataType::Fp32, shape: vec![4, 1], data: vec![0; bytes].into() },
             )],
+            ..Default::default()
         };
         assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(8192)))[1].1, 8192);
         assert_eq!(output_byte_sizes(&meta, &config, 4, 999, Some(&answer(16)))[1].1, 4 * 999);

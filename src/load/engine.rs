@@ -26,7 +26,7 @@ use super::sequence::{SequenceSpec, SequenceStep, SequenceTable};
 use super::{LoadError, LoadMode, Pacer, DRAIN_TIMEOUT};
 use crate::client::{ClientError, InferClient, InferResult, STALL_TIMEOUT};
 use crate::measure::recorder::WindowRecorder;
-use crate::results::RequestRecord;
+use crate::results::{RequestRecord, ResponseRecord};
 
 /// How late a request may start before it counts as late. The dispatcher sleeps with the OS
 /// timer (tens of µs of overshoot) and the spawned task then waits for a runtime thread; on a
@@ -178,12 +178,21 @@ impl Shared {
                 Err(e) => rec.record_failed(e),
             }
             if self.log_requests {
-                rec.log.push(RequestRecord {
-                    send_ns: self.clock.epoch_ns(sent),
-                    response_ns: self.clock.epoch_ns(done),
-                    step,
-                    outputs: result.as_ref().map(|r| r.outputs.clone()).unwrap_or_default(),
-                });
+                let responses = match &result {
+                    Ok(r) if !r.responses.is_empty() => r
+                        .responses
+                        .iter()
+                        .map(|(at, outputs)| ResponseRecord {
+                            ns: self.clock.epoch_ns(tokio::time::Instant::from_std(*at)),
+                            outputs: outputs.clone(),
+                        })
+                        .collect(),
+                    _ => vec![ResponseRecord {
+                        ns: self.clock.epoch_ns(done),
+                        outputs: result.as_ref().map(|r| r.outputs.clone()).unwrap_or_default(),
+                    }],
+                };
+                rec.log.push(RequestRecord { send_ns: self.clock.epoch_ns(sent), step, responses });
             }
         }
         if let Err(e) = result {

@@ -20,6 +20,7 @@ pub use settings::Settings;
 
 use crate::client::shm::SharedMemoryKind;
 use crate::client::tls::TlsOptions;
+use crate::client::RequestParameter;
 use crate::gate::thresholds::GateThresholds;
 use crate::input::{InputData, ShapeOverride};
 
@@ -237,6 +238,9 @@ pub struct Call {
     pub input_tensor_format: TensorFormat,
     #[serde(default, skip_serializing_if = "TensorFormat::is_binary")]
     pub output_tensor_format: TensorFormat,
+    /// gRPC: `--request-parameter`s sent with every inference request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub request_parameters: Vec<RequestParameter>,
 }
 
 /// How HTTP requests carry tensors.
@@ -597,6 +601,14 @@ impl Sweep {
             return Err(invalid("Using compression algorithm is only allowed with gRPC protocol."));
         }
         self.call.tls.check().map_err(PlanError::Invalid)?;
+        if !self.call.request_parameters.is_empty() {
+            if self.protocol != Protocol::Grpc {
+                return Err(invalid("The --request-parameter option is currently only supported by gRPC protocol."));
+            }
+            if matches!(target, Target::InProcess { .. }) {
+                return Err(PlanError::NotSupported("--request-parameter with --service-kind inprocess".into()));
+            }
+        }
         for level in self.trace.iter().filter(|t| t.key == "trace_level").flat_map(|t| &t.values) {
             if !["OFF", "TIMESTAMPS", "TENSORS"].contains(&level.to_ascii_uppercase().as_str()) {
                 return Err(invalid(format!(

@@ -48,6 +48,8 @@ pub struct Settings {
     pub max_trials: Option<usize>,
     pub percentile: Option<f64>,
     pub headers: Option<Vec<String>>,
+    /// `name:value:type`, repeatable (gRPC).
+    pub request_parameters: Option<Vec<String>>,
     pub streaming: Option<bool>,
     pub asynchronous: Option<bool>,
     pub max_threads: Option<usize>,
@@ -110,6 +112,7 @@ impl Settings {
             max_trials,
             percentile,
             headers,
+            request_parameters,
             streaming,
             asynchronous,
             max_threads,
@@ -136,6 +139,10 @@ impl Settings {
         )
     }
 }
+
+/// perf_analyzer's load-mode conflict, in its words (its spelling included: scripts grep them).
+pub const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
+    following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
 
 /// Splits "start[:end[:step]]" of request rates; missing end = start, missing step = 1.
 fn parse_rate_range(text: &str) -> Result<(f64, f64, f64), PlanError> {
@@ -223,11 +230,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     };
     let load = match (&s.concurrency, &s.request_rate, &s.request_intervals) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
-            // perf_analyzer's words, its spelling included: scripts grep them.
-            return Err(invalid(
-                "Cannot specify more then one inference load mode. Please choose only one of the following \
-                 modes: --concurrency-range, --request-rate-range, or --request-intervals.",
-            ));
+            return Err(invalid(TWO_LOAD_MODES));
         }
         (_, Some(range), None) => {
             let (start, end, step) = parse_rate_range(range)?;
@@ -276,6 +279,9 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         .flatten()
         .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
         .collect::<Result<Vec<_>, _>>()?;
+    let request_parameters =
+        crate::client::parse_request_parameters(s.request_parameters.as_deref().unwrap_or_default())
+            .map_err(PlanError::Invalid)?;
     let format = |flag: &str, text: &Option<String>| -> Result<TensorFormat, PlanError> {
         text.as_deref()
             .map(|t| t.parse().map_err(|e| invalid(format!("Failed to parse {flag}. {e}"))))
@@ -314,6 +320,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             tls,
             input_tensor_format,
             output_tensor_format,
+            request_parameters,
             metrics: collect.then(|| Metrics {
                 url: s.metrics_url.clone(),
                 interval_ms: s.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),

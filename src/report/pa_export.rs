@@ -40,11 +40,12 @@ struct Request<'a> {
     timestamp: u64,
     /// Shared by every request of the same data step: rendered once, referenced here.
     request_inputs: &'a Value,
-    response_timestamps: [u64; 1],
-    response_outputs: [Value; 1],
+    response_timestamps: Vec<u64>,
+    response_outputs: Vec<Value>,
 }
 
-/// `{name: [values...]}` for the tensors whose values are known.
+/// `{name: values}` for the tensors whose values are known, as perf_analyzer 2.50 writes them:
+/// one element as a scalar, several as an array, none as `""`.
 fn tensor_map<'a>(tensors: impl IntoIterator<Item = (&'a String, &'a Tensor)>) -> Value {
     let mut map = Map::new();
     for (name, tensor) in tensors {
@@ -52,8 +53,13 @@ fn tensor_map<'a>(tensors: impl IntoIterator<Item = (&'a String, &'a Tensor)>) -
         if tensor.data.is_empty() && !expected_empty {
             continue; // travelled through shared memory
         }
-        if let Ok(values) = json_values(tensor.dtype, &tensor.data) {
-            map.insert(name.clone(), Value::Array(values));
+        if let Ok(mut values) = json_values(tensor.dtype, &tensor.data) {
+            let value = match values.len() {
+                0 => Value::String(String::new()),
+                1 => values.remove(0),
+                _ => Value::Array(values),
+            };
+            map.insert(name.clone(), value);
         }
     }
     Value::Object(map)
@@ -83,8 +89,12 @@ pub fn write(
                 .map(|q| Request {
                     timestamp: q.send_ns,
                     request_inputs: inputs.get(q.step).unwrap_or(&no_inputs),
-                    response_timestamps: [q.response_ns],
-                    response_outputs: [tensor_map(q.outputs.iter().map(|(n, t)| (n, t)))],
+                    response_timestamps: q.responses.iter().map(|r| r.ns).collect(),
+                    response_outputs: q
+                        .responses
+                        .iter()
+                        .map(|r| tensor_map(r.outputs.iter().map(|(n, t)| (n, t))))
+                        .collect(),
                 })
                 .collect(),
             window_boundaries: r.detail.window_boundaries_ns.clone(),
@@ -102,7 +112,7 @@ pub fn write(
 mod tests {
     use super::*;
     use crate::measure::window::derive_point;
-    use crate::results::RequestRecord;
+    use crate::results::{RequestRecord, ResponseRecord};
     use crate::tensor::DataType;
 
     #[test]
@@ -111,12 +121,30 @@ mod tests {
         let output = Tensor::from_f32(vec![1, 2], &[1.5, -2.0]);
         // A shared-memory output carries no data and is left out.
         let in_shm = Tensor { dtype: DataType::Fp32, shape: vec![1, 2], data: Default::default() };
-        result.detail.requests = vec![RequestRecord {
-            send_ns: 10,
-            response_ns: 25,
-            step: 1,
-            outputs: vec![("OUTPUT0".into(), output), ("OUTPUT1".into(), in_shm)],
-        }];
+        result.detail.requests = vec![
+            RequestRecord {
+                send_ns: 10,
+                step: 1,
+                responses: vec![ResponseRecord {
+                    ns: 25,
+                    outputs: vec![("OUTPUT0".into(), output), ("OUTPUT1".into(), in_shm)],
+                }],
+            },
+            // A decoupled request: two responses, then the empty final one.
+            RequestRecord {
+                send_ns: 30,
+                step: 0,
+                responses: [(31, Some(1)), (32, Some(2)), (33, None)]
+                    .map(|(ns, out)| ResponseRecord {
+                        ns,
+                        outputs: out
+                            .map(|v| ("OUT".to_string(), Tensor::from_i32(vec![1], &[v])))
+                            .into_iter()
+                            .collect(),
+                    })
+                    .to_vec(),
+            },
+        ];
         result.detail.window_boundaries_ns = vec![5, 30];
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("export.json");
@@ -132,9 +160,18 @@ mod tests {
             e["requests"][0],
             serde_json::json!({
                 "timestamp": 10,
-                "request_inputs": {"INPUT0": [8]},
+                "request_inputs": {"INPUT0": 8},
                 "response_timestamps": [25],
                 "response_outputs": [{"OUTPUT0": [1.5, -2.0]}]
+            })
+        );
+        assert_eq!(
+            e["requests"][1],
+            serde_json::json!({
+                "timestamp": 30,
+                "request_inputs": {"INPUT0": 7},
+                "response_timestamps": [31, 32, 33],
+                "response_outputs": [{"OUT": 1}, {"OUT": 2}, {}]
             })
         );
         assert_eq!(e["window_boundaries"], serde_json::json!([5, 30]));

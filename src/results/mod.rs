@@ -10,6 +10,6 @@ pub mod point;
 pub mod row;
 pub mod server_stats;
 
-pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord};
+pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord, ResponseRecord};
 pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
 pub use server_stats::{ServerStats, StageTotal};

@@ -7,13 +7,22 @@ use super::row::ReportRow;
 use super::server_stats::ServerStats;
 use crate::tensor::Tensor;
 
-/// One request of the profile export: its send and response wall-clock times, which input data
-/// step it sent, and the outputs it got back (those that came inline, not through shared memory).
+/// One request of the profile export: its send wall-clock time, which input data step it sent,
+/// and each of its responses.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RequestRecord {
     pub send_ns: u64,
-    pub response_ns: u64,
     pub step: usize,
+    /// One per response: one for a plain request, every response of a decoupled model's
+    /// streamed request (its empty final one included, as perf_analyzer lists them).
+    pub responses: Vec<ResponseRecord>,
+}
+
+/// One response of a [`RequestRecord`]: its wall-clock arrival and the outputs it carried
+/// (those that came inline, not through shared memory).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResponseRecord {
+    pub ns: u64,
     pub outputs: Vec<(String, Tensor)>,
 }
 

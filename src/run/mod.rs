@@ -252,6 +252,7 @@ async fn run_sweep(
         streaming: sweep.call.streaming,
         json_inputs: sweep.call.input_tensor_format == TensorFormat::Json,
         json_outputs: sweep.call.output_tensor_format == TensorFormat::Json,
+        request_parameters: sweep.call.request_parameters.clone(),
     };
     match (endpoint, sweep.protocol) {
         (Endpoint::InProcess(core), _) => {

@@ -306,3 +306,119 @@ mod own_server {
         assert_unreachable(grpc.infer(&g, false).await.0);
     }
 }
+
+/// `--request-parameter`s reach the server: our real gRPC service runs behind a layer that
+/// decodes every `ModelInferRequest` on its way in (unary and `ModelStreamInfer`) and keeps its
+/// parameters, so the test sees exactly what went over the wire.
+mod request_parameters {
+    use std::collections::HashMap;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
+
+    use bytes::{Buf, BytesMut};
+    use hyper::body::{Body, Frame};
+    use perfbench::client::grpc::GrpcClient;
+    use perfbench::client::{parse_request_parameters, ConnectOptions, InferClient};
+    use perfbench::proto::inference::infer_parameter::ParameterChoice;
+    use perfbench::proto::inference::ModelInferRequest;
+    use perfbench::server::{InferenceServer, ServerOptions};
+    use prost::Message;
+
+    use super::{random_input, specs_for};
+
+    type Seen = Arc<Mutex<Vec<HashMap<String, Option<ParameterChoice>>>>>;
+
+    /// A request body that decodes the gRPC messages passing through it.
+    struct Capture {
+        inner: tonic::body::Body,
+        buf: BytesMut,
+        seen: Seen,
+    }
+
+    impl Body for Capture {
+        type Data = bytes::Bytes;
+        type Error = tonic::Status;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+            let frame = Pin::new(&mut self.inner).poll_frame(cx);
+            if let Poll::Ready(Some(Ok(frame))) = &frame {
+                if let Some(data) = frame.data_ref() {
+                    let this = &mut *self;
+                    this.buf.extend_from_slice(data);
+                    // Length-prefixed messages: flag byte, u32 length, message.
+                    while this.buf.len() >= 5 {
+                        let len = u32::from_be_bytes(this.buf[1..5].try_into().unwrap()) as usize;
+                        if this.buf.len() < 5 + len {
+                            break;
+                        }
+                        this.buf.advance(5);
+                        let message = this.buf.split_to(len);
+                        let request = ModelInferRequest::decode(&message[..]).expect("a ModelInferRequest");
+                        let params = request.parameters.into_iter().map(|(k, v)| (k, v.parameter_choice)).collect();
+                        this.seen.lock().unwrap().push(params);
+                    }
+                }
+            }
+            frame
+        }
+    }
+
+    /// Our gRPC service on a free port, with every inference request's parameters kept.
+    async fn capturing_server() -> (String, Seen) {
+        let seen: Seen = Default::default();
+        let core = InferenceServer::new(ServerOptions::default()).expect("zoo loads");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let keep = seen.clone();
+        let layer = tower::ServiceBuilder::new().map_request(
+            move |request: tonic::codegen::http::Request<tonic::body::Body>| {
+                let infer = request.uri().path().ends_with("/ModelInfer")
+                    || request.uri().path().ends_with("/ModelStreamInfer");
+                let seen = keep.clone();
+                request.map(|inner| match infer {
+                    true => tonic::body::Body::new(Capture { inner, buf: BytesMut::new(), seen }),
+                    false => inner,
+                })
+            },
+        );
+        let server = tonic::transport::Server::builder()
+            .layer(layer)
+            .add_service(perfbench::server::grpc::inference_service(core))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+        tokio::spawn(server);
+        (url, seen)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn request_parameters_reach_the_server_unary_and_streamed() {
+        let (url, seen) = capturing_server().await;
+        let texts = ["max_tokens:256:int", "greedy:true:BOOL", "tag:a b:string", "max_tokens:7:int"].map(String::from);
+        let request_parameters = parse_request_parameters(&texts).unwrap();
+        for streaming in [false, true] {
+            seen.lock().unwrap().clear();
+            let options =
+                ConnectOptions { request_parameters: request_parameters.clone(), streaming, ..Default::default() };
+            let client = GrpcClient::new(&url, &options).unwrap();
+            let spec = specs_for(&client, "identity", &random_input("INPUT0:4", 1)).await.remove(0);
+            let prepared = client.prepare(&spec).unwrap();
+            for _ in 0..2 {
+                client.infer(&prepared, false).await.0.expect("the server keeps parameters it does not use");
+            }
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 2, "streaming {streaming}: {seen:?}");
+            for params in seen {
+                let expected: HashMap<_, _> = [
+                    ("max_tokens".to_string(), Some(ParameterChoice::Int64Param(7))),
+                    ("greedy".to_string(), Some(ParameterChoice::BoolParam(true))),
+                    ("tag".to_string(), Some(ParameterChoice::StringParam("a b".into()))),
+                ]
+                .into_iter()
+                .collect();
+                assert_eq!(params, expected, "streaming {streaming}");
+            }
+        }
+    }
+}

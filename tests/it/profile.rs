@@ -367,9 +367,27 @@ fn decoupled_models_stream_until_the_final_response() {
     let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/data/repeat_small.json");
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("repeat.csv");
-    let args = ["-m", "repeat", "-i", "grpc", "--streaming", "--input-data", data];
+    let export = dir.path().join("export.json");
+    let export_arg = export.to_str().unwrap();
+    let args = ["-m", "repeat", "-i", "grpc", "--streaming", "--input-data", data, "--profile-export-file", export_arg];
     let out = profile_to_csv(&args, "20", &csv);
     assert!(out.status.success(), "{}", stderr(&out));
+    // The export lists every response of a request, as perf_analyzer does: the step sending
+    // IN [1, 2, 3] gets three responses and the empty final one, IN [7] one and the final.
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    let requests = json["experiments"][0]["requests"].as_array().unwrap();
+    assert!(requests.len() >= 2, "{json}");
+    for r in requests {
+        let times: Vec<u64> =
+            r["response_timestamps"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]) && times[0] >= r["timestamp"].as_u64().unwrap(), "{r}");
+        let expected = match r["request_inputs"]["IN"].as_array().map_or(1, Vec::len) {
+            3 => serde_json::json!([{"OUT": 1, "IDX": 0}, {"OUT": 2, "IDX": 1}, {"OUT": 3, "IDX": 2}, {}]),
+            _ => serde_json::json!([{"OUT": 7, "IDX": 0}, {}]),
+        };
+        assert_eq!(r["response_outputs"], expected, "{r}");
+        assert_eq!(times.len(), expected.as_array().unwrap().len(), "{r}");
+    }
     let table = perfbench::results::csv::read_table(&csv, perfbench::results::csv::Unit::Us).unwrap();
     let row = &table.rows[0];
     // Steps alternate: 3 responses 1 ms apart then 2 ms to the final flag (5 ms), and one at
