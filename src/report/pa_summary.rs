@@ -9,6 +9,7 @@ use crate::measure::WindowMode;
 use crate::results::format::format_g;
 use crate::results::LoadPoint;
 use crate::results::PointResult;
+use crate::results::{ComposingStats, ServerStats};
 
 /// How the client talked to the server, for the "Avg HTTP time" line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,19 +127,7 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
     }
     if let Some(server) = &detail.server {
         let _ = writeln!(s, "  Server: ");
-        let _ = writeln!(s, "    Inference count: {}", server.inference_count);
-        let _ = writeln!(s, "    Execution count: {}", server.execution_count);
-        let _ = writeln!(s, "    Successful request count: {}", server.success.count);
-        let _ = writeln!(
-            s,
-            "    Avg request latency: {} usec (overhead {} usec + queue {} usec + compute input {} usec + compute infer {} usec + compute output {} usec)",
-            us(server.success.avg_us()),
-            us(server.overhead_us()),
-            us(server.queue.avg_us()),
-            us(server.compute_input.avg_us()),
-            us(server.compute_infer.avg_us()),
-            us(server.compute_output.avg_us()),
-        );
+        server_lines(&mut s, server, &detail.composing, 1);
     }
     let _ = write!(s, "  perfbench: {} failed, {} late, {} missed requests", r.failed, r.late, r.missed);
     if let Some(error) = &detail.first_error {
@@ -160,6 +149,44 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
         );
     }
     s
+}
+
+/// perf_analyzer's server section of one model at nesting `level` (1: the profiled model). An
+/// ensemble shows its composing models' summed queue and compute, then each of them in turn.
+fn server_lines(s: &mut String, server: &ServerStats, below: &[ComposingStats], level: usize) {
+    let ident = " ".repeat(2 * level);
+    if level > 1 && server.success.count == 0 {
+        let _ = writeln!(s, "{ident}  Request count: 0");
+        return;
+    }
+    let _ = writeln!(s, "{ident}  Inference count: {}", server.inference_count);
+    let _ = writeln!(s, "{ident}  Execution count: {}", server.execution_count);
+    let _ = writeln!(s, "{ident}  Successful request count: {}", server.success.count);
+    let latency = server.request_latency_us();
+    if below.is_empty() {
+        let [latency, overhead, queue, input, infer, output] = server.request_stages_us();
+        let _ = writeln!(
+            s,
+            "{ident}  Avg request latency: {latency} usec (overhead {overhead} usec + queue {queue} usec + compute input {input} usec + compute infer {infer} usec + compute output {output} usec)",
+        );
+        if level > 1 {
+            s.push('\n');
+        }
+        return;
+    }
+    let t = ComposingStats::ensemble_times(below);
+    let overhead = latency.saturating_sub(t.queue_us + t.compute_us);
+    let _ = writeln!(
+        s,
+        "{ident}  Avg request latency: {latency} usec (overhead {overhead} usec + queue {} usec + compute {} usec)\n",
+        t.queue_us, t.compute_us
+    );
+    let _ = writeln!(s, "{ident}Composing models: ");
+    let depth = below[0].model.depth;
+    for (i, model) in below.iter().enumerate().filter(|(_, c)| c.model.depth == depth) {
+        let _ = writeln!(s, "{ident}{}, version: {}", model.model.name, model.model.version);
+        server_lines(s, &model.stats, ComposingStats::below(below, i), level + 1);
+    }
 }
 
 /// The closing list, exactly as perf_analyzer prints it (unstable points are flagged in their

@@ -12,4 +12,4 @@ pub mod server_stats;
 
 pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord};
 pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
-pub use server_stats::{ServerStats, StageTotal};
+pub use server_stats::{ComposingModel, ComposingStats, EnsembleTimes, ServerStats, StageTotal};
