@@ -266,4 +266,30 @@ mod tests {
         assert!(text.contains("  perfbench: 3 failed, 0 late, 0 missed requests\n"));
         assert!(text.contains("  UNSTABLE: "));
     }
+    #[test]
+    fn an_ensemble_lists_its_composing_models_as_perf_analyzer_does() {
+        use crate::results::{ComposingModel, ComposingStats, StageTotal};
+        let stats = |requests: u64, queue_us: u64, infer_us: u64| ServerStats {
+            inference_count: requests,
+            execution_count: requests,
+            success: StageTotal { count: requests, ns: requests * (queue_us + infer_us + 10) * 1000 },
+            queue: StageTotal { count: requests, ns: requests * queue_us * 1000 },
+            compute_input: StageTotal { count: requests, ns: 0 },
+            compute_infer: StageTotal { count: requests, ns: requests * infer_us * 1000 },
+            compute_output: StageTotal { count: requests, ns: 0 },
+            ..Default::default()
+        };
+        let model =
+            |name: &str, depth, ensemble| ComposingModel { name: name.into(), version: "1".into(), depth, ensemble };
+        let composing = vec![
+            ComposingStats { model: model("inner", 1, true), stats: stats(4, 1, 2) },
+            ComposingStats { model: model("a", 2, false), stats: stats(8, 5, 50) },
+            ComposingStats { model: model("b", 1, false), stats: stats(0, 0, 0) },
+        ];
+        let detail = PointDetail { server: Some(stats(4, 0, 100)), composing, ..Default::default() };
+        let row = ReportRow::zeroed(LoadPoint::Concurrency(1));
+        let text = point_block(&PointResult { row, detail }, Wire::Http, &description());
+        let expected = "  Server: \n    Inference count: 4\n    Execution count: 4\n    Successful request count: 4\n    Avg request latency: 110 usec (overhead 55 usec + queue 5 usec + compute 50 usec)\n\n  Composing models: \n  inner, version: 1\n      Inference count: 4\n      Execution count: 4\n      Successful request count: 4\n      Avg request latency: 13 usec (overhead 0 usec + queue 5 usec + compute 50 usec)\n\n    Composing models: \n    a, version: 1\n        Inference count: 8\n        Execution count: 8\n        Successful request count: 8\n        Avg request latency: 65 usec (overhead 10 usec + queue 5 usec + compute input 0 usec + compute infer 50 usec + compute output 0 usec)\n\n  b, version: 1\n      Request count: 0\n  perfbench: ";
+        assert!(text.contains(expected), "{text}");
+    }
 }
