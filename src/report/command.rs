@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use super::plot::{self, Format};
 use super::table::{ConstColumn, Layout};
 use super::{read_table, seeds, TableKind};
-use crate::results::{LoadPoint, ReportRow};
+use crate::results::{composing_csv, LoadPoint, ReportRow};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -120,7 +120,15 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let written = super::write_results_with(&out, &rows, &meta)?;
+    let source = composing_csv::for_table(file);
+    let composing = super::read_composing(&source)?;
+    let written = super::write_results_with(&out, &rows, &meta, &composing)?;
+    let copy = out.join(composing_csv::COMPOSING_FILE);
+    if !composing.is_empty() && !same_file(&source, &copy) {
+        // The new folder keeps its composing rows, so it re-renders on its own.
+        let _ = std::fs::remove_file(&copy);
+        composing_csv::append(&copy, &composing)?;
+    }
     println!("{}", written.report_csv.display());
     println!("{}", written.report_md.display());
     for path in written.plots {
@@ -143,6 +151,13 @@ fn sort_rows(rows: &mut [ReportRow], kind: TableKind) {
         };
         x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
     });
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn default_out(file: &Path) -> PathBuf {

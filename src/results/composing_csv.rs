@@ -48,6 +48,15 @@ pub fn beside(csv: &Path) -> PathBuf {
     csv.with_file_name(format!("{stem}.{COMPOSING_FILE}"))
 }
 
+/// Where a results CSV's composing rows are: `composing.csv` beside a results folder's
+/// `report.csv` or `perf_analyzer.csv`, else [`beside`] it (a `-f` file).
+pub fn for_table(csv: &Path) -> PathBuf {
+    match csv.file_stem().and_then(|s| s.to_str()) {
+        Some("report" | "perf_analyzer") => csv.with_file_name(COMPOSING_FILE),
+        _ => beside(csv),
+    }
+}
+
 /// The composing rows of one measured point (none for a model that is no ensemble).
 pub fn composing_rows(result: &PointResult) -> Vec<ComposingRow> {
     let row = &result.row;
