@@ -107,6 +107,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     sort_rows(&mut rows, meta.kind);
     let out = args.out.clone().unwrap_or_else(|| default_out(file));
+    let source = composing_csv::for_table(file);
+    let composing = super::read_composing(&source)?;
     if args.plots_only {
         let formats: &[Format] = match args.format {
             FormatArg::Png => &[Format::Png],
@@ -114,14 +116,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             FormatArg::Both => &[Format::Png, Format::Svg],
         };
         std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-        let written = plot::render_plots_as(&out, &rows, meta.kind, &meta.title, formats)?;
+        let written = plot::render_plots_as(&out, &rows, meta.kind, &meta.title, &composing, formats)?;
         for path in written {
             println!("{}", path.display());
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let source = composing_csv::for_table(file);
-    let composing = super::read_composing(&source)?;
     let written = super::write_results_with(&out, &rows, &meta, &composing)?;
     let copy = out.join(composing_csv::COMPOSING_FILE);
     if !composing.is_empty() && !same_file(&source, &copy) {

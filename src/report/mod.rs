@@ -282,7 +282,7 @@ pub fn write_results_with(
     // report.csv is µs whatever the source was; the source line stays with the seed's own sidecar.
     let run_meta = TableMeta { unit: Unit::Us, source: None, ..meta.clone() };
     write_sidecar(&dir.join("report.toml"), &run_meta)?;
-    written.plots = plot::render_plots(&plots_dir, rows, meta.kind, &meta.title)?;
+    written.plots = plot::render_plots(&plots_dir, rows, meta.kind, &meta.title, composing)?;
     let png_names: Vec<String> = written
         .plots
         .iter()
@@ -408,11 +408,23 @@ mod tests {
         composing_csv::append(&path, &[composing(1, "pre"), composing(1, "sleep"), composing(8, "pre")]).unwrap();
         let with = write_results(dir.path(), &rows, &config(), TableKind::Offline).unwrap();
         let after = std::fs::read_to_string(&with.report_md).unwrap();
-        // The report without composing models stays as it was; the new table follows it.
-        let extra = after.strip_prefix(before.as_str()).unwrap_or_else(|| panic!("{after}"));
+        // The report without composing models stays as it was, but for the new plot's link; the
+        // new table follows it.
+        let link = "    <td><img src=\"./plots/latency_by_model.png\"></td>\n";
+        let unlinked = after.replacen(link, "", 1);
+        let extra = unlinked.strip_prefix(before.as_str()).unwrap_or_else(|| panic!("{after}"));
         assert!(extra.starts_with("\n<details>\n<summary>Composing Models</summary>\n\n|   Batch |"), "{extra}");
         assert!(extra.contains("|       8 |             1 | pre     |"), "{extra}");
         assert_eq!(extra.matches("| pre ").count() + extra.matches("| sleep ").count(), 3, "{extra}");
+        // The composing plot is written beside the others, and linked.
+        let png = dir.path().join("plots/latency_by_model.png");
+        let svg = dir.path().join("plots/latency_by_model.svg");
+        assert!(with.plots.contains(&png) && with.plots.contains(&svg), "{:?}", with.plots);
+        let png_bytes = std::fs::read(&png).unwrap();
+        assert!(png_bytes.starts_with(b"\x89PNG\r\n\x1a\n") && png_bytes.len() > 5000, "{}", png_bytes.len());
+        let svg_text = std::fs::read_to_string(&svg).unwrap();
+        assert!(svg_text.contains("<svg") && svg_text.contains("\nsleep\n</text>"), "{svg_text}");
+        assert!(after.contains("<img src=\"./plots/latency_by_model.png\">"), "{after}");
     }
 
     #[test]
