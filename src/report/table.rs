@@ -269,7 +269,8 @@ fn loads_of(rows: &[ReportRow]) -> Vec<LoadPoint> {
 pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
     let ms = |us: f64| us / 1000.0;
     // (unit suffix of time headers, time cell from µs, request rate cell) per layout.
-    let (unit, time, rate): (&str, Box<dyn Fn(f64) -> String>, Box<dyn Fn(f64) -> String>) = match layout {
+    type Cell = Box<dyn Fn(f64) -> String>;
+    let (unit, time, rate): (&str, Cell, Cell) = match layout {
         Layout::Milliseconds { decimals } => {
             let d = *decimals;
             (" (ms)", Box::new(move |us| fixed(ms(us), d)), Box::new(move |r| fixed(r, d)))
