@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::interval::{keeps_growing, ratio_interval, Quantiles};
 use super::recorder::WindowRecorder;
 use super::stability::{spread_pct, WindowFigures};
-use crate::results::{Interval, LoadPoint, PointDetail, PointResult, ReportRow, ServerStats};
+use crate::results::{ComposingStats, Interval, LoadPoint, PointDetail, PointResult, ReportRow, ServerStats};
 
 /// One window, raw.
 #[derive(Clone, Debug)]
@@ -31,6 +31,8 @@ pub struct Window {
     pub duration: Duration,
     /// Server counters over the window; `None` when the server has no statistics extension.
     pub server: Option<ServerStats>,
+    /// An ensemble's composing models over the window (empty for any other model).
+    pub composing: Vec<ComposingStats>,
     /// Wall-clock start and end, ns since the epoch (profile export `window_boundaries`).
     pub start_ns: u64,
     pub end_ns: u64,
@@ -67,6 +69,7 @@ impl Window {
             (Some(a), Some(b)) => Some(a.plus(&b)),
             _ => None,
         };
+        self.composing = ComposingStats::plus(&self.composing, &next.composing);
         self.end_ns = next.end_ns;
     }
 }
@@ -192,7 +195,11 @@ pub fn derive_point(
     let mut client = WindowRecorder::default();
     let mut duration = Duration::ZERO;
     let mut server: Option<ServerStats> = windows.first().and_then(|w| w.server).map(|_| ServerStats::default());
-    for w in windows {
+    let mut composing = windows.first().map(|w| w.composing.clone()).unwrap_or_default();
+    for (i, w) in windows.iter().enumerate() {
+        if i > 0 {
+            composing = ComposingStats::plus(&composing, &w.composing);
+        }
         client.merge(&w.client);
         duration += w.duration;
         server = match (server, w.server) {
@@ -254,6 +261,7 @@ pub fn derive_point(
         stdev_us: client.stdev_us(),
         exchange_us: client.avg_exchange_us(),
         server,
+        composing,
         first_error: client.first_error.take(),
         trials: windows.len(),
         threshold_latency_us,
@@ -298,7 +306,14 @@ mod tests {
             compute_output: stage(50),
             ..Default::default()
         };
-        Window { client, duration: Duration::from_secs_f64(secs), server: Some(server), start_ns: 0, end_ns: 0 }
+        Window {
+            client,
+            duration: Duration::from_secs_f64(secs),
+            server: Some(server),
+            composing: Vec::new(),
+            start_ns: 0,
+            end_ns: 0,
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use super::plot::{self, Format};
 use super::table::{ConstColumn, Layout};
 use super::{read_table, seeds, TableKind};
-use crate::results::{LoadPoint, ReportRow};
+use crate::results::{composing_csv, LoadPoint, ReportRow};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -107,6 +107,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     sort_rows(&mut rows, meta.kind);
     let out = args.out.clone().unwrap_or_else(|| default_out(file));
+    let source = composing_csv::for_table(file);
+    let composing = super::read_composing(&source)?;
     if args.plots_only {
         let formats: &[Format] = match args.format {
             FormatArg::Png => &[Format::Png],
@@ -114,13 +116,19 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             FormatArg::Both => &[Format::Png, Format::Svg],
         };
         std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-        let written = plot::render_plots_as(&out, &rows, meta.kind, &meta.title, formats)?;
+        let written = plot::render_plots_as(&out, &rows, meta.kind, &meta.title, &composing, formats)?;
         for path in written {
             println!("{}", path.display());
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let written = super::write_results_with(&out, &rows, &meta)?;
+    let written = super::write_results_with(&out, &rows, &meta, &composing)?;
+    let copy = out.join(composing_csv::COMPOSING_FILE);
+    if !composing.is_empty() && !same_file(&source, &copy) {
+        // The new folder keeps its composing rows, so it re-renders on its own.
+        let _ = std::fs::remove_file(&copy);
+        composing_csv::append(&copy, &composing)?;
+    }
     println!("{}", written.report_csv.display());
     println!("{}", written.report_md.display());
     for path in written.plots {
@@ -143,6 +151,13 @@ fn sort_rows(rows: &mut [ReportRow], kind: TableKind) {
         };
         x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
     });
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn default_out(file: &Path) -> PathBuf {

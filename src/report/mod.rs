@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::results::csv::Unit;
 pub use table::Layout;
 
+use crate::results::composing_csv::{self, ComposingRow};
 use crate::results::csv::{self as results_csv, TableError};
 use crate::results::{LoadPoint, ReportRow};
 
@@ -201,7 +202,8 @@ pub fn write_sidecar(path: &Path, meta: &TableMeta) -> Result<(), ReportError> {
 
 /// `report.md`: the title, the configuration table, links to the plots and the results table,
 /// arranged as the seeds arrange them.
-pub fn render_report(rows: &[ReportRow], meta: &TableMeta, plots: &[String]) -> String {
+/// An ensemble's `composing` rows get their own table under the results table.
+pub fn render_report(rows: &[ReportRow], meta: &TableMeta, plots: &[String], composing: &[ComposingRow]) -> String {
     let mut md = format!("#### {}\n\n", meta.title);
     if !meta.config.parameters.is_empty() {
         md.push_str("Our results were obtained using the following configuration:\n\n");
@@ -223,6 +225,11 @@ pub fn render_report(rows: &[ReportRow], meta: &TableMeta, plots: &[String]) -> 
         md.push_str(&notes);
     }
     md.push_str("\n</details>\n");
+    if !composing.is_empty() {
+        md.push_str("\n<details>\n<summary>Composing Models</summary>\n\n");
+        md.push_str(&table::render_composing(composing, &meta.layout));
+        md.push_str("\n</details>\n");
+    }
     md
 }
 
@@ -243,12 +250,28 @@ pub fn write_results(
     kind: TableKind,
 ) -> Result<WrittenResults, ReportError> {
     let meta = TableMeta::for_run(kind, config.clone());
-    write_results_with(dir, rows, &meta)
+    // The sweep appended an ensemble's composing.csv into the same folder.
+    let composing = read_composing(&dir.join(composing_csv::COMPOSING_FILE))?;
+    write_results_with(dir, rows, &meta, &composing)
+}
+
+/// The rows of a `composing.csv`; none when there is no such file (no ensemble).
+pub fn read_composing(path: &Path) -> Result<Vec<ComposingRow>, ReportError> {
+    if path.is_file() {
+        Ok(composing_csv::read(path)?)
+    } else {
+        Ok(Vec::new())
+    }
 }
 
 /// [`write_results`] with an explicit sidecar (layout, title, configuration); `perfbench report`
 /// passes the one it read, so a seed table re-renders in its own layout.
-pub fn write_results_with(dir: &Path, rows: &[ReportRow], meta: &TableMeta) -> Result<WrittenResults, ReportError> {
+pub fn write_results_with(
+    dir: &Path,
+    rows: &[ReportRow],
+    meta: &TableMeta,
+    composing: &[ComposingRow],
+) -> Result<WrittenResults, ReportError> {
     if rows.is_empty() {
         return Err(ReportError::NoRows);
     }
@@ -259,7 +282,7 @@ pub fn write_results_with(dir: &Path, rows: &[ReportRow], meta: &TableMeta) -> R
     // report.csv is µs whatever the source was; the source line stays with the seed's own sidecar.
     let run_meta = TableMeta { unit: Unit::Us, source: None, ..meta.clone() };
     write_sidecar(&dir.join("report.toml"), &run_meta)?;
-    written.plots = plot::render_plots(&plots_dir, rows, meta.kind, &meta.title)?;
+    written.plots = plot::render_plots(&plots_dir, rows, meta.kind, &meta.title, composing)?;
     let png_names: Vec<String> = written
         .plots
         .iter()
@@ -267,7 +290,7 @@ pub fn write_results_with(dir: &Path, rows: &[ReportRow], meta: &TableMeta) -> R
         .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .collect();
     written.report_md = dir.join("report.md");
-    let md = render_report(rows, meta, &png_names);
+    let md = render_report(rows, meta, &png_names, composing);
     std::fs::write(&written.report_md, md)
         .map_err(|source| ReportError::Write { path: written.report_md.clone(), source })?;
     Ok(written)
@@ -359,6 +382,49 @@ mod tests {
         let written = write_results(dir.path(), &rows, &config(), TableKind::Online).unwrap();
         assert_eq!(written.plots.len(), 2);
         assert!(dir.path().join("plots/latency_vs_concurrency.png").is_file());
+    }
+
+    #[test]
+    fn a_folder_with_composing_csv_gets_the_composing_table_and_one_without_is_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = vec![row(1, 800.0), row(8, 1500.0)];
+        let plain = write_results(dir.path(), &rows, &config(), TableKind::Offline).unwrap();
+        let before = std::fs::read_to_string(&plain.report_md).unwrap();
+        assert!(!before.contains("Composing"), "{before}");
+        assert!(!plain.plots.iter().any(|p| p.to_string_lossy().contains("latency_by_model")));
+        let composing = |batch, model: &str| ComposingRow {
+            batch,
+            load: LoadPoint::Concurrency(1),
+            model: model.into(),
+            inference_count: 10,
+            execution_count: 10,
+            queue_us: 50.0,
+            compute_input_us: 10.0,
+            compute_infer_us: 600.0,
+            compute_output_us: 10.0,
+            share_pct: 50.0,
+        };
+        let path = dir.path().join(composing_csv::COMPOSING_FILE);
+        composing_csv::append(&path, &[composing(1, "pre"), composing(1, "sleep"), composing(8, "pre")]).unwrap();
+        let with = write_results(dir.path(), &rows, &config(), TableKind::Offline).unwrap();
+        let after = std::fs::read_to_string(&with.report_md).unwrap();
+        // The report without composing models stays as it was, but for the new plot's link; the
+        // new table follows it.
+        let link = "    <td><img src=\"./plots/latency_by_model.png\"></td>\n";
+        let unlinked = after.replacen(link, "", 1);
+        let extra = unlinked.strip_prefix(before.as_str()).unwrap_or_else(|| panic!("{after}"));
+        assert!(extra.starts_with("\n<details>\n<summary>Composing Models</summary>\n\n|   Batch |"), "{extra}");
+        assert!(extra.contains("|       8 |             1 | pre     |"), "{extra}");
+        assert_eq!(extra.matches("| pre ").count() + extra.matches("| sleep ").count(), 3, "{extra}");
+        // The composing plot is written beside the others, and linked.
+        let png = dir.path().join("plots/latency_by_model.png");
+        let svg = dir.path().join("plots/latency_by_model.svg");
+        assert!(with.plots.contains(&png) && with.plots.contains(&svg), "{:?}", with.plots);
+        let png_bytes = std::fs::read(&png).unwrap();
+        assert!(png_bytes.starts_with(b"\x89PNG\r\n\x1a\n") && png_bytes.len() > 5000, "{}", png_bytes.len());
+        let svg_text = std::fs::read_to_string(&svg).unwrap();
+        assert!(svg_text.contains("<svg") && svg_text.contains("\nsleep\n</text>"), "{svg_text}");
+        assert!(after.contains("<img src=\"./plots/latency_by_model.png\">"), "{after}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::measure::WindowMode;
 use crate::results::format::format_g;
 use crate::results::LoadPoint;
 use crate::results::PointResult;
+use crate::results::{ComposingStats, ServerStats};
 
 /// How the client talked to the server, for the "Avg HTTP time" line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,19 +127,7 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
     }
     if let Some(server) = &detail.server {
         let _ = writeln!(s, "  Server: ");
-        let _ = writeln!(s, "    Inference count: {}", server.inference_count);
-        let _ = writeln!(s, "    Execution count: {}", server.execution_count);
-        let _ = writeln!(s, "    Successful request count: {}", server.success.count);
-        let _ = writeln!(
-            s,
-            "    Avg request latency: {} usec (overhead {} usec + queue {} usec + compute input {} usec + compute infer {} usec + compute output {} usec)",
-            us(server.success.avg_us()),
-            us(server.overhead_us()),
-            us(server.queue.avg_us()),
-            us(server.compute_input.avg_us()),
-            us(server.compute_infer.avg_us()),
-            us(server.compute_output.avg_us()),
-        );
+        server_lines(&mut s, server, &detail.composing, 1);
     }
     let _ = write!(s, "  perfbench: {} failed, {} late, {} missed requests", r.failed, r.late, r.missed);
     if let Some(error) = &detail.first_error {
@@ -160,6 +149,44 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
         );
     }
     s
+}
+
+/// perf_analyzer's server section of one model at nesting `level` (1: the profiled model). An
+/// ensemble shows its composing models' summed queue and compute, then each of them in turn.
+fn server_lines(s: &mut String, server: &ServerStats, below: &[ComposingStats], level: usize) {
+    let ident = " ".repeat(2 * level);
+    if level > 1 && server.success.count == 0 {
+        let _ = writeln!(s, "{ident}  Request count: 0");
+        return;
+    }
+    let _ = writeln!(s, "{ident}  Inference count: {}", server.inference_count);
+    let _ = writeln!(s, "{ident}  Execution count: {}", server.execution_count);
+    let _ = writeln!(s, "{ident}  Successful request count: {}", server.success.count);
+    let latency = server.request_latency_us();
+    if below.is_empty() {
+        let [latency, overhead, queue, input, infer, output] = server.request_stages_us();
+        let _ = writeln!(
+            s,
+            "{ident}  Avg request latency: {latency} usec (overhead {overhead} usec + queue {queue} usec + compute input {input} usec + compute infer {infer} usec + compute output {output} usec)",
+        );
+        if level > 1 {
+            s.push('\n');
+        }
+        return;
+    }
+    let t = ComposingStats::ensemble_times(below);
+    let overhead = latency.saturating_sub(t.queue_us + t.compute_us);
+    let _ = writeln!(
+        s,
+        "{ident}  Avg request latency: {latency} usec (overhead {overhead} usec + queue {} usec + compute {} usec)\n",
+        t.queue_us, t.compute_us
+    );
+    let _ = writeln!(s, "{ident}Composing models: ");
+    let depth = below[0].model.depth;
+    for (i, model) in below.iter().enumerate().filter(|(_, c)| c.model.depth == depth) {
+        let _ = writeln!(s, "{ident}{}, version: {}", model.model.name, model.model.version);
+        server_lines(s, &model.stats, ComposingStats::below(below, i), level + 1);
+    }
 }
 
 /// The closing list, exactly as perf_analyzer prints it (unstable points are flagged in their
@@ -238,5 +265,31 @@ mod tests {
         assert!(text.contains("    Avg HTTP time: 3994 usec (send/recv 83 usec + response wait 3911 usec)\n  Server: \n    Inference count: 0\n"));
         assert!(text.contains("  perfbench: 3 failed, 0 late, 0 missed requests\n"));
         assert!(text.contains("  UNSTABLE: "));
+    }
+    #[test]
+    fn an_ensemble_lists_its_composing_models_as_perf_analyzer_does() {
+        use crate::results::{ComposingModel, ComposingStats, StageTotal};
+        let stats = |requests: u64, queue_us: u64, infer_us: u64| ServerStats {
+            inference_count: requests,
+            execution_count: requests,
+            success: StageTotal { count: requests, ns: requests * (queue_us + infer_us + 10) * 1000 },
+            queue: StageTotal { count: requests, ns: requests * queue_us * 1000 },
+            compute_input: StageTotal { count: requests, ns: 0 },
+            compute_infer: StageTotal { count: requests, ns: requests * infer_us * 1000 },
+            compute_output: StageTotal { count: requests, ns: 0 },
+            ..Default::default()
+        };
+        let model =
+            |name: &str, depth, ensemble| ComposingModel { name: name.into(), version: "1".into(), depth, ensemble };
+        let composing = vec![
+            ComposingStats { model: model("inner", 1, true), stats: stats(4, 1, 2) },
+            ComposingStats { model: model("a", 2, false), stats: stats(8, 5, 50) },
+            ComposingStats { model: model("b", 1, false), stats: stats(0, 0, 0) },
+        ];
+        let detail = PointDetail { server: Some(stats(4, 0, 100)), composing, ..Default::default() };
+        let row = ReportRow::zeroed(LoadPoint::Concurrency(1));
+        let text = point_block(&PointResult { row, detail }, Wire::Http, &description());
+        let expected = "  Server: \n    Inference count: 4\n    Execution count: 4\n    Successful request count: 4\n    Avg request latency: 110 usec (overhead 55 usec + queue 5 usec + compute 50 usec)\n\n  Composing models: \n  inner, version: 1\n      Inference count: 4\n      Execution count: 4\n      Successful request count: 4\n      Avg request latency: 13 usec (overhead 0 usec + queue 5 usec + compute 50 usec)\n\n    Composing models: \n    a, version: 1\n        Inference count: 8\n        Execution count: 8\n        Successful request count: 8\n        Avg request latency: 65 usec (overhead 10 usec + queue 5 usec + compute input 0 usec + compute infer 50 usec + compute output 0 usec)\n\n  b, version: 1\n      Request count: 0\n  perfbench: ";
+        assert!(text.contains(expected), "{text}");
     }
 }

@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use plotters::coord::ranged1d::SegmentedCoord;
+use plotters::coord::types::{RangedCoordf64, RangedCoordi32};
 use plotters::coord::Shift;
 use plotters::element::ErrorBarOrientV;
 use plotters::prelude::*;
@@ -17,6 +19,7 @@ use plotters::style::full_palette;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::TableKind;
+use crate::results::composing_csv::ComposingRow;
 use crate::results::csv::{stages_us, STAGE_NAMES};
 use crate::results::{Interval, LoadPoint, ReportRow};
 
@@ -90,9 +93,19 @@ fn register_font() -> Result<(), PlotError> {
     }
 }
 
-/// Draws the sweep's plots into `dir` as PNG and SVG; returns the files written.
-pub fn render_plots(dir: &Path, rows: &[ReportRow], kind: TableKind, title: &str) -> Result<Vec<PathBuf>, PlotError> {
-    render_plots_as(dir, rows, kind, title, &[Format::Png, Format::Svg])
+/// The stem of the composing models' plot, written only for an ensemble.
+pub const LATENCY_BY_MODEL: &str = "latency_by_model";
+
+/// Draws the sweep's plots into `dir` as PNG and SVG, and [`LATENCY_BY_MODEL`] when there are
+/// `composing` rows; returns the files written.
+pub fn render_plots(
+    dir: &Path,
+    rows: &[ReportRow],
+    kind: TableKind,
+    title: &str,
+    composing: &[ComposingRow],
+) -> Result<Vec<PathBuf>, PlotError> {
+    render_plots_as(dir, rows, kind, title, composing, &[Format::Png, Format::Svg])
 }
 
 /// [`render_plots`] in the given formats only.
@@ -101,14 +114,20 @@ pub fn render_plots_as(
     rows: &[ReportRow],
     kind: TableKind,
     title: &str,
+    composing: &[ComposingRow],
     formats: &[Format],
 ) -> Result<Vec<PathBuf>, PlotError> {
     register_font()?;
     let mut written = Vec::new();
-    for &plot in PlotKind::for_sweep(kind) {
-        for &format in formats {
+    for &format in formats {
+        for &plot in PlotKind::for_sweep(kind) {
             let path = dir.join(format!("{}.{}", plot.name(), format.extension()));
             render_one(&path, format, plot, rows, title)?;
+            written.push(path);
+        }
+        if !composing.is_empty() {
+            let path = dir.join(format!("{LATENCY_BY_MODEL}.{}", format.extension()));
+            render_to(&path, format, &ModelPlot { composing, kind, title })?;
             written.push(path);
         }
     }
@@ -123,23 +142,65 @@ pub fn render_one(
     rows: &[ReportRow],
     title: &str,
 ) -> Result<(), PlotError> {
+    render_to(path, format, &SweepPlot { plot, rows, title })
+}
+
+type DrawResult = Result<(), String>;
+
+/// A chart that draws on either backend.
+trait Chart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult;
+}
+
+struct SweepPlot<'a> {
+    plot: PlotKind,
+    rows: &'a [ReportRow],
+    title: &'a str,
+}
+
+impl Chart for SweepPlot<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        draw(root, self.plot, self.rows, self.title)
+    }
+}
+
+struct ModelPlot<'a> {
+    composing: &'a [ComposingRow],
+    kind: TableKind,
+    title: &'a str,
+}
+
+impl Chart for ModelPlot<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let points = composing_points(self.composing);
+        let heading = match axis_of(self.kind) {
+            Axis::Batch => "Server latency by composing model vs batch size",
+            Axis::Load if load_axis_is_rate(&points) => "Server latency by composing model vs request rate",
+            Axis::Load => "Server latency by composing model vs concurrency",
+        };
+        let root = draw_titles(root, heading, self.title).map_err(|e| e.to_string())?;
+        latency_by_model(&root, self.composing, &points, axis_of(self.kind))
+    }
+}
+
+/// Draws `chart` into one file.
+fn render_to(path: &Path, format: Format, chart: &impl Chart) -> Result<(), PlotError> {
     register_font()?;
     let fail = |message: String| PlotError::Draw { path: path.to_owned(), message };
     match format {
         Format::Png => {
             let root = BitMapBackend::new(path, SIZE_PX).into_drawing_area();
-            draw(&root, plot, rows, title).map_err(fail)?;
+            chart.draw(&root).map_err(fail)?;
             root.present().map_err(|e| fail(e.to_string()))
         }
         Format::Svg => {
             let root = SVGBackend::new(path, SIZE_PX).into_drawing_area();
-            draw(&root, plot, rows, title).map_err(fail)?;
+            chart.draw(&root).map_err(fail)?;
             root.present().map_err(|e| fail(e.to_string()))
         }
     }
 }
-
-type DrawResult = Result<(), String>;
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -153,7 +214,9 @@ fn draw<DB: DrawingBackend>(
         PlotKind::LatencyVsBatch if !has_stage_breakdown(rows) => "Average latency vs batch size",
         PlotKind::LatencyVsBatch => "Latency breakdown vs batch size",
         PlotKind::ThroughputVsLatency => "Throughput vs latency",
-        PlotKind::LatencyVsConcurrency if load_axis_is_rate(rows) => "Latency breakdown and throughput vs request rate",
+        PlotKind::LatencyVsConcurrency if load_axis_is_rate(&points_of(rows)) => {
+            "Latency breakdown and throughput vs request rate"
+        }
         PlotKind::LatencyVsConcurrency => "Latency breakdown and throughput vs concurrency",
     };
     let root = draw_titles(root, heading, title).map_err(|e| e.to_string())?;
@@ -266,10 +329,36 @@ enum Axis {
     Load,
 }
 
-fn category_labels(rows: &[ReportRow], axis: Axis) -> Vec<String> {
-    rows.iter()
-        .map(|r| match (axis, r.load) {
-            (Axis::Batch, _) => r.batch.to_string(),
+/// A load point: batch and load.
+type Point = (u64, LoadPoint);
+
+fn points_of(rows: &[ReportRow]) -> Vec<Point> {
+    rows.iter().map(|r| (r.batch, r.load)).collect()
+}
+
+/// The sweep's load points in the order composing.csv holds them, each once.
+fn composing_points(composing: &[ComposingRow]) -> Vec<Point> {
+    let mut points: Vec<Point> = Vec::new();
+    for r in composing {
+        if !points.contains(&(r.batch, r.load)) {
+            points.push((r.batch, r.load));
+        }
+    }
+    points
+}
+
+fn axis_of(kind: TableKind) -> Axis {
+    match kind {
+        TableKind::Offline => Axis::Batch,
+        TableKind::Online => Axis::Load,
+    }
+}
+
+fn category_labels(points: &[Point], axis: Axis) -> Vec<String> {
+    points
+        .iter()
+        .map(|&(batch, load)| match (axis, load) {
+            (Axis::Batch, _) => batch.to_string(),
             (Axis::Load, LoadPoint::Concurrency(c)) => c.to_string(),
             (Axis::Load, LoadPoint::RequestRate(rate)) => format!("{rate}"),
         })
@@ -285,12 +374,14 @@ fn categories(rows: usize) -> std::ops::Range<i32> {
     }
 }
 
-fn load_axis_is_rate(rows: &[ReportRow]) -> bool {
-    rows.iter().any(|r| matches!(r.load, LoadPoint::RequestRate(_)))
+fn load_axis_is_rate(points: &[Point]) -> bool {
+    points.iter().any(|(_, load)| matches!(load, LoadPoint::RequestRate(_)))
 }
 
-fn load_axis_name(rows: &[ReportRow]) -> &'static str {
-    if load_axis_is_rate(rows) {
+fn axis_name(axis: Axis, points: &[Point]) -> &'static str {
+    if matches!(axis, Axis::Batch) {
+        "Batch size"
+    } else if load_axis_is_rate(points) {
         "Request rate (requests/s)"
     } else {
         "Concurrency (requests in flight)"
@@ -319,9 +410,102 @@ fn label_for(labels: &[String], value: &SegmentValue<i32>) -> String {
     }
 }
 
+/// The coordinates of the bar charts: one segment per load point, a linear y.
+type CategoryCoord = Cartesian2d<SegmentedCoord<RangedCoordi32>, RangedCoordf64>;
+
+/// Axes, labels and titles of a chart over load points.
+fn category_mesh<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, CategoryCoord>,
+    labels: &[String],
+    x_desc: &str,
+    y_desc: &str,
+) -> DrawResult {
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .disable_x_mesh()
+        .x_labels(labels.len())
+        .x_label_formatter(&|v| label_for(labels, v))
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .y_label_formatter(&axis_label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// The bar of category `i` from `low` to `high`, `margin` px in from either side.
+fn category_bar(i: usize, low: f64, high: f64, color: RGBColor, margin: u32) -> Rectangle<CategoryPoint> {
+    let mut r = Rectangle::new(
+        [(SegmentValue::Exact(i as i32), low), (SegmentValue::Exact(i as i32 + 1), high)],
+        color.filled(),
+    );
+    r.set_margin(0, 0, margin, margin);
+    r
+}
+
+/// A fifth of each category's width on either side of its bar.
+fn bar_margin(categories: usize, plot_width_px: u32) -> u32 {
+    ((plot_width_px as f64 / categories.max(1) as f64) * 0.2).round().clamp(1.0, 60.0) as u32
+}
+
+/// The legend mark of a bar series.
+fn box_legend(color: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
+    move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+}
+
+/// Stacked bars per load point, one colour per composing model: its server queue + compute.
+fn latency_by_model<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    composing: &[ComposingRow],
+    points: &[Point],
+    axis: Axis,
+) -> DrawResult {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let busy_ms = |r: &ComposingRow| ms(r.queue_us + r.compute_input_us + r.compute_infer_us + r.compute_output_us);
+    let at = |r: &ComposingRow| points.iter().position(|p| *p == (r.batch, r.load)).unwrap_or(0);
+    let mut models: Vec<&str> = Vec::new();
+    let mut tops = vec![0.0; points.len()];
+    for r in composing {
+        if !models.contains(&r.model.as_str()) {
+            models.push(&r.model);
+        }
+        tops[at(r)] += busy_ms(r);
+    }
+    // As in the latency breakdown: data in the lower part, the legend above it.
+    let legend_room = 1.25 + 0.07 * models.len() as f64;
+    let y_max = legend_room * headroom(tops.iter().copied().fold(0.0, f64::max));
+    let mut chart = ChartBuilder::on(root)
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(categories(points.len()).into_segmented(), 0.0..y_max)
+        .map_err(e)?;
+    let labels = category_labels(points, axis);
+    category_mesh(&mut chart, &labels, axis_name(axis, points), "Server queue + compute (ms)")?;
+    let margin = bar_margin(points.len(), SIZE_PX.0.saturating_sub(120));
+    let mut base = vec![0.0; points.len()];
+    for (m, model) in models.iter().enumerate() {
+        let color = STAGE_COLORS[m % STAGE_COLORS.len()];
+        let bars: Vec<_> = composing
+            .iter()
+            .filter(|r| r.model == *model)
+            .map(|r| {
+                let i = at(r);
+                let low = base[i];
+                base[i] += busy_ms(r);
+                category_bar(i, low, base[i], color, margin)
+            })
+            .collect();
+        chart.draw_series(bars).map_err(e)?.label(*model).legend(box_legend(color));
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 13)
+}
+
 fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let labels = category_labels(rows, Axis::Batch);
+    let labels = category_labels(&points_of(rows), Axis::Batch);
     let y_max = headroom(throughput_top(rows));
     let mut chart = ChartBuilder::on(root)
         .margin(16)
@@ -329,19 +513,7 @@ fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: 
         .y_label_area_size(90)
         .build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max)
         .map_err(e)?;
-    chart
-        .configure_mesh()
-        .light_line_style(WHITE)
-        .disable_x_mesh()
-        .x_labels(labels.len())
-        .x_label_formatter(&|v| label_for(&labels, v))
-        .x_desc("Batch size")
-        .y_desc("Inferences/second")
-        .y_label_formatter(&axis_label)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .draw()
-        .map_err(e)?;
+    category_mesh(&mut chart, &labels, "Batch size", "Inferences/second")?;
     let (line, dots) = throughput_line(rows, 2);
     chart.draw_series(line).map_err(e)?.label("Inferences/second").legend(line_legend(LINE_COLOR, 2));
     chart.draw_series(dots).map_err(e)?;
@@ -426,7 +598,8 @@ fn stacked_latency<DB: DrawingBackend>(
     with_throughput: bool,
 ) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let labels = category_labels(rows, axis);
+    let points = points_of(rows);
+    let labels = category_labels(&points, axis);
     let has_stages = has_stage_breakdown(rows);
     let bar_top = |r: &ReportRow| {
         if has_stages {
@@ -443,10 +616,6 @@ fn stacked_latency<DB: DrawingBackend>(
                 .fold(0.0, f64::max),
         );
     let t_max = 1.45 * headroom(throughput_top(rows));
-    let x_desc = match axis {
-        Axis::Batch => "Batch size",
-        Axis::Load => load_axis_name(rows),
-    };
     let mut builder = ChartBuilder::on(root);
     builder.margin(16).x_label_area_size(50).y_label_area_size(80);
     if with_throughput {
@@ -454,30 +623,9 @@ fn stacked_latency<DB: DrawingBackend>(
     }
     let chart = builder.build_cartesian_2d(categories(rows.len()).into_segmented(), 0.0..y_max).map_err(e)?;
     let mut chart = chart.set_secondary_coord(categories(rows.len()).into_segmented(), 0.0..t_max);
-    chart
-        .configure_mesh()
-        .light_line_style(WHITE)
-        .disable_x_mesh()
-        .x_labels(labels.len())
-        .x_label_formatter(&|v| label_for(&labels, v))
-        .x_desc(x_desc)
-        .y_desc("Latency (ms)")
-        .y_label_formatter(&axis_label)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .draw()
-        .map_err(e)?;
-    // A fifth of each category's width on either side of its bar.
-    let plot_width_px = SIZE_PX.0.saturating_sub(if with_throughput { 210 } else { 120 });
-    let bar_margin = ((plot_width_px as f64 / rows.len().max(1) as f64) * 0.2).round().clamp(1.0, 60.0) as u32;
-    let bar = |i: usize, low: f64, high: f64, color: RGBColor| {
-        let mut r = Rectangle::new(
-            [(SegmentValue::Exact(i as i32), low), (SegmentValue::Exact(i as i32 + 1), high)],
-            color.filled(),
-        );
-        r.set_margin(0, 0, bar_margin, bar_margin);
-        r
-    };
+    category_mesh(&mut chart, &labels, axis_name(axis, &points), "Latency (ms)")?;
+    let margin = bar_margin(rows.len(), SIZE_PX.0.saturating_sub(if with_throughput { 210 } else { 120 }));
+    let bar = |i: usize, low: f64, high: f64, color: RGBColor| category_bar(i, low, high, color, margin);
     if has_stages {
         let mut base = vec![0.0; rows.len()];
         for (s, name) in STAGE_NAMES.iter().enumerate() {
@@ -491,11 +639,7 @@ fn stacked_latency<DB: DrawingBackend>(
                     bar(i, low, base[i], color)
                 })
                 .collect();
-            chart
-                .draw_series(bars)
-                .map_err(e)?
-                .label(*name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+            chart.draw_series(bars).map_err(e)?.label(*name).legend(box_legend(color));
         }
     } else {
         let color = full_palette::BLUE_400;
@@ -503,7 +647,7 @@ fn stacked_latency<DB: DrawingBackend>(
             .draw_series(rows.iter().enumerate().map(|(i, r)| bar(i, 0.0, ms(r.avg_us), color)))
             .map_err(e)?
             .label("avg latency")
-            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+            .legend(box_legend(color));
     }
     let p99: Vec<(SegmentValue<i32>, f64)> = rows
         .iter()

@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::results::composing_csv::ComposingRow;
 use crate::results::csv::{latencies_us, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS};
 use crate::results::format::{fixed, format_e, format_g, round_decimal};
 use crate::results::{Interval, LoadPoint, ReportRow};
@@ -158,11 +159,11 @@ pub fn pipe_table(columns: &[PipeColumn]) -> String {
 }
 
 /// The load column's header and cells: concurrency as integers, request rates as printed.
-fn load_cells(rows: &[ReportRow], rate_fmt: &dyn Fn(f64) -> String) -> (bool, Vec<String>) {
-    let open_loop = rows.iter().any(|r| matches!(r.load, LoadPoint::RequestRate(_)));
-    let cells = rows
+fn load_cells(loads: &[LoadPoint], rate_fmt: &dyn Fn(f64) -> String) -> (bool, Vec<String>) {
+    let open_loop = loads.iter().any(|l| matches!(l, LoadPoint::RequestRate(_)));
+    let cells = loads
         .iter()
-        .map(|r| match r.load {
+        .map(|l| match *l {
             LoadPoint::Concurrency(c) => c.to_string(),
             LoadPoint::RequestRate(rate) => rate_fmt(rate),
         })
@@ -259,6 +260,45 @@ pub fn render_notes(rows: &[ReportRow]) -> String {
     notes.iter().map(|n| format!("{n}\n")).collect::<Vec<_>>().join("\n")
 }
 
+fn loads_of(rows: &[ReportRow]) -> Vec<LoadPoint> {
+    rows.iter().map(|r| r.load).collect()
+}
+
+/// The composing models' table (one row per load point and model), its times and load column
+/// printed as `layout` prints the results table's.
+pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
+    let ms = |us: f64| us / 1000.0;
+    // (unit suffix of time headers, time cell from µs, request rate cell) per layout.
+    type Cell = Box<dyn Fn(f64) -> String>;
+    let (unit, time, rate): (&str, Cell, Cell) = match layout {
+        Layout::Milliseconds { decimals } => {
+            let d = *decimals;
+            (" (ms)", Box::new(move |us| fixed(ms(us), d)), Box::new(move |r| fixed(r, d)))
+        }
+        Layout::Microseconds => ("", Box::new(|us| fixed(us, 0)), Box::new(format_g)),
+        Layout::OfflineSummary { .. } | Layout::OnlineSummary { .. } => (
+            " (ms)",
+            Box::new(move |us| format_g(round_decimal(ms(us), 3))),
+            Box::new(|r| format_g(round_decimal(r, 1))),
+        ),
+    };
+    let (open_loop, load) = load_cells(&rows.iter().map(|r| r.load).collect::<Vec<_>>(), &rate);
+    let count = |f: fn(&ComposingRow) -> u64| rows.iter().map(|r| f(r).to_string()).collect();
+    let times = |f: fn(&ComposingRow) -> f64| rows.iter().map(|r| time(f(r))).collect();
+    pipe_table(&[
+        PipeColumn::new("Batch", count(|r| r.batch)),
+        PipeColumn::new(if open_loop { REQUEST_RATE_COLUMN } else { "Concurrency" }, load),
+        PipeColumn::new("Model", rows.iter().map(|r| r.model.clone()).collect()),
+        PipeColumn::new("Inference Count", count(|r| r.inference_count)),
+        PipeColumn::new("Execution Count", count(|r| r.execution_count)),
+        PipeColumn::new(format!("Server Queue{unit}"), times(|r| r.queue_us)),
+        PipeColumn::new(format!("Server Compute Input{unit}"), times(|r| r.compute_input_us)),
+        PipeColumn::new(format!("Server Compute Infer{unit}"), times(|r| r.compute_infer_us)),
+        PipeColumn::new(format!("Server Compute Output{unit}"), times(|r| r.compute_output_us)),
+        PipeColumn::new("Share of Latency (%)", rows.iter().map(|r| fixed(r.share_pct, 1)).collect()),
+    ])
+}
+
 /// The results table of `rows` in `layout`, as Markdown (ends with a newline).
 pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
     let ms = |us: f64| us / 1000.0;
@@ -271,7 +311,7 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
                 columns.push(PipeColumn::new("", (0..rows.len()).map(|i| i.to_string()).collect()));
             }
             columns.push(PipeColumn::new("Batch", rows.iter().map(|r| r.batch.to_string()).collect()));
-            let (open_loop, load) = load_cells(rows, &|rate| {
+            let (open_loop, load) = load_cells(&loads_of(rows), &|rate| {
                 if micro {
                     format_g(rate)
                 } else {
@@ -307,7 +347,7 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
             }
             let g_ms = |us: f64| format_g(round_decimal(ms(us), 3));
             if online {
-                let (open_loop, load) = load_cells(rows, &|rate| format_g(round_decimal(rate, 1)));
+                let (open_loop, load) = load_cells(&loads_of(rows), &|rate| format_g(round_decimal(rate, 1)));
                 columns.push(PipeColumn::new(
                     if open_loop { "Client request rate" } else { "Concurrent client requests" },
                     load,
@@ -412,6 +452,43 @@ mod tests {
         };
         assert_eq!(render_notes(std::slice::from_ref(&plain)), "");
         assert!(!render_results(&[plain], &Layout::Microseconds).contains(['±', '*']));
+    }
+
+    #[test]
+    fn renders_the_composing_table_in_the_results_layout() {
+        let row = |load, model: &str, infer_us| ComposingRow {
+            batch: 1,
+            load,
+            model: model.into(),
+            inference_count: 40,
+            execution_count: 20,
+            queue_us: 100.0,
+            compute_input_us: 5.0,
+            compute_infer_us: infer_us,
+            compute_output_us: 2.5,
+            share_pct: 48.26,
+        };
+        let rows = [
+            row(LoadPoint::Concurrency(1), "pre", 300.0),
+            row(LoadPoint::Concurrency(1), "sleep", 20_150.0),
+            row(LoadPoint::Concurrency(4), "pre", 310.0),
+        ];
+        let md = render_composing(&rows, &Layout::Milliseconds { decimals: 2 });
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 5, "{md}");
+        assert!(lines[0].starts_with("|   Batch |   Concurrency | Model   |   Inference Count |"), "{md}");
+        assert!(
+            lines[0].contains("|   Server Compute Infer (ms) |") && lines[0].ends_with("|   Share of Latency (%) |")
+        );
+        assert!(lines[3].starts_with("|       1 |             1 | sleep   |                40 |"), "{md}");
+        assert!(
+            lines[3].contains("|                       20.15 |") && lines[3].ends_with("|                   48.3 |")
+        );
+        assert!(lines[4].contains("|             4 | pre     |"), "{md}");
+        let micro = render_composing(&rows[..1], &Layout::Microseconds);
+        assert!(micro.contains("|   Server Queue |") && micro.contains("|            100 |"), "{micro}");
+        let open = ComposingRow { load: LoadPoint::RequestRate(250.0), ..rows[0].clone() };
+        assert!(render_composing(&[open], &Layout::default()).starts_with("|   Batch |   Request Rate |"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! `report.csv` writers, and the number formatters. It imports only plain types (`proto`,
 //! `tensor`), so `measure`, `report`, `gate` and `run` can all depend on it.
 
+pub mod composing_csv;
 pub mod csv;
 pub mod format;
 pub mod pa_csv;
@@ -12,4 +13,4 @@ pub mod server_stats;
 
 pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord, ResponseRecord};
 pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
-pub use server_stats::{ServerStats, StageTotal};
+pub use server_stats::{ComposingModel, ComposingStats, EnsembleTimes, ServerStats, StageTotal};

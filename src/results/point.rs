@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::row::ReportRow;
-use super::server_stats::ServerStats;
+use super::server_stats::{ComposingStats, ServerStats};
 use crate::tensor::Tensor;
 
 /// One request of the profile export: its send wall-clock time, which input data step it sent,
@@ -45,6 +45,8 @@ pub struct PointDetail {
     pub exchange_us: f64,
     /// Server counters over the merged windows.
     pub server: Option<ServerStats>,
+    /// An ensemble's composing models over the same windows (empty for any other model).
+    pub composing: Vec<ComposingStats>,
     pub first_error: Option<String>,
     /// Windows measured for this point, including those not merged.
     pub trials: usize,

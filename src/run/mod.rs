@@ -3,6 +3,7 @@
 //! each batch size × load level through it, writes every row as it is measured, and gates the
 //! result. Errors carry the exit code they end the process with.
 
+pub mod composing;
 pub mod interrupt;
 pub mod observe;
 pub mod session;
@@ -311,6 +312,7 @@ async fn drive<C: InferClient>(
                     model: session.model.clone(),
                     version: session.version.clone(),
                     server_stats: session.server_stats,
+                    composing: session.composing.clone(),
                     check: requests.check,
                     check_fatal: !sweep.validate_outputs,
                     sequences: requests.sequences,

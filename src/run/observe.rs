@@ -19,6 +19,7 @@ use crate::measure::{Stop, WindowMode, STABLE_WINDOWS};
 use crate::plan::{Distribution, Levels, Load, StopWhen, Sweep, SweepKind, WindowKind, PLAN_FILE};
 use crate::report::pa_summary::{self, RunDescription, Wire};
 use crate::report::{pa_export, RunConfig, TableKind};
+use crate::results::composing_csv;
 use crate::results::csv::write_report_csv;
 use crate::results::format::format_g;
 use crate::results::pa_csv::{CsvColumns, PaCsvWriter};
@@ -48,6 +49,8 @@ pub struct Recorder {
     /// `profile`: perf_analyzer's console blocks.
     description: Option<RunDescription>,
     pa_csv: Option<PaCsvWriter>,
+    /// An ensemble's `composing.csv` (beside the `-f` file, or in the results folder).
+    composing_csv: Option<std::path::PathBuf>,
     progress: ProgressBar,
     label: String,
     /// Points of the sweep (batch sizes × load levels), when known: "[k/N]".
@@ -95,6 +98,17 @@ impl Recorder {
             (None, Some(dir)) => Some(dir.join("perf_analyzer.csv")),
             (None, None) => None,
         };
+        let composing_csv = csv_path.as_deref().map(|path| match &sweep.output.latency_report_file {
+            Some(_) => composing_csv::beside(path),
+            None => path.with_file_name(composing_csv::COMPOSING_FILE),
+        });
+        if let (Some(path), true) = (&composing_csv, kept.is_empty()) {
+            // A fresh run appends to no earlier run's rows.
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
         let pa_csv = match csv_path {
             Some(path) => Some(
                 match kept.len() {
@@ -144,6 +158,7 @@ impl Recorder {
             wire,
             description,
             pa_csv,
+            composing_csv,
             progress,
             label: String::new(),
             planned,
@@ -258,6 +273,10 @@ impl SweepObserver for Recorder {
         result.detail.gpu = self.collector.take().map(GpuCollector::finish);
         if let Some(csv) = &mut self.pa_csv {
             csv.append(&result)?;
+        }
+        if let Some(path) = &self.composing_csv {
+            composing_csv::append(path, &composing_csv::composing_rows(&result))
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
         }
         if let Some(d) = &self.description {
             let block = pa_summary::point_block(&result, self.wire, d);

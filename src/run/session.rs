@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::composing::composing_models;
 use super::RunError;
 use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmSet};
 use crate::client::{
@@ -17,6 +18,7 @@ use crate::load::{ResponseCheck, SequenceSpec};
 use crate::plan::{Model, Sweep};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse};
+use crate::results::ComposingModel;
 use crate::tensor::Tensor;
 
 /// How long releasing shared memory may take when the run ends (the server may be gone).
@@ -30,6 +32,8 @@ pub struct Session<C: InferClient> {
     pub config: ModelConfig,
     /// Whether the server lists the `statistics` extension.
     pub server_stats: bool,
+    /// An ensemble's composing models (empty for any other model).
+    pub composing: Vec<ComposingModel>,
     /// The model answers zero or more responses per request (streamed only).
     pub decoupled: bool,
     /// The model has a sequence batcher: requests go out as steps of sequences.
@@ -66,6 +70,12 @@ impl<C: InferClient> Session<C> {
             .model_config(name, version)
             .await
             .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
+        let composing = {
+            let client = &client;
+            composing_models(&config, |step, version| async move { client.model_config(&step, &version).await })
+                .await
+                .map_err(|e| RunError::client(e).context(format!("composing models of ensemble '{name}'")))?
+        };
         let sequence = matches!(config.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_)));
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         if decoupled && !streaming {
@@ -85,6 +95,7 @@ impl<C: InferClient> Session<C> {
             meta,
             config,
             server_stats: info.extensions.iter().any(|e| e == "statistics"),
+            composing,
             shm: None,
         })
     }

@@ -21,7 +21,7 @@ use crate::measure::{
     WindowMode, STABLE_WINDOWS,
 };
 use crate::plan::MAX_OPEN_CONCURRENCY;
-use crate::results::{min_requests_for, LoadPoint, PointResult, ServerStats};
+use crate::results::{min_requests_for, ComposingModel, ComposingStats, LoadPoint, PointResult, ServerStats};
 
 /// The interval rule looks at a point only after this many windows (after the settling one):
 /// batch means need about ten batches for Student's t to stand on, and checking earlier would
@@ -125,6 +125,8 @@ pub struct Target<C: InferClient> {
     pub version: String,
     /// Whether the server lists the `statistics` extension.
     pub server_stats: bool,
+    /// An ensemble's composing models, read with it in every window (empty otherwise).
+    pub composing: Vec<ComposingModel>,
     /// Checks every answer (`validation_data`); `None` sends without decoding answers.
     pub check: Option<ResponseCheck>,
     /// A failed check ends the sweep (true), or is a failed request (`--validate-outputs`).
@@ -250,6 +252,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         let stats = StatsSource {
             client: &*self.target.client,
             model: self.target.server_stats.then_some((self.target.model.as_str(), self.target.version.as_str())),
+            composing: &self.target.composing,
         };
         let observer = &mut *self.observer;
         let mut settings = self.settings.clone();
@@ -366,17 +369,24 @@ pub async fn sweep<C: InferClient, O: SweepObserver>(
 pub struct StatsSource<'a, C> {
     pub client: &'a C,
     pub model: Option<(&'a str, &'a str)>,
+    /// An ensemble's composing models: then one call reads every model (as perf_analyzer does).
+    pub composing: &'a [ComposingModel],
 }
+
+/// One reading: the model's counters and its composing models' (an ensemble's).
+type Reading = (ServerStats, Vec<ComposingStats>);
 
 impl<C: InferClient> StatsSource<'_, C> {
     /// Reads the model's counters. A broken connection is fatal; any other failure only loses
     /// the server columns of this window.
-    async fn read(&self) -> Result<Option<ServerStats>, ClientError> {
+    async fn read(&self) -> Result<Option<Reading>, ClientError> {
         let Some((model, version)) = self.model else {
             return Ok(None);
         };
-        match within_stall_timeout("the statistics request", self.client.statistics(model, version)).await {
-            Ok(all) => Ok(ServerStats::from_response(&all, model, version)),
+        let (asked, asked_version) = if self.composing.is_empty() { (model, version) } else { ("", "") };
+        match within_stall_timeout("the statistics request", self.client.statistics(asked, asked_version)).await {
+            Ok(all) => Ok(ServerStats::from_response(&all, model, version)
+                .map(|own| (own, ComposingStats::read(&all, self.composing)))),
             Err(e) if e.is_fatal() => Err(e),
             Err(e) => {
                 tracing::warn!("statistics unavailable for this window: {e}");
@@ -506,11 +516,12 @@ pub async fn measure_point<C: InferClient>(
         let after = stats.read().await?;
         let client = load.take_window();
         let ended = (Instant::now(), epoch_ns());
-        let server = match (&before, &after) {
-            (Some(b), Some(a)) => Some(a.since(b)),
-            _ => None,
+        let (server, composing) = match (&before, &after) {
+            (Some(b), Some(a)) => (Some(a.0.since(&b.0)), ComposingStats::since(&a.1, &b.1)),
+            _ => (None, Vec::new()),
         };
-        let window = Window { client, duration: ended.0 - started.0, server, start_ns: started.1, end_ns: ended.1 };
+        let duration = ended.0 - started.0;
+        let window = Window { client, duration, server, composing, start_ns: started.1, end_ns: ended.1 };
         boundaries.push(ended.1);
         let window_figures = window.figures(settings.batch, settings.percentile);
         if matches!(point, LoadPoint::RequestRate(_)) {
@@ -635,6 +646,7 @@ mod tests {
             model: "m".into(),
             version: String::new(),
             server_stats: true,
+            composing: Vec::new(),
             check: None,
             check_fatal: true,
             sequences: None,
@@ -886,7 +898,7 @@ mod tests {
         let load = RunningLoad::start(t.client.clone(), t.requests.clone(), &spec).unwrap();
         // Past the start-up transient, as after a warm-up.
         load.wait_completed(100).await.unwrap();
-        let stats = StatsSource { client: &*t.client, model: Some(("m", "")) };
+        let stats = StatsSource { client: &*t.client, model: Some(("m", "")), composing: &[] };
         let started = Instant::now();
         let point = LoadPoint::Concurrency(STEADY_CONCURRENCY);
         let result = measure_point(&load, &stats, settings, point, |_| {}).await.unwrap();
