@@ -43,7 +43,7 @@ fn write_document(writer: &mut Writer<Vec<u8>>, outcome: &GateOutcome) -> std::i
 
 fn write_cases(w: &mut Writer<Vec<u8>>, outcome: &GateOutcome) -> std::io::Result<()> {
     for row in &outcome.rows {
-        let name = row.key.to_string();
+        let name = row.label();
         let case =
             w.create_element("testcase").with_attribute(("classname", CLASS)).with_attribute(("name", name.as_str()));
         if row.regressed() {

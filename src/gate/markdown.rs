@@ -51,7 +51,7 @@ pub fn render(outcome: &GateOutcome, sources: &Sources<'_>) -> String {
 
 fn render_row(out: &mut String, row: &RowCheck) {
     let status = if row.regressed() { "REGRESSION" } else { "pass" };
-    let _ = writeln!(out, "\n## {}: {status}\n", row.key);
+    let _ = writeln!(out, "\n## {}: {status}\n", row.label());
     let _ = writeln!(out, "| metric | baseline | current | change | noise | allowed | verdict |");
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
     for check in &row.metrics {

@@ -13,10 +13,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::results::composing_csv::{self, ComposingRow};
+
 pub use markdown::Sources;
 pub use results::read_results;
 pub use thresholds::GateThresholds;
-pub use verdict::{compare, GateOutcome, Metric, MetricCheck, RowCheck, RowKey, Verdict};
+pub use verdict::{compare, compare_composing, GateOutcome, Metric, MetricCheck, RowCheck, RowKey, Verdict};
 
 /// Exit code when at least one row regressed (bad input exits with `cli::EXIT_BAD_INPUT`, 2).
 pub const EXIT_REGRESSION: u8 = 1;
@@ -42,6 +44,10 @@ pub struct GateArgs {
     /// Largest allowed average latency rise, percent [default: 15].
     #[arg(long, value_name = "PCT")]
     pub max_avg_rise: Option<f64>,
+    /// Also gate this composing model of an ensemble (repeatable): its average server time per
+    /// point, from the `composing.csv` beside each results file, under --max-avg-rise.
+    #[arg(long = "composing-model", value_name = "MODEL")]
+    pub composing_models: Vec<String>,
     /// Batch size of the rows of a CSV without a `Batch` column (perf_analyzer's format).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub batch: u64,
@@ -114,7 +120,24 @@ pub fn run(args: &GateArgs) -> Result<ExitCode, GateError> {
     let thresholds = args.thresholds()?;
     let baseline = read_results(&args.baseline, args.batch)?;
     let current = read_results(&args.current, args.batch)?;
-    let outcome = compare(&baseline, &current, &thresholds)?;
+    let mut outcome = compare(&baseline, &current, &thresholds)?;
+    if !args.composing_models.is_empty() {
+        let baseline_composing = read_composing(&args.baseline)?;
+        let current_composing = read_composing(&args.current)?;
+        for model in &args.composing_models {
+            for (side, rows, path) in
+                [("baseline", &baseline_composing, &args.baseline), ("current", &current_composing, &args.current)]
+            {
+                if !rows.iter().any(|r| &r.model == model) {
+                    return Err(GateError::Results {
+                        path: composing_csv::for_table(path),
+                        problem: format!("the {side} results have no rows for composing model {model}"),
+                    });
+                }
+            }
+            outcome.rows.extend(compare_composing(model, &baseline_composing, &current_composing, &thresholds)?);
+        }
+    }
     let (baseline_name, current_name) = (args.baseline.display().to_string(), args.current.display().to_string());
     let sources = Sources { baseline: &baseline_name, current: &current_name };
     let outputs = Outputs { markdown: args.markdown.as_deref(), junit: args.junit.as_deref() };
@@ -145,7 +168,7 @@ pub fn verdict_line(outcome: &GateOutcome) -> String {
         .map(|row| {
             let metrics: Vec<String> =
                 row.regressions().map(|m| format!("{} {}", m.metric.label(), markdown::change_text(m))).collect();
-            format!("{} ({})", row.key, metrics.join(", "))
+            format!("{} ({})", row.label(), metrics.join(", "))
         })
         .collect();
     if regressed.is_empty() {
@@ -153,6 +176,12 @@ pub fn verdict_line(outcome: &GateOutcome) -> String {
     } else {
         format!("gate: REGRESSION in {} of {matched} rows: {}", regressed.len(), regressed.join("; "))
     }
+}
+
+/// The composing rows beside a results file (`composing.csv` in its folder, or `X.composing.csv`).
+fn read_composing(results: &Path) -> Result<Vec<ComposingRow>, GateError> {
+    let path = composing_csv::for_table(results);
+    composing_csv::read(&path).map_err(|e| GateError::Results { path, problem: e.to_string() })
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), GateError> {

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::{GateError, GateThresholds};
+use crate::results::composing_csv::ComposingRow;
 use crate::results::{LoadPoint, ReportRow};
 
 /// The metrics the gate checks, each with its good direction.
@@ -219,12 +220,23 @@ impl fmt::Display for RowKey {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RowCheck {
     pub key: RowKey,
+    /// The ensemble's composing model this row gates ([`compare_composing`]); `None` for a row
+    /// of the results table itself.
+    pub model: Option<String>,
     pub baseline: ReportRow,
     pub current: ReportRow,
     pub metrics: Vec<MetricCheck>,
 }
 
 impl RowCheck {
+    /// The row's name in reports: its point, and its composing model if it has one.
+    pub fn label(&self) -> String {
+        match &self.model {
+            Some(model) => format!("composing model {model}, {}", self.key),
+            None => self.key.to_string(),
+        }
+    }
+
     pub fn regressed(&self) -> bool {
         self.regressions().next().is_some()
     }
@@ -271,6 +283,7 @@ pub fn compare(
         match current_by_key.get(&key) {
             Some(cur) => rows.push(RowCheck {
                 key,
+                model: None,
                 baseline: base.clone(),
                 current: (*cur).clone(),
                 metrics: Metric::ALL.iter().map(|&m| MetricCheck::new(m, base, cur, thresholds)).collect(),
@@ -287,6 +300,37 @@ pub fn compare(
         });
     }
     Ok(GateOutcome { thresholds: *thresholds, rows, only_in_baseline, only_in_current })
+}
+
+/// Gates one composing model of an ensemble: per matched point, its average time in the server
+/// (queue + compute, from `composing.csv`) under the average-latency threshold. The rows are the
+/// model's own, so a regression hidden in the ensemble's total is named.
+pub fn compare_composing(
+    model: &str,
+    baseline: &[ComposingRow],
+    current: &[ComposingRow],
+    thresholds: &GateThresholds,
+) -> Result<Vec<RowCheck>, GateError> {
+    let as_rows = |side: &[ComposingRow]| -> Vec<ReportRow> {
+        side.iter()
+            .filter(|r| r.model == model)
+            .map(|r| ReportRow {
+                batch: r.batch,
+                avg_us: r.queue_us + r.compute_input_us + r.compute_infer_us + r.compute_output_us,
+                ..ReportRow::zeroed(r.load)
+            })
+            .collect()
+    };
+    let outcome = compare(&as_rows(baseline), &as_rows(current), thresholds)?;
+    Ok(outcome
+        .rows
+        .into_iter()
+        .map(|mut row| {
+            row.model = Some(model.to_string());
+            row.metrics.retain(|m| m.metric == Metric::Avg);
+            row
+        })
+        .collect())
 }
 
 fn index_rows<'a>(side: &'static str, rows: &'a [ReportRow]) -> Result<HashMap<RowKey, &'a ReportRow>, GateError> {

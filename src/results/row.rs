@@ -153,9 +153,9 @@ impl ReportRow {
     }
 }
 
-#[cfg(test)]
 impl ReportRow {
-    /// A stable batch-1 row at `load` with every measurement zero: tests set what they check.
+    /// A stable batch-1 row at `load` with every measurement zero: tests, and the gate's rows of
+    /// one composing model, set what they compare.
     pub(crate) fn zeroed(load: LoadPoint) -> ReportRow {
         ReportRow {
             batch: 1,

@@ -203,6 +203,48 @@ fn missing_rows_are_reported_and_do_not_fail() {
     assert!(stderr.contains("2 rows matched, 2 unmatched"), "{stderr}");
 }
 
+/// A `composing.csv` for [`sweep`]'s points: `dense_us` and a fixed 200 µs `lookup` per point.
+fn composing_csv(dense_us: f64) -> String {
+    let mut text = String::from("Batch,Concurrency,Model,Inference Count,Execution Count,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Share of Latency\n");
+    for p in sweep() {
+        text.push_str(&format!(
+            "1,{c},dense,100,100,10,5,{dense_us},5,50\n1,{c},lookup,100,100,10,5,180,5,20\n",
+            c = p.concurrency
+        ));
+    }
+    text
+}
+
+#[test]
+fn one_composing_model_can_fail_the_gate() {
+    let case = Case::new();
+    let (base_dir, cur_dir) = (case.path("base"), case.path("cur"));
+    for (dir, dense_us) in [(&base_dir, 400.0), (&cur_dir, 700.0)] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("report.csv"), report_csv(&sweep())).unwrap();
+        std::fs::write(dir.join("composing.csv"), composing_csv(dense_us)).unwrap();
+    }
+    let (base, cur) = (base_dir.join("report.csv"), cur_dir.join("report.csv"));
+    // The ensemble's rows are unchanged: without the flag the gate passes.
+    expect_exit(&gate(&base, &cur, &[]), 0);
+    // dense went from 420 to 720 µs per request (+71%), lookup is unchanged.
+    let (stdout, stderr) = expect_exit(&gate(&base, &cur, &["--composing-model", "dense"]), 1);
+    assert!(
+        stderr.contains("REGRESSION in 3 of 6 rows")
+            && stderr.contains("composing model dense, batch 1, concurrency 1"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("## composing model dense, batch 1, concurrency 2: REGRESSION"), "{stdout}");
+    expect_exit(&gate(&base, &cur, &["--composing-model", "lookup"]), 0);
+    expect_exit(&gate(&base, &cur, &["--composing-model", "dense", "--max-avg-rise", "80"]), 0);
+    // A model the files lack, or no composing.csv at all, is bad input.
+    let (_, stderr) = expect_exit(&gate(&base, &cur, &["--composing-model", "nope"]), 2);
+    assert!(stderr.contains("no rows for composing model nope"), "{stderr}");
+    std::fs::remove_file(cur_dir.join("composing.csv")).unwrap();
+    let (_, stderr) = expect_exit(&gate(&base, &cur, &["--composing-model", "dense"]), 2);
+    assert!(stderr.contains("composing.csv"), "{stderr}");
+}
+
 #[test]
 fn missing_file_is_bad_input() {
     let case = Case::new();
