@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::tls::TlsArgs;
 use crate::plan::settings::{resolve, Settings, TWO_LOAD_MODES};
-use crate::plan::{invalid, Levels, Model, Plan, PlanError, SweepKind, Target, TraceSetting};
+use crate::plan::{invalid, Levels, Model, Periodic, Plan, PlanError, SweepKind, Target, TraceSetting};
 
 /// How requests are sent and what is scraped beside them: the flags `profile` shares with the
 /// `offline` and `online` sweeps, which hand them to every point unchanged.
@@ -283,8 +283,9 @@ pub struct ProfileArgs {
     /// Server trace log frequency, set through the trace extension.
     #[arg(long = "log-frequency")]
     pub log_frequency: Option<String>,
-    /// perf_analyzer's periodic concurrency mode, start:end:step: checked as perf_analyzer
-    /// checks it, then refused (the load itself is not implemented yet).
+    /// perf_analyzer's periodic concurrency mode, start:end:step: `start` requests, then `step`
+    /// more each time the latest ones have had --request-period responses, `end` in all (gRPC
+    /// streaming and --profile-export-file only).
     #[arg(long = "periodic-concurrency-range", hide = true)]
     pub periodic_concurrency_range: Option<String>,
     /// Responses per request before the periodic concurrency grows (perf_analyzer ignores it
@@ -297,7 +298,7 @@ pub struct ProfileArgs {
 
 /// `--periodic-concurrency-range start:end:step` and `--request-period`, checked in perf_analyzer
 /// 2.50's order and words.
-fn check_periodic(range: &str, period: Option<&str>) -> Result<(), PlanError> {
+fn check_periodic(range: &str, period: Option<&str>) -> Result<Periodic, PlanError> {
     let bad = |why: &str| invalid(format!("Failed to parse --periodic-concurrency-range. {why}"));
     let parts: Vec<&str> = range.split(':').collect();
     if parts.len() < 2 {
@@ -321,13 +322,18 @@ fn check_periodic(range: &str, period: Option<&str>) -> Result<(), PlanError> {
     if (end - start) % step != 0 {
         return Err(bad("The <step> value must be a factor of the range size (<end> - <start>)."));
     }
-    if let Some(text) = period {
-        if !text.trim().parse::<i64>().is_ok_and(|n| n > 0) {
-            return Err(invalid("Failed to parse --request-period. The value must be > 0"));
-        }
-    }
-    Ok(())
+    let request_period = match period {
+        Some(text) => match text.trim().parse::<i64>() {
+            Ok(n) if n > 0 => n as u64,
+            _ => return Err(invalid("Failed to parse --request-period. The value must be > 0")),
+        },
+        None => DEFAULT_REQUEST_PERIOD,
+    };
+    Ok(Periodic { start, end, step, request_period })
 }
+
+/// perf_analyzer 2.50's `--request-period` when none is given.
+const DEFAULT_REQUEST_PERIOD: u64 = 10;
 
 /// `-u`, `--service-kind` and `--model-repository` as a target.
 pub fn target(url: &Option<String>, service_kind: &str, repository: &Option<PathBuf>) -> Result<Target, PlanError> {
@@ -356,9 +362,11 @@ impl ProfileArgs {
         let Some(model) = self.model.clone() else {
             return Err(invalid("Failed to parse -m (model name). The value must be specified."));
         };
-        if let Some(range) = &self.periodic_concurrency_range {
-            check_periodic(range, self.request_period.as_deref())?;
-        } else if let Some(text) = &self.request_period {
+        let periodic = match &self.periodic_concurrency_range {
+            Some(range) => Some(check_periodic(range, self.request_period.as_deref())?),
+            None => None,
+        };
+        if let (None, Some(text)) = (&periodic, &self.request_period) {
             if !text.trim().parse::<i64>().is_ok_and(|n| n > 0) {
                 return Err(invalid("Failed to parse --request-period. The value must be > 0"));
             }
@@ -415,6 +423,7 @@ impl ProfileArgs {
             string_length: self.string_length,
             string_data: self.string_data.clone(),
             trace: (!trace.is_empty()).then_some(trace),
+            periodic_concurrency: periodic,
             ..common
         };
         let sweep = resolve(SweepKind::Profile, &settings, &target)?;
@@ -427,7 +436,6 @@ impl ProfileArgs {
                     "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
                 ));
             }
-            return Err(PlanError::NotSupported("--periodic-concurrency-range".into()));
         }
         let plan = Plan {
             resume: false,
@@ -504,6 +512,20 @@ mod tests {
         // The bundled server runs on the same runtime: it keeps every core.
         assert_eq!(threads("-m m --concurrency-range 1"), cores);
         assert_eq!(threads("-m m --concurrency-range 1 --max-threads 1"), 1);
+    }
+
+    #[test]
+    fn periodic_concurrency_resolves_with_perf_analyzers_default_period() {
+        let line = "-m repeat -i grpc --streaming --periodic-concurrency-range 2:6:2 --profile-export-file x.json";
+        let plan = resolve(line).unwrap();
+        let want = Periodic { start: 2, end: 6, step: 2, request_period: 10 };
+        assert_eq!(plan.sweeps[0].load, Load::Periodic(want));
+        let plan = resolve(&format!("{line} --request-period 3")).unwrap();
+        assert_eq!(plan.sweeps[0].load, Load::Periodic(Periodic { request_period: 3, ..want }));
+        // A range without a step grows by one.
+        let plan =
+            resolve("-m r -i grpc --streaming --periodic-concurrency-range 1:3 --profile-export-file x").unwrap();
+        assert_eq!(plan.sweeps[0].load, Load::Periodic(Periodic { start: 1, end: 3, step: 1, request_period: 10 }));
     }
 
     #[test]
@@ -629,10 +651,6 @@ mod tests {
             ("-m m --periodic-concurrency-range 1:2", "requires bi-directional gRPC streaming."),
             ("-m m -i grpc --streaming --periodic-concurrency-range 1:2", "Must provide --profile-export-file"),
             (
-                "-m m -i grpc --streaming --periodic-concurrency-range 1:2 --profile-export-file x.json",
-                "not supported: --periodic-concurrency-range",
-            ),
-            (
                 "-m m --request-parameter a:1:int",
                 "The --request-parameter option is currently only supported by gRPC protocol.",
             ),
@@ -662,6 +680,7 @@ mod tests {
             "-m accumulate --sequence-length 5 --sequence-length-variation 0 --sequence-id-range 10:20 -t 4",
             "-m accumulate --request-rate-range 50 --num-of-sequences 8 --serial-sequences --validate-outputs",
             "-m m -i grpc --request-parameter n:5:int --request-parameter b:true:bool --request-parameter s:5:string",
+            "-m repeat -i grpc --streaming --periodic-concurrency-range 2:6:2 --request-period 3 --profile-export-file x.json",
         ] {
             let plan = resolve(line).unwrap();
             let text = plan.to_toml();

@@ -384,7 +384,24 @@ impl InferClient for GrpcClient {
         sequence: Option<&SequenceFlags>,
         keep_outputs: bool,
     ) -> (ClientResult<InferResult>, RequestTiming) {
-        self.exchange(request, sequence.map_or_else(Bytes::new, sequence_parameters), keep_outputs).await
+        self.exchange(request, sequence.map_or_else(Bytes::new, sequence_parameters), keep_outputs, None).await
+    }
+
+    /// On a stream, `watch` sees each response as it arrives; unary, once the answer is in.
+    async fn infer_watched(
+        &self,
+        request: &GrpcRequest,
+        keep_outputs: bool,
+        watch: &(dyn Fn(usize) + Sync),
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        if self.streams.is_none() {
+            let (result, timing) = self.exchange(request, Bytes::new(), keep_outputs, None).await;
+            if result.is_ok() {
+                watch(1);
+            }
+            return (result, timing);
+        }
+        self.exchange(request, Bytes::new(), keep_outputs, Some(watch)).await
     }
 
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
@@ -423,6 +440,7 @@ impl GrpcClient {
         request: &GrpcRequest,
         tail: Bytes,
         keep_outputs: bool,
+        watch: Option<&(dyn Fn(usize) + Sync)>,
     ) -> (ClientResult<InferResult>, RequestTiming) {
         if let Some(streams) = &self.streams {
             let (response, timing) = streams
@@ -432,6 +450,7 @@ impl GrpcClient {
                     MAX_MESSAGE_BYTES,
                     ((request.encoded.clone(), tail), request.decoupled),
                     |s| self.status_error(s),
+                    watch,
                 )
                 .await;
             let result = match response {

@@ -65,7 +65,8 @@ impl StreamPool {
     /// Sends one pre-encoded `ModelInferRequest` on an idle (or new) stream and waits for its
     /// response; for a decoupled request (`request.1`), for every response up to the one flagged
     /// `triton_final_response`. Returns every response with its arrival time, in order. Send
-    /// ends when the request is queued on the stream; recv covers decoding.
+    /// ends when the request is queued on the stream; recv covers decoding. `watch`, when
+    /// given, is called with the count of responses so far as each one arrives.
     pub async fn infer(
         &self,
         channel: Channel,
@@ -73,6 +74,7 @@ impl StreamPool {
         max_bytes: usize,
         (encoded, decoupled): (Encoded, bool),
         status_error: impl Fn(Status) -> ClientError,
+        watch: Option<&(dyn Fn(usize) + Sync)>,
     ) -> (ClientResult<Vec<(Instant, ModelInferResponse)>>, RequestTiming) {
         let start = Instant::now();
         let idle = self.idle.lock().pop();
@@ -114,6 +116,9 @@ impl StreamPool {
             };
             let done = !decoupled || is_final(&response);
             responses.push((answered, response));
+            if let Some(watch) = watch {
+                watch(responses.len());
+            }
             if done {
                 self.idle.lock().push(stream);
                 return (Ok(responses), timing(start, sent, answered));

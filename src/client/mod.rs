@@ -263,6 +263,25 @@ pub trait InferClient: Send + Sync + 'static {
         self.infer_step(request, None, keep_outputs)
     }
 
+    /// [`infer`](Self::infer), calling `watch(n)` as the `n`-th response (1-based) of the
+    /// request arrives: for perf_analyzer's periodic concurrency, which grows the load when
+    /// requests in flight have had so many responses. A streaming client calls it on arrival;
+    /// any other (one response per call) calls it once the answer is in.
+    fn infer_watched(
+        &self,
+        request: &Self::Prepared,
+        keep_outputs: bool,
+        watch: &(dyn Fn(usize) + Sync),
+    ) -> impl Future<Output = (ClientResult<InferResult>, RequestTiming)> + Send {
+        async move {
+            let (result, timing) = self.infer(request, keep_outputs).await;
+            if let Ok(answer) = &result {
+                (1..=answer.responses.len().max(1)).for_each(watch);
+            }
+            (result, timing)
+        }
+    }
+
     fn register_system_shm(
         &self,
         name: &str,

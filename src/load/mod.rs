@@ -6,12 +6,14 @@ pub mod engine;
 #[cfg(test)]
 pub mod fake;
 pub mod pacer;
+pub mod periodic;
 pub mod sequence;
 
 use std::time::Duration;
 
 pub use engine::{LoadSpec, ResponseCheck, RunningLoad, LATE_SLACK};
 pub use pacer::{read_intervals, Distribution, Pacer, Schedule};
+pub use periodic::PeriodicSpec;
 pub use sequence::SequenceSpec;
 
 use crate::results::LoadPoint;

@@ -308,6 +308,19 @@ pub enum Load {
     RequestRate { start: f64, end: f64, step: f64, distribution: Distribution, seed: u64 },
     /// Open loop from a trace of intervals in µs, one per line, cycled.
     Trace { intervals: PathBuf },
+    /// perf_analyzer's periodic concurrency: `start` requests, then `step` more each time every
+    /// request of the latest batch has had `request_period` responses, `end` in all.
+    Periodic(Periodic),
+}
+
+/// `--periodic-concurrency-range start:end:step` with `--request-period`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Periodic {
+    pub start: u64,
+    pub end: u64,
+    pub step: u64,
+    pub request_period: u64,
 }
 
 /// Open-loop gaps.
@@ -655,6 +668,25 @@ impl Sweep {
             Load::Trace { intervals } => {
                 crate::load::read_intervals(intervals).map_err(|e| invalid(e.to_string()))?;
             }
+            Load::Periodic(p) => {
+                if p.start == 0 || p.step == 0 || p.start > p.end || p.request_period == 0 {
+                    return Err(invalid(format!(
+                        "bad periodic concurrency {}:{}:{} with request period {}: need 0 < start <= end, \
+                         step > 0 and request period > 0",
+                        p.start, p.end, p.step, p.request_period
+                    )));
+                }
+                if !self.call.streaming {
+                    return Err(invalid(
+                        "The --periodic-concurrency-range option requires bi-directional gRPC streaming.",
+                    ));
+                }
+                if self.output.profile_export_file.is_none() {
+                    return Err(invalid(
+                        "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
+                    ));
+                }
+            }
         }
         if let Some(p) = self.call.max_threads {
             if p == 0 {
@@ -715,6 +747,7 @@ impl Sweep {
     pub fn peak_concurrency(&self) -> u64 {
         match &self.load {
             Load::Concurrency { levels } => levels.max().unwrap_or(64),
+            Load::Periodic(p) => p.end,
             _ => 64,
         }
     }

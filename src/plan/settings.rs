@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, PlanError,
-    Protocol, Sequences, StopWhen, Sweep, SweepKind, Target, TensorFormat, TraceSetting, WindowKind,
+    defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, Periodic,
+    PlanError, Protocol, Sequences, StopWhen, Sweep, SweepKind, Target, TensorFormat, TraceSetting, WindowKind,
 };
 use crate::client::shm::SharedMemoryKind;
 use crate::client::tls::TlsOptions;
@@ -79,6 +79,8 @@ pub struct Settings {
     pub serial_sequences: Option<bool>,
     /// `--validate-outputs`: check every answer, counting mismatches as failed requests.
     pub validate_outputs: Option<bool>,
+    /// `--periodic-concurrency-range` with `--request-period` (checked by the command line).
+    pub periodic_concurrency: Option<Periodic>,
 }
 
 impl Settings {
@@ -136,6 +138,7 @@ impl Settings {
             num_of_sequences,
             serial_sequences,
             validate_outputs,
+            periodic_concurrency,
         )
     }
 }
@@ -228,7 +231,10 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         (None, Some(b)) => Levels::one(b),
         (None, None) => d.batch_sizes.parse().expect("default batch sizes parse"),
     };
+    let other_mode = s.concurrency.is_some() || s.request_rate.is_some() || s.request_intervals.is_some();
     let load = match (&s.concurrency, &s.request_rate, &s.request_intervals) {
+        _ if s.periodic_concurrency.is_some() && other_mode => return Err(invalid(TWO_LOAD_MODES)),
+        _ if s.periodic_concurrency.is_some() => Load::Periodic(s.periodic_concurrency.expect("checked above")),
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             return Err(invalid(TWO_LOAD_MODES));
         }

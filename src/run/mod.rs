@@ -25,16 +25,17 @@ use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
 use crate::client::inprocess::InProcessClient;
 use crate::client::{ClientError, ConnectOptions, InferClient};
-use crate::load::{read_intervals, LoadMode, LoadSpec};
+use crate::load::{read_intervals, LoadMode, LoadSpec, PeriodicSpec};
+use crate::measure::window::derive_point;
 use crate::measure::MeasureSettings;
 use crate::plan::{
-    Distribution, Levels, Load, Model, Plan, Protocol, StopWhen, Sweep, SweepKind, Target, TensorFormat,
+    Distribution, Levels, Load, Model, Periodic, Plan, Protocol, StopWhen, Sweep, SweepKind, Target, TensorFormat,
     MAX_OPEN_CONCURRENCY,
 };
 use crate::report::pa_summary::Wire;
 use crate::report::{ConfigBasics, Device, RunConfig};
 use crate::results::csv::{read_csv, Unit};
-use crate::results::ReportRow;
+use crate::results::{LoadPoint, ReportRow};
 use crate::server::serve::{self, RunningServer, ServeConfig};
 use crate::server::{InferenceServer, ServerOptions};
 
@@ -299,6 +300,14 @@ async fn drive<C: InferClient>(
     let config = run_config(&session, sweep, context.device);
     let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, context.metrics, folder)
         .map_err(RunError::bad_input)?;
+    if let Load::Periodic(periodic) = &sweep.load {
+        let outcome = tokio::select! {
+            outcome = drive_periodic(&mut session, sweep, *periodic, &context) => outcome,
+            _ = interrupt.cancelled() => Err(RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") }),
+        };
+        session.close().await;
+        return outcome.map(|()| SweepOutcome { kind: sweep.kind, rows: Vec::new(), dir: sweep.output.dir.clone() });
+    }
     let mut step_inputs = Vec::new();
     let time_bank = time_bank(sweep);
     let measured = {
@@ -370,6 +379,40 @@ async fn drive<C: InferClient>(
     }
 }
 
+/// perf_analyzer's periodic concurrency: one run of `periodic` at the first batch size, written
+/// to the profile export as its one experiment (concurrency 1, window `[0, u64::MAX]`, as
+/// perf_analyzer 2.50 writes it); no rows, no summary.
+async fn drive_periodic<C: InferClient>(
+    session: &mut Session<C>,
+    sweep: &Sweep,
+    periodic: Periodic,
+    context: &Context<'_>,
+) -> Result<(), RunError> {
+    let batch = sweep.batch_sizes.first();
+    let requests = session.requests(sweep, batch).await?;
+    if requests.sequences.is_some() {
+        return Err(RunError::bad_input(anyhow!(
+            "--periodic-concurrency-range with a sequence model is not supported"
+        )));
+    }
+    let spec = PeriodicSpec {
+        start: periodic.start,
+        end: periodic.end,
+        step: periodic.step,
+        request_period: periodic.request_period,
+    };
+    let records = crate::load::periodic::run(session.client.clone(), requests.prepared, spec, requests.check)
+        .await
+        .map_err(RunError::client)?;
+    let mut result = derive_point(&[], batch, LoadPoint::Concurrency(1), true, None);
+    result.detail.requests = records;
+    result.detail.window_boundaries_ns = vec![0, u64::MAX];
+    let path = sweep.output.profile_export_file.as_deref().expect("the plan checks periodic runs have an export");
+    let kind = context.service_kind.to_lowercase();
+    crate::report::pa_export::write(path, &[result], &kind, &requests.step_inputs)
+        .map_err(|e| RunError::bad_input(anyhow!("writing results: {e}")))
+}
+
 fn sweep_error(e: SweepError) -> RunError {
     match e {
         SweepError::Stopped { error, .. } => RunError::client(error),
@@ -423,6 +466,7 @@ fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
             },
         },
         Load::Trace { intervals } => SweepPoints::Trace(read_intervals(intervals).map_err(RunError::bad_input)?),
+        Load::Periodic(_) => return Err(RunError::bad_input(anyhow!("a periodic load has no sweep points"))),
     };
     Ok(LoadPlan {
         points,

@@ -84,6 +84,7 @@ impl Recorder {
             Load::Concurrency { levels } => LoadPoint::Concurrency(levels.first()),
             Load::RequestRate { start, .. } => LoadPoint::RequestRate(*start),
             Load::Trace { .. } => LoadPoint::RequestRate(0.0),
+            Load::Periodic(_) => LoadPoint::Concurrency(1),
         };
         let columns = CsvColumns { verbose: sweep.output.verbose_csv, gpu_metrics: sweep.call.metrics.is_some() };
         if let Some(dir) = &sweep.output.dir {
@@ -338,6 +339,7 @@ fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str) -> RunDescrip
             }),
         ),
         Load::Trace { .. } => (None, Some("Using the --request-intervals trace for request generation".into())),
+        Load::Periodic(_) => (None, None),
     };
     let m = &sweep.measurement;
     RunDescription {
@@ -380,7 +382,7 @@ pub(super) fn planned_points(sweep: &Sweep) -> Option<usize> {
         Load::Concurrency { levels: Levels::Range { end: None, .. } } => return None,
         Load::Concurrency { levels } => levels.values(0).len(),
         Load::RequestRate { start, end, step, .. } => ((end - start) / step + 1e-9).floor() as usize + 1,
-        Load::Trace { .. } => 1,
+        Load::Trace { .. } | Load::Periodic(_) => 1,
     };
     Some(levels * sweep.batch_sizes.values(0).len())
 }

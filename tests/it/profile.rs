@@ -481,3 +481,55 @@ fn validation_data_on_a_decoupled_model_fails_as_perf_analyzer_does() {
         "Output size doesn't match expected size",
     );
 }
+
+/// `--periodic-concurrency-range 2:6:2 --request-period 2` on the decoupled `repeat` model: six
+/// requests in all, started two at a time, each batch only once every request of the one before
+/// has had its second response (read from the export's own timestamps); a request period above
+/// a request's responses fails in perf_analyzer's words.
+#[test]
+fn periodic_concurrency_grows_in_steps_after_each_request_period() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/data/repeat_small.json");
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export.json");
+    let export_arg = export.to_str().unwrap();
+    let mut args = vec!["profile", "-m", "repeat", "-i", "grpc", "--streaming", "--input-data", data];
+    args.extend(["--periodic-concurrency-range", "2:6:2", "--profile-export-file", export_arg]);
+    let out = perfbench(&[args.as_slice(), &["--request-period", "2"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    let experiments = json["experiments"].as_array().unwrap();
+    assert_eq!(experiments.len(), 1, "{json}");
+    assert_eq!(experiments[0]["experiment"], serde_json::json!({"mode": "concurrency", "value": 1}));
+    assert_eq!(experiments[0]["window_boundaries"], serde_json::json!([0, u64::MAX]));
+    // (send time, response times) in send order.
+    let mut requests: Vec<(u64, Vec<u64>)> = experiments[0]["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let times = r["response_timestamps"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+            // IN [1, 2, 3]: three responses and the empty final one; IN [7]: one and the final.
+            let expected = match r["request_inputs"]["IN"].as_array().map_or(1, Vec::len) {
+                3 => 4,
+                _ => 2,
+            };
+            assert_eq!(r["response_timestamps"].as_array().unwrap().len(), expected, "{r}");
+            (r["timestamp"].as_u64().unwrap(), times)
+        })
+        .collect();
+    assert_eq!(requests.len(), 6, "{json}");
+    requests.sort();
+    for (before, after) in requests.chunks(2).zip(requests.chunks(2).skip(1)) {
+        let period_reached = before.iter().map(|(_, times)| times[1]).max().unwrap();
+        assert!(after.iter().all(|(sent, _)| *sent >= period_reached), "{before:?} then {after:?}");
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("Inferences/Second vs. Client"), "{stdout}");
+    // IN [7] gets two responses: a period of 3 is never reached.
+    assert_fails(
+        &[args.as_slice(), &["--request-period", "3"]].concat(),
+        2,
+        "Request received final response before request period was reached. Request period must be at most the \
+         total number of responses received by any request.",
+    );
+}
