@@ -3,8 +3,9 @@
 A real Triton (the tritonserver of the pytriton wheel, run on a plain model repository) serves
 two python-backend sequence models built here from the repository's `accumulate`:
   - `accumulate`: OUTPUT0 is the running sum of INPUT0 over the sequence, keyed by CORRID;
-  - `accumulate_sleep`: the same, sleeping SLEEP_MS per execution, so the server is the
-    bottleneck and both clients must see the same throughput.
+  - `accumulate_sleep`: the same, sleeping SLEEP_MS per execution, its instance waiting
+    DIRECT_DELAY_US to batch the live sequences, so the server is the bottleneck and both clients
+    must see the same throughput.
 
 Checks:
   - `perfbench profile --validate-outputs` drives sequences over HTTP, gRPC and gRPC streaming
@@ -22,6 +23,7 @@ import pytest
 from peers import HERE, PeerRunError, perfbench_bin, read_pa_csv, run_pa, run_tool, start_triton_repo
 
 SLEEP_MS = 20
+DIRECT_DELAY_US = 5000
 TOLERANCE = 0.15
 COLUMNS = ["Inferences/Second", "p50 latency", "Server Compute Infer"]
 
@@ -66,7 +68,16 @@ def triton_sequences(tmp_path_factory):
     config = (source / "config.pbtxt").read_text()
     sleep = repo / "accumulate_sleep"
     (sleep / "1").mkdir(parents=True)
-    (sleep / "config.pbtxt").write_text(f'name: "accumulate_sleep"\n{config}')
+    # The instance waits DIRECT_DELAY_US for the live sequences' next steps, so all four batch
+    # together every time. Without it (max_queue_delay 0) the first step to arrive runs alone
+    # and the others wait a whole execution; which split a closed loop settles into depends on
+    # microseconds of client timing (over gRPC perfbench settled into 23 ms or 43 ms p50 from run
+    # to run, perf_analyzer 43 ms), so throughput would measure that split, not the clients.
+    direct = (f"sequence_batching {{\n  direct {{ max_queue_delay_microseconds: {DIRECT_DELAY_US} "
+              "minimum_slot_utilization: 1.0 }")
+    assert config.count("sequence_batching {") == 1
+    sleep_config = config.replace("sequence_batching {", direct)
+    (sleep / "config.pbtxt").write_text(f'name: "accumulate_sleep"\n{sleep_config}')
     (sleep / "1" / "model.py").write_text(SLEEP_MODEL)
     server = start_triton_repo(tmp_path_factory.mktemp("triton-seq"), repo=repo,
                                models=["accumulate", "accumulate_sleep"])
