@@ -305,14 +305,18 @@ impl Decoder for ResponseDecoder {
 /// A streamed request's responses as one result: the answer is the last response that carried
 /// outputs (a decoupled model's empty final one carries none); a decoupled request also keeps
 /// every response with its arrival time.
-fn from_stream(responses: Vec<(Instant, ModelInferResponse)>, decoupled: bool) -> ClientResult<InferResult> {
+fn from_stream(responses: super::grpc_stream::Responses, decoupled: bool) -> ClientResult<InferResult> {
+    if !decoupled {
+        // One response: its outputs, as a unary call returns them.
+        return responses.into_iter().last().map_or_else(|| Ok(InferResult::default()), |(_, r)| from_proto(r));
+    }
     let mut each = Vec::with_capacity(responses.len());
     for (at, response) in responses {
         each.push((at, from_proto(response)?.outputs));
     }
     let answer = each.iter().rev().find(|(_, outputs)| !outputs.is_empty()).or(each.last());
     let outputs = answer.map(|(_, outputs)| outputs.clone()).unwrap_or_default();
-    Ok(InferResult { outputs, responses: if decoupled { each } else { Vec::new() } })
+    Ok(InferResult { outputs, responses: each })
 }
 
 /// Outputs by position: `outputs[i]` owns `raw_output_contents[i]` (empty for shm outputs).

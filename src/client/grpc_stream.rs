@@ -33,6 +33,10 @@ pub struct StreamPool {
     compression: Option<CompressionEncoding>,
 }
 
+/// The responses of one streamed request with their arrival times: one for a model that is not
+/// decoupled, held inline, so the hot path allocates nothing for it.
+pub type Responses = smallvec::SmallVec<[(Instant, ModelInferResponse); 1]>;
+
 impl StreamPool {
     pub fn new(compression: Option<CompressionEncoding>) -> Self {
         StreamPool { idle: Mutex::default(), compression }
@@ -75,7 +79,7 @@ impl StreamPool {
         (encoded, decoupled): (Encoded, bool),
         status_error: impl Fn(Status) -> ClientError,
         watch: Option<&(dyn Fn(usize) + Sync)>,
-    ) -> (ClientResult<Vec<(Instant, ModelInferResponse)>>, RequestTiming) {
+    ) -> (ClientResult<Responses>, RequestTiming) {
         let start = Instant::now();
         let idle = self.idle.lock().pop();
         let mut stream = match idle {
@@ -92,7 +96,7 @@ impl StreamPool {
             },
         };
         let sent = Instant::now();
-        let mut responses = Vec::with_capacity(1);
+        let mut responses = Responses::new();
         loop {
             let message = stream.responses.message().await;
             let answered = Instant::now();
