@@ -45,7 +45,8 @@ s = json.load(sys.stdin)["model_stats"][0]["inference_stats"]
 print(s["success"]["count"], s["fail"]["count"])'
 }
 
-shm_entries() { find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort; }
+# Only perfbench's own segments: other programs on the machine (a Triton beside it) come and go.
+shm_entries() { find /dev/shm -mindepth 1 -maxdepth 1 -name 'perfbench*' -printf '%f\n' 2>/dev/null | sort; }
 
 BIN=$(perfbench_binary)
 echo "soak: $MINUTES min per protocol, concurrency $CONCURRENCY, identity $SHAPE, shared memory $SHM"

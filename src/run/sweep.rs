@@ -396,6 +396,18 @@ impl<C: InferClient> StatsSource<'_, C> {
     }
 }
 
+/// Hands the allocator's free pages back to the system once per window. glibc keeps each
+/// thread arena at its high-water mark, so without this a long run's RSS climbs with the worst
+/// burst of requests in flight so far (soak: +7-9% over 10 minutes at concurrency 256 over gRPC)
+/// rather than following the memory actually in use.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory held by the allocator; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn epoch_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
@@ -516,6 +528,7 @@ pub async fn measure_point<C: InferClient>(
         let after = stats.read().await?;
         let client = load.take_window();
         let ended = (Instant::now(), epoch_ns());
+        return_freed_memory();
         let (server, composing) = match (&before, &after) {
             (Some(b), Some(a)) => (Some(a.0.since(&b.0)), ComposingStats::since(&a.1, &b.1)),
             _ => (None, Vec::new()),
