@@ -414,7 +414,7 @@ impl ProfileArgs {
             output_shared_memory_size: self.output_shared_memory_size,
             input_data: if self.zero_input { Some(vec!["zero".into()]) } else { common.input_data.clone() },
             request_count: self.request_count,
-            asynchronous: Some(self.asynchronous),
+            asynchronous: if self.sync { Some(false) } else { self.asynchronous.then_some(true) },
             metrics_interval_ms: self.metrics_interval_ms,
             latency_report_file: self.latency_report_file.clone(),
             verbose_csv: Some(self.verbose_csv),

@@ -220,9 +220,11 @@ pub struct Call {
     /// gRPC `ModelStreamInfer` streams.
     #[serde(default)]
     pub streaming: bool,
-    /// perf_analyzer's `-a` (the engine is always asynchronous; printed in its settings).
-    #[serde(default)]
-    pub asynchronous: bool,
+    /// perf_analyzer's `-a` (true) or `--sync` (false); unset, its default: asynchronous for
+    /// streaming and sequence models. The engine is always asynchronous; this is what the
+    /// settings block prints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asynchronous: Option<bool>,
     /// Client worker threads (default: see `run::worker_threads`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_threads: Option<usize>,

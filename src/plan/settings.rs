@@ -321,7 +321,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         call: Call {
             headers,
             streaming: s.streaming.unwrap_or(false),
-            asynchronous: s.asynchronous.unwrap_or(false),
+            asynchronous: s.asynchronous,
             max_threads: s.max_threads,
             tls,
             input_tensor_format,

@@ -25,15 +25,19 @@ pub struct RunDescription {
     pub batch: u64,
     /// "TRITON" or "INPROCESS".
     pub service_kind: &'static str,
+    pub warmup_requests: u64,
     pub window: WindowMode,
     pub request_count: Option<u64>,
     pub percentile: Option<f64>,
-    pub latency_limit_ms: f64,
-    /// The sweep's upper bound, e.g. "Concurrency limit: 8 concurrent requests".
-    pub limit_line: Option<String>,
+    /// perf_analyzer prints these only for a range with an end: "Latency limit: 0 msec", then
+    /// e.g. "Concurrency limit: 8 concurrent requests".
+    pub limit_lines: Vec<String>,
     /// e.g. "Using uniform distribution on request generation".
     pub distribution_line: Option<String>,
+    pub binary_search: bool,
+    /// As perf_analyzer decides it: `-a`, `--streaming`, or a sequence model without `--sync`.
     pub asynchronous: bool,
+    pub decoupled: bool,
     pub stability_pct: f64,
     pub max_trials: usize,
 }
@@ -46,41 +50,57 @@ fn us(v: f64) -> u64 {
     }
 }
 
+fn plural(n: u64) -> &'static str {
+    if n > 1 {
+        "s"
+    } else {
+        ""
+    }
+}
+
+/// perf_analyzer 2.50's "Measurement Settings" block, line for line (scripts grep it).
 pub fn settings_block(d: &RunDescription) -> String {
     let mut s = String::from("*** Measurement Settings ***\n");
     let _ = writeln!(s, "  Batch size: {}", d.batch);
     let _ = writeln!(s, "  Service Kind: {}", d.service_kind);
+    if d.warmup_requests > 0 {
+        let _ = writeln!(s, "  Sending {} warmup request{}", d.warmup_requests, plural(d.warmup_requests));
+    }
     match (d.request_count, d.window) {
         (Some(n), _) => {
-            let _ = writeln!(s, "  Measuring exactly {n} requests per point (no stabilization)");
+            let _ = writeln!(s, "  Sending {n} benchmark request{}", plural(n));
         }
         (None, WindowMode::Time(span)) => {
             let _ = writeln!(s, "  Using \"time_windows\" mode for stabilization");
-            let _ = writeln!(s, "  {}", stabilizing(d.percentile));
+            let _ = writeln!(s, "  {}", stabilizing(d.percentile, d.asynchronous));
             let _ = writeln!(s, "  Measurement window: {} msec", span.as_millis());
         }
         (None, WindowMode::Count(n)) => {
             let _ = writeln!(s, "  Using \"count_windows\" mode for stabilization");
-            let _ = writeln!(s, "  {}", stabilizing(d.percentile));
+            let _ = writeln!(s, "  {}", stabilizing(d.percentile, d.asynchronous));
             let _ = writeln!(s, "  Minimum number of samples in each window: {n}");
         }
     }
-    let _ = writeln!(s, "  Latency limit: {} msec", format_g(d.latency_limit_ms));
-    if let Some(line) = &d.limit_line {
+    for line in d.limit_lines.iter().chain(&d.distribution_line) {
         let _ = writeln!(s, "  {line}");
     }
-    if let Some(line) = &d.distribution_line {
-        let _ = writeln!(s, "  {line}");
+    if d.binary_search {
+        let _ = writeln!(s, "  Using Binary Search algorithm");
     }
     let calls = if d.asynchronous { "asynchronous" } else { "synchronous" };
     let _ = writeln!(s, "  Using {calls} calls for inference");
+    if d.decoupled {
+        let _ = writeln!(s, "  Detected decoupled model, using the first response for measuring latency");
+    }
     s
 }
 
-fn stabilizing(percentile: Option<f64>) -> String {
+/// perf_analyzer's wording, including its missing space after a percentile ("p95latency").
+fn stabilizing(percentile: Option<f64>, asynchronous: bool) -> String {
+    let metric = if asynchronous { "throughput" } else { "latency and throughput" };
     match percentile {
-        Some(p) => format!("Stabilizing using p{} latency and throughput", format_g(p)),
-        None => "Stabilizing using average latency and throughput".into(),
+        Some(p) => format!("Stabilizing using p{}{metric}", format_g(p)),
+        None => format!("Stabilizing using average {metric}"),
     }
 }
 
@@ -215,13 +235,15 @@ mod tests {
         RunDescription {
             batch: 1,
             service_kind: "TRITON",
+            warmup_requests: 0,
             window: WindowMode::Time(Duration::from_millis(1000)),
             request_count: None,
             percentile: None,
-            latency_limit_ms: 0.0,
-            limit_line: Some("Concurrency limit: 2 concurrent requests".into()),
+            limit_lines: vec!["Latency limit: 0 msec".into(), "Concurrency limit: 2 concurrent requests".into()],
             distribution_line: None,
+            binary_search: false,
             asynchronous: false,
+            decoupled: false,
             stability_pct: 10.0,
             max_trials: 10,
         }
@@ -231,8 +253,46 @@ mod tests {
     fn settings_block_has_perf_analyzer_lines() {
         let text = settings_block(&description());
         assert!(text.starts_with("*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n"));
-        assert!(text.contains("  Using \"time_windows\" mode for stabilization\n  Stabilizing using average latency and throughput\n  Measurement window: 1000 msec\n  Latency limit: 0 msec\n"));
+        assert!(text.contains("  Using \"time_windows\" mode for stabilization\n  Stabilizing using average latency and throughput\n  Measurement window: 1000 msec\n  Latency limit: 0 msec\n  Concurrency limit: 2 concurrent requests\n"));
         assert!(text.ends_with("  Using synchronous calls for inference\n"));
+    }
+
+    /// Each block as perf_analyzer 2.50 printed it for the same options (run side by side).
+    #[test]
+    fn settings_block_follows_perf_analyzer_options() {
+        let d = RunDescription {
+            percentile: Some(95.0),
+            limit_lines: Vec::new(),
+            window: WindowMode::Time(Duration::from_millis(200)),
+            ..description()
+        };
+        assert_eq!(
+            settings_block(&d),
+            "*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n  Using \"time_windows\" mode for stabilization\n  Stabilizing using p95latency and throughput\n  Measurement window: 200 msec\n  Using synchronous calls for inference\n"
+        );
+        let d = RunDescription {
+            limit_lines: vec!["Latency limit: 50 msec".into(), "Concurrency limit: 4 concurrent requests".into()],
+            binary_search: true,
+            asynchronous: true,
+            window: WindowMode::Time(Duration::from_millis(200)),
+            ..description()
+        };
+        assert_eq!(
+            settings_block(&d),
+            "*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n  Using \"time_windows\" mode for stabilization\n  Stabilizing using average throughput\n  Measurement window: 200 msec\n  Latency limit: 50 msec\n  Concurrency limit: 4 concurrent requests\n  Using Binary Search algorithm\n  Using asynchronous calls for inference\n"
+        );
+        let d = RunDescription {
+            warmup_requests: 1,
+            request_count: Some(20),
+            decoupled: true,
+            asynchronous: true,
+            limit_lines: Vec::new(),
+            ..description()
+        };
+        assert_eq!(
+            settings_block(&d),
+            "*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n  Sending 1 warmup request\n  Sending 20 benchmark requests\n  Using asynchronous calls for inference\n  Detected decoupled model, using the first response for measuring latency\n"
+        );
     }
 
     #[test]

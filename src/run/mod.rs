@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 
 use self::interrupt::Interrupt;
-use self::observe::{stop_rule, window_mode, Export, FolderStart, Recorder};
+use self::observe::{stop_rule, window_mode, Export, FolderStart, ModelTraits, Recorder};
 use self::session::Session;
 use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, SweepPoints, Target as SweepTarget, TimeBank};
 use crate::client::grpc::GrpcClient;
@@ -298,7 +298,8 @@ async fn drive<C: InferClient>(
 ) -> Result<SweepOutcome, RunError> {
     let mut session = Session::open(client, model, sweep.call.streaming).await?;
     let config = run_config(&session, sweep, context.device);
-    let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, context.metrics, folder)
+    let traits = ModelTraits { sequence: session.sequence, decoupled: session.decoupled };
+    let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, traits, context.metrics, folder)
         .map_err(RunError::bad_input)?;
     if let Load::Periodic(periodic) = &sweep.load {
         let outcome = tokio::select! {

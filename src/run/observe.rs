@@ -75,6 +75,7 @@ impl Recorder {
         sweep: &Sweep,
         wire: Wire,
         service_kind: &'static str,
+        model: ModelTraits,
         metrics_url: &str,
         folder: FolderStart,
     ) -> std::io::Result<Recorder> {
@@ -120,7 +121,7 @@ impl Recorder {
             ),
             None => None,
         };
-        let description = (sweep.kind == SweepKind::Profile).then(|| describe(sweep, first_batch, service_kind));
+        let description = (sweep.kind == SweepKind::Profile).then(|| describe(sweep, first_batch, service_kind, model));
         if let Some(d) = &description {
             println!("{}", pa_summary::settings_block(d));
         }
@@ -325,33 +326,57 @@ impl SweepObserver for Recorder {
     }
 }
 
-/// perf_analyzer's settings block of a profile sweep.
-fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str) -> RunDescription {
-    let (limit_line, distribution_line) = match &sweep.load {
-        Load::Concurrency { levels } => {
-            (levels.max().map(|e| format!("Concurrency limit: {e} concurrent requests")), None)
-        }
-        Load::RequestRate { end, distribution, .. } => (
-            Some(format!("Request Rate limit: {} requests per seconds", format_g(*end))),
+/// What perf_analyzer's settings block says about the model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ModelTraits {
+    pub sequence: bool,
+    pub decoupled: bool,
+}
+
+/// perf_analyzer's settings block of a profile sweep, with its rules for what it prints.
+fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str, model: ModelTraits) -> RunDescription {
+    let latency_limit = || format!("Latency limit: {} msec", format_g(sweep.latency_limit_ms.unwrap_or(0.0)));
+    // perf_analyzer prints the limits only when the range was given an end (a single value
+    // leaves its default end of 1): `start:end` here.
+    let (limit_lines, distribution_line) = match &sweep.load {
+        Load::Concurrency { levels: Levels::Range { start, end, .. } } => match end {
+            Some(end) if end == start => (Vec::new(), None),
+            Some(end) => (vec![latency_limit(), format!("Concurrency limit: {end} concurrent requests")], None),
+            None => (vec![latency_limit()], None),
+        },
+        Load::Concurrency { levels: Levels::List(values) } => match values.iter().max() {
+            Some(max) if values.len() > 1 => {
+                (vec![latency_limit(), format!("Concurrency limit: {max} concurrent requests")], None)
+            }
+            _ => (Vec::new(), None),
+        },
+        Load::RequestRate { start, end, distribution, .. } => (
+            if end == start {
+                Vec::new()
+            } else {
+                vec![latency_limit(), format!("Request Rate limit: {} requests per seconds", format_g(*end))]
+            },
             Some(match distribution {
                 Distribution::Constant => "Using uniform distribution on request generation".to_string(),
                 Distribution::Poisson => "Using poisson distribution on request generation".to_string(),
             }),
         ),
-        Load::Trace { .. } => (None, Some("Using the --request-intervals trace for request generation".into())),
-        Load::Periodic(_) => (None, None),
+        Load::Trace { .. } | Load::Periodic(_) => (Vec::new(), None),
     };
     let m = &sweep.measurement;
     RunDescription {
         batch,
         service_kind,
+        warmup_requests: m.warmup_requests,
         window: window_mode(sweep),
         request_count: m.total_requests,
         percentile: m.percentile,
-        latency_limit_ms: sweep.latency_limit_ms.unwrap_or(0.0),
-        limit_line,
+        limit_lines,
         distribution_line,
-        asynchronous: sweep.call.asynchronous,
+        binary_search: sweep.binary_search,
+        // perf_analyzer: streaming is asynchronous; a sequence model is unless `--sync`.
+        asynchronous: sweep.call.streaming || sweep.call.asynchronous.unwrap_or(model.sequence),
+        decoupled: model.decoupled,
         stability_pct: m.stability_percentage,
         max_trials: m.max_trials,
     }
