@@ -5,8 +5,10 @@
 
 pub mod composing;
 pub mod interrupt;
+pub mod merge;
 pub mod observe;
 pub mod session;
+pub mod shard;
 pub mod sweep;
 pub mod trace;
 
@@ -29,8 +31,8 @@ use crate::load::{read_intervals, LoadMode, LoadSpec, PeriodicSpec};
 use crate::measure::window::derive_point;
 use crate::measure::MeasureSettings;
 use crate::plan::{
-    Distribution, Levels, Load, Model, Periodic, Plan, Protocol, StopWhen, Sweep, SweepKind, Target, TensorFormat,
-    MAX_OPEN_CONCURRENCY,
+    Distribution, Levels, Load, Model, Periodic, Plan, Protocol, Shard, StopWhen, Sweep, SweepKind, Target,
+    TensorFormat, MAX_OPEN_CONCURRENCY,
 };
 use crate::report::pa_summary::Wire;
 use crate::report::{ConfigBasics, Device, RunConfig};
@@ -191,8 +193,13 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     };
     let mut outcomes = Vec::new();
     let mut failure = None;
-    for (sweep, kept) in plan.sweeps.iter().zip(kept) {
-        let folder = FolderStart { plan: folder_plan.clone(), kept };
+    for (i, (sweep, kept)) in plan.sweeps.iter().zip(kept).enumerate() {
+        // `--start-at` lines up the first sweep; the later ones follow it.
+        let shard = plan.shard.map(|shard| shard::ShardStart {
+            shard: Shard { start_at_ms: shard.start_at_ms.filter(|_| i == 0), ..shard },
+            identity: plan.identity(),
+        });
+        let folder = FolderStart { plan: folder_plan.clone(), kept, shard };
         match run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await {
             Ok(outcome) => outcomes.push(outcome),
             Err(e) => {
@@ -298,8 +305,17 @@ async fn drive<C: InferClient>(
 ) -> Result<SweepOutcome, RunError> {
     let mut session = Session::open(client, model, sweep.call.streaming).await?;
     let config = run_config(&session, sweep, context.device);
+    // A shard runs its part of the sweep's request counts and sequence ids (load levels are
+    // split per point), and only shard 0 reads the server's counters, so they count once.
+    let shard = folder.shard.clone();
+    let sweep_part = shard.as_ref().map(|s| s.shard.sweep_part(sweep));
+    let sweep = sweep_part.as_ref().unwrap_or(sweep);
+    let reads_server = shard.as_ref().is_none_or(|s| s.shard.index == 0);
     let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, context.metrics, folder)
         .map_err(RunError::bad_input)?;
+    if let (Some(start), Some(dir)) = (&shard, &sweep.output.dir) {
+        recorder.log_shard(shard::ShardLog::new(dir.clone(), start, &config));
+    }
     if let Load::Periodic(periodic) = &sweep.load {
         let outcome = tokio::select! {
             outcome = drive_periodic(&mut session, sweep, *periodic, &context) => outcome,
@@ -307,6 +323,9 @@ async fn drive<C: InferClient>(
         };
         session.close().await;
         return outcome.map(|()| SweepOutcome { kind: sweep.kind, rows: Vec::new(), dir: sweep.output.dir.clone() });
+    }
+    if let Some(start) = &shard {
+        shard::wait_for_start(&start.shard).await;
     }
     let mut step_inputs = Vec::new();
     let time_bank = time_bank(sweep);
@@ -320,14 +339,18 @@ async fn drive<C: InferClient>(
                     requests: requests.prepared,
                     model: session.model.clone(),
                     version: session.version.clone(),
-                    server_stats: session.server_stats,
-                    composing: session.composing.clone(),
+                    server_stats: session.server_stats && reads_server,
+                    composing: if reads_server { session.composing.clone() } else { Vec::new() },
                     check: requests.check,
                     check_fatal: !sweep.validate_outputs,
                     sequences: requests.sequences,
                 };
-                let settings = measure_settings(sweep, batch);
-                let plan = LoadPlan { time_bank: time_bank.clone(), ..load_plan(sweep)? };
+                let settings = MeasureSettings { keep_windows: shard.is_some(), ..measure_settings(sweep, batch) };
+                let plan = LoadPlan {
+                    time_bank: time_bank.clone(),
+                    shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
+                    ..load_plan(sweep)?
+                };
                 measure_sweep(&target, &plan, &settings, &mut recorder).await.map_err(sweep_error)?;
             }
             Ok::<(), RunError>(())
@@ -432,6 +455,7 @@ fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
         percentile: m.percentile,
         request_count: m.total_requests,
         batch,
+        keep_windows: false,
     }
 }
 
@@ -476,6 +500,7 @@ fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
         max_in_flight: LoadSpec::new(LoadMode::Concurrency(1)).max_in_flight,
         log_requests: sweep.output.profile_export_file.is_some(),
         time_bank: None,
+        shard: None,
     })
 }
 
