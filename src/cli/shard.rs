@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::plan::{Plan, PlanError, Shard};
+use crate::plan::{Plan, PlanError, Shard, Target};
 
 /// Sharding flags; global, so they go before or after the subcommand.
 #[derive(Args, Debug, Clone, Default)]
@@ -33,6 +33,11 @@ impl ShardArgs {
             (Some(shard), at) => shard.start_at_ms = at,
             (None, Some(_)) => return Err(PlanError::Invalid("--start-at lines up shards: give --shard K/N".into())),
             (None, None) => {}
+        }
+        if let (Some(shard), false) = (plan.shard, matches!(plan.target, Target::Remote { .. })) {
+            return Err(PlanError::Invalid(format!(
+                "--shard {shard}: give the server's address (-u): each shard would start a bundled server of its own"
+            )));
         }
         if let Some(shard) = plan.shard {
             for sweep in &plan.sweeps {

@@ -6,6 +6,7 @@
 pub mod composing;
 pub mod interrupt;
 pub mod merge;
+pub mod mpi;
 pub mod observe;
 pub mod session;
 pub mod shard;
@@ -112,6 +113,17 @@ pub struct SweepOutcome {
 
 /// Runs `plan` to the end; the exit code is 0, or 1 when its gate finds a regression.
 pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
+    // Under mpirun each rank is a shard: MPI lines the points up, the ranks' folders go under
+    // the results folder, and rank 0 merges them into it at the end.
+    let under_mpi = plan.shard.is_some() && mpi::launched();
+    let ranked;
+    let (merged, plan) = if under_mpi {
+        mpi::join().map_err(|e| RunError::bad_input(anyhow!(e)))?;
+        ranked = shard_folders(plan);
+        (Some(plan), &ranked)
+    } else {
+        (None, plan)
+    };
     let baselines = match &plan.gate {
         Some(gate) => Some(baseline_files(&gate.baseline, plan).map_err(RunError::bad_input)?),
         None => None,
@@ -123,7 +135,16 @@ pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
         .thread_name("perfbench")
         .build()
         .map_err(RunError::target)?;
-    let outcomes = runtime.block_on(execute_async(plan))?;
+    let outcomes = runtime.block_on(execute_async(plan));
+    if let (Some(whole), Some(mpi)) = (merged, mpi::world()) {
+        // Every rank reaches this barrier, its sweep finished or failed, before rank 0 merges.
+        mpi.barrier();
+        mpi.finalize();
+        if plan.shard.is_some_and(|s| s.index == 0) {
+            merge_shard_folders(whole).map_err(RunError::bad_input)?;
+        }
+    }
+    let outcomes = outcomes?;
     for outcome in &outcomes {
         if let Some(dir) = &outcome.dir {
             println!("{} {}:", plan.model.name, outcome.kind.name());
@@ -135,6 +156,26 @@ pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
         (Some(pairs), Some(gate)) => gate_run(&pairs, &gate.thresholds).map_err(RunError::bad_input),
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `plan` with each sweep's results folder moved to `shard-K` under it (MPI ranks).
+fn shard_folders(plan: &Plan) -> Plan {
+    let mut ranked = plan.clone();
+    let index = plan.shard.map_or(0, |s| s.index);
+    for sweep in &mut ranked.sweeps {
+        sweep.output.dir = sweep.output.dir.take().map(|d| d.join(format!("shard-{index}")));
+    }
+    ranked
+}
+
+/// Rank 0: merges the ranks' `shard-K` folders into each sweep's results folder.
+fn merge_shard_folders(plan: &Plan) -> anyhow::Result<()> {
+    let count = plan.shard.map_or(1, |s| s.count);
+    for dir in plan.sweeps.iter().filter_map(|s| s.output.dir.as_ref()) {
+        let shards: Vec<PathBuf> = (0..count).map(|k| dir.join(format!("shard-{k}"))).collect();
+        merge::merge(&shards, dir)?;
+    }
+    Ok(())
 }
 
 /// Where the sweeps reach the model.
@@ -351,7 +392,14 @@ async fn drive<C: InferClient>(
                     shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
                     ..load_plan(sweep)?
                 };
-                measure_sweep(&target, &plan, &settings, &mut recorder).await.map_err(sweep_error)?;
+                let measured = match mpi::world().filter(|_| shard.is_some()) {
+                    Some(mpi) => {
+                        let mut lined_up = mpi::LinedUp { inner: &mut recorder, mpi };
+                        measure_sweep(&target, &plan, &settings, &mut lined_up).await
+                    }
+                    None => measure_sweep(&target, &plan, &settings, &mut recorder).await,
+                };
+                measured.map_err(sweep_error)?;
             }
             Ok::<(), RunError>(())
         };

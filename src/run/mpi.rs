@@ -63,8 +63,10 @@ impl Mpi {
         // RTLD_GLOBAL: Open MPI's plugins resolve their symbols against libmpi.
         let lib = LIBRARIES
             .iter()
-            .find_map(|name| unsafe { Library::open(Some(name), RTLD_NOW | RTLD_GLOBAL) }.ok())
-            .ok_or_else(|| format!("MPI: none of {} could be loaded (install Open MPI or MPICH)", LIBRARIES.join(", ")))?;
+            .find_map(|name| unsafe { Library::open(Some(*name), RTLD_NOW | RTLD_GLOBAL) }.ok())
+            .ok_or_else(|| {
+            format!("MPI: none of {} could be loaded (install Open MPI or MPICH)", LIBRARIES.join(", "))
+        })?;
         // SAFETY: the signatures are MPI's (MPI-3 standard); the symbols come from libmpi.
         unsafe {
             let init = lib

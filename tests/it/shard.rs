@@ -202,16 +202,12 @@ fn the_server_counts_what_the_merged_shards_count_and_odd_shards_are_refused() {
 fn bad_shards_are_refused_with_one_line() {
     let out = std::env::temp_dir().join("perfbench-shard-never-written");
     let out = out.to_str().unwrap();
-    assert_fails(
-        &["online", "-m", "delay", "--concurrency", "8", "--shard", "3/2", "--out", out],
-        2,
-        "bad --shard '3/2'",
-    );
-    assert_fails(
-        &["online", "-m", "delay", "--concurrency", "1", "--shard", "0/2", "--out", out],
-        2,
-        "no request in flight",
-    );
+    let online = ["online", "-u", "localhost:1", "-m", "delay"];
+    let args =
+        |more: &[&'static str]| -> Vec<&str> { online.iter().chain(more).copied().chain(["--out", out]).collect() };
+    assert_fails(&args(&["--concurrency", "8", "--shard", "3/2"]), 2, "bad --shard '3/2'");
+    assert_fails(&args(&["--concurrency", "1", "--shard", "0/2"]), 2, "no request in flight");
+    assert_fails(&["online", "-m", "delay", "--shard", "0/2", "--out", out], 2, "give the server's address (-u)");
     assert_fails(&["serve", "--shard", "0/2"], 2, "--shard and --shards apply to");
     assert_fails(&["online", "-m", "delay", "--start-at", "1", "--out", out], 2, "give --shard K/N");
 }
@@ -220,7 +216,18 @@ fn bad_shards_are_refused_with_one_line() {
 fn engines_name_the_shard_through_their_environment() {
     let plan = |vars: &[(&str, &str)]| {
         let out = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-            .args(["online", "-m", "delay", "--concurrency", "8", "--out", "/tmp/x", "--print-plan"])
+            .args([
+                "online",
+                "-u",
+                "localhost:1",
+                "-m",
+                "delay",
+                "--concurrency",
+                "8",
+                "--out",
+                "/tmp/x",
+                "--print-plan",
+            ])
             .envs(vars.iter().copied())
             .output()
             .unwrap();
@@ -234,4 +241,79 @@ fn engines_name_the_shard_through_their_environment() {
     let (code, _, err) = plan(&[("JOB_COMPLETION_INDEX", "1")]);
     assert_eq!(code, Some(2));
     assert!(err.contains("--shards N or PERFBENCH_SHARDS"), "{err}");
+}
+
+#[test]
+#[ignore = "needs mpirun (scripts/setup-mpi.sh installs Open MPI); .ci/run runs it in its own stage"]
+fn mpirun_ranks_are_shards_and_rank_0_merges_by_itself() {
+    let server = serve();
+    let dir = tempfile::tempdir().unwrap();
+    let merged = dir.path().join("merged");
+    let out = Command::new("mpirun")
+        .args(["-np", "2", "--oversubscribe", "--allow-run-as-root", env!("CARGO_BIN_EXE_perfbench")])
+        .args(["online", "-u", server.http.as_str(), "-m", "delay", "--concurrency", "8"])
+        .args(["--stop-when", "ci=10%,max=3s", "--out", merged.to_str().unwrap()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("runs mpirun (scripts/setup-mpi.sh installs it)");
+    assert!(out.status.success(), "mpirun: {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let all = row(&merged.join("report.csv"));
+    let (k0, k1) = (row(&merged.join("shard-0/report.csv")), row(&merged.join("shard-1/report.csv")));
+    assert_eq!(all["Requests"], k0["Requests"] + k1["Requests"]);
+    assert_eq!(all["Concurrency"], 8.0);
+    assert!(all["Inferences/Second"] > 1.4 * k0["Inferences/Second"].max(k1["Inferences/Second"]));
+    let names: Vec<String> = files(&merged).into_iter().filter(|n| !n.starts_with("shard-")).collect();
+    for wanted in ["perf_analyzer.csv", "report.csv", "report.md", "plots/latency_vs_concurrency.png"] {
+        assert!(names.iter().any(|n| n == wanted), "{wanted} missing from {names:?}");
+    }
+}
+
+/// The manifests' Job kinds, shard counts and commands, from the parsed YAML.
+#[test]
+fn the_kubernetes_indexed_job_parses_and_its_indexes_are_the_shards() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s");
+    let docs = |file: &str| -> Vec<serde_yaml::Value> {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        serde_yaml::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect()
+    };
+    let shards = docs("shards-job.yaml");
+    let job = shards.iter().find(|d| d["kind"] == "Job").expect("an Indexed Job");
+    let spec = &job["spec"];
+    assert_eq!(spec["completionMode"], "Indexed");
+    let n = spec["completions"].as_u64().unwrap();
+    assert_eq!(spec["parallelism"].as_u64(), Some(n), "all shards run at once");
+    let container = &spec["template"]["spec"]["containers"][0];
+    let env = container["env"].as_sequence().unwrap();
+    let count =
+        env.iter().find(|e| e["name"] == "PERFBENCH_SHARDS").expect("PERFBENCH_SHARDS")["value"].as_str().unwrap();
+    assert_eq!(count.parse::<u64>().unwrap(), n, "PERFBENCH_SHARDS = completions");
+    let command = container["args"][0].as_str().unwrap();
+    assert!(command.contains("--out /results/shard-$JOB_COMPLETION_INDEX"), "{command}");
+    let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    let merge = docs("merge-job.yaml");
+    let merge_args = merge[0]["spec"]["template"]["spec"]["containers"][0]["args"][0].as_str().unwrap();
+    assert!(merge_args.contains(&format!("perfbench merge {mount}/shard-* --out")), "{merge_args}");
+    assert!(shards.iter().any(|d| d["kind"] == "PersistentVolumeClaim"), "a shared volume");
+    // Each pod's index is its shard: the same command with JOB_COMPLETION_INDEX set locally.
+    for k in 0..n {
+        let out = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+            .args([
+                "online",
+                "-u",
+                "localhost:1",
+                "-m",
+                "delay",
+                "--concurrency",
+                "64",
+                "--out",
+                "/tmp/x",
+                "--print-plan",
+            ])
+            .env("JOB_COMPLETION_INDEX", k.to_string())
+            .env("PERFBENCH_SHARDS", count)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("[shard]\nindex = {k}\ncount = {n}\n")), "{text}{}", stderr(&out));
+    }
 }
