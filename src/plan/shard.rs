@@ -106,8 +106,9 @@ impl Shard {
     }
 
     /// The sweep as this shard runs it: request counts (`--request-count`, the warm-up) and the
-    /// sequence-id range split into disjoint parts. Load levels are split per point by the run
-    /// (the rows keep the level asked for), and only shard 0 reads server statistics.
+    /// sequence-id range split into disjoint parts; only shard 0 scrapes metrics. Load levels
+    /// are split per point by the run (the rows keep the level asked for), and only shard 0
+    /// reads server statistics.
     pub fn sweep_part(&self, sweep: &Sweep) -> Sweep {
         let mut part = sweep.clone();
         let m = &mut part.measurement;
@@ -119,6 +120,10 @@ impl Shard {
         s.id_end = Some(start + self.part(ids).max(1));
         s.id_start = start;
         s.count = self.part(s.count).max(1);
+        if self.index != 0 {
+            // Only shard 0 scrapes the server's metrics, as only it reads its statistics.
+            part.call.metrics = None;
+        }
         part
     }
 
@@ -180,6 +185,29 @@ mod tests {
         let e = Shard::resolve(Some("3/2"), None, env(&[])).unwrap_err().to_string();
         assert!(e.contains("bad --shard '3/2'") && !e.contains('\n'), "{e}");
         assert!("0/0".parse::<Shard>().is_err() && "1".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn a_sweep_part_splits_counts_and_sequence_ids_into_disjoint_parts() {
+        use crate::plan::settings::{resolve, Settings};
+        use crate::plan::{SweepKind, Target};
+        let settings = Settings {
+            request_count: Some(9),
+            warmup_request_count: Some(5),
+            sequence_id_range: Some("10:20".into()),
+            num_of_sequences: Some(5),
+            out: Some("out".into()),
+            ..Default::default()
+        };
+        let sweep = resolve(SweepKind::Online, &settings, &Target::Remote { url: "localhost:1".into() }).unwrap();
+        let parts: Vec<Sweep> =
+            (0..2).map(|index| Shard { index, count: 2, start_at_ms: None }.sweep_part(&sweep)).collect();
+        let of = |f: &dyn Fn(&Sweep) -> u64| parts.iter().map(f).collect::<Vec<_>>();
+        assert_eq!(of(&|p| p.measurement.total_requests.unwrap()), [5, 4]);
+        assert_eq!(of(&|p| p.measurement.warmup_requests), [3, 2]);
+        assert_eq!(of(&|p| p.sequences.count), [3, 2]);
+        let ids: Vec<(u64, Option<u64>)> = parts.iter().map(|p| (p.sequences.id_start, p.sequences.id_end)).collect();
+        assert_eq!(ids, [(10, Some(15)), (15, Some(20))]);
     }
 
     #[test]
