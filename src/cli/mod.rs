@@ -4,6 +4,7 @@
 //! argv is parsed.
 
 pub mod profile;
+pub mod shard;
 pub mod sweep;
 pub mod tls;
 
@@ -32,6 +33,8 @@ pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `perfbench=debug`.
     #[arg(long, global = true, default_value = "warn")]
     pub log: String,
+    #[command(flatten)]
+    pub shard: shard::ShardArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -56,6 +59,8 @@ pub enum Command {
     /// Run a scenario file or a plan file (as --print-plan writes it), optionally gated.
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
+    /// Merge the results folders of a run's shards (`--shard K/N`) into one results folder.
+    Merge(shard::MergeArgs),
 }
 
 /// `perfbench run FILE` or `perfbench run --resume DIR`.
@@ -163,7 +168,7 @@ pub fn main() -> ExitCode {
         // Escape codes only for a terminal: logs kept in a file (CI) stay readable.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    run(cli.command)
+    run(cli.command, &cli.shard)
 }
 
 /// Parses a whole command line (program name first) of `profile`, `offline`, `online` or `run`
@@ -181,6 +186,7 @@ where
         Command::Run(args) => args.plan(),
         _ => return Err("not a measuring command".into()),
     };
+    let plan = cli.shard.apply(plan);
     plan.map_err(|e| e.to_string())
 }
 
@@ -210,19 +216,28 @@ fn plan_or_run(plan: Result<Plan, PlanError>, print_plan: bool) -> ExitCode {
     }
 }
 
-fn run(command: Command) -> ExitCode {
+fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
     let other = |outcome: anyhow::Result<ExitCode>| match outcome {
         Ok(code) => code,
         Err(e) => fail(one_line(&e), EXIT_BAD_INPUT),
     };
+    let measuring = matches!(command, Command::Profile(_) | Command::Offline(_) | Command::Online(_) | Command::Run(_));
+    if sharding.given() && !measuring {
+        return fail("--shard and --shards apply to profile, offline, online and run", EXIT_BAD_INPUT);
+    }
+    let shard = |plan| sharding.apply(plan);
     match command {
         Command::Serve(args) => other(crate::server::serve::run(args)),
         Command::Gate(args) => other(crate::gate::run(&args).map_err(Into::into)),
         Command::Report(args) => other(crate::report::command::run(args)),
-        Command::Profile(args) => plan_or_run(args.plan(), args.common.print_plan),
-        Command::Offline(args) => plan_or_run(args.plan(), args.common.flags.print_plan),
-        Command::Online(args) => plan_or_run(args.plan(), args.common.flags.print_plan),
-        Command::Run(args) => plan_or_run(args.plan(), args.print_plan),
+        Command::Profile(args) => plan_or_run(shard(args.plan()), args.common.print_plan),
+        Command::Offline(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),
+        Command::Online(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),
+        Command::Run(args) => plan_or_run(shard(args.plan()), args.print_plan),
+        Command::Merge(args) => match crate::run::merge::merge(&args.dirs, &args.out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(one_line(&e), EXIT_BAD_INPUT),
+        },
     }
 }
 

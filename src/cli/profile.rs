@@ -438,6 +438,7 @@ impl ProfileArgs {
             }
         }
         let plan = Plan {
+            shard: None,
             resume: false,
             target,
             model: Model { name: model, version: self.model_version.clone(), config: None },

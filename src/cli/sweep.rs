@@ -61,6 +61,7 @@ impl SweepArgs {
         settings.out = Some(self.out.clone().unwrap_or_else(|| default_out(&format!("{model}-{}", kind.name()))));
         let sweep = resolve(kind, &settings, &target)?;
         let plan = Plan {
+            shard: None,
             resume: false,
             target,
             model: Model { name: model, version: String::new(), config: None },

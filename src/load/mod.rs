@@ -33,6 +33,15 @@ impl LoadMode {
         LoadMode::Schedule(Schedule::Rate { per_second, distribution })
     }
 
+    /// Shard `index` of `count`'s part of this load: C/N requests in flight (the remainder to
+    /// the lowest shards), or its share of the schedule ([`Schedule::shard_part`]).
+    pub fn shard_part(&self, index: u64, count: u64) -> LoadMode {
+        match self {
+            LoadMode::Concurrency(c) => LoadMode::Concurrency(c / count + u64::from(index < c % count)),
+            LoadMode::Schedule(s) => LoadMode::Schedule(s.shard_part(index, count)),
+        }
+    }
+
     /// The report's name for this point (a trace reports its mean rate).
     pub fn point(&self) -> LoadPoint {
         match self {

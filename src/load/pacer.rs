@@ -30,6 +30,12 @@ pub enum Schedule {
     },
     /// Gaps read from a file, used in order and cycled (`--request-intervals`).
     Trace(Arc<[Duration]>),
+    /// Another schedule, every request due `by` later (a shard's part of a constant rate or a
+    /// trace: its requests fall between the other shards').
+    Shifted {
+        by: Duration,
+        inner: Box<Schedule>,
+    },
 }
 
 impl Schedule {
@@ -45,6 +51,45 @@ impl Schedule {
                     f64::INFINITY
                 }
             }
+            Schedule::Shifted { inner, .. } => inner.mean_rate_per_s(),
+        }
+    }
+
+    /// Shard `index` of `count`'s part: every `count`-th request from the `index`-th, so the
+    /// shards' schedules together are this one. A Poisson rate becomes `count` independent
+    /// Poisson processes of rate/`count` (their union is one of the whole rate).
+    pub fn shard_part(&self, index: u64, count: u64) -> Schedule {
+        match self {
+            Schedule::Rate { per_second, distribution: Distribution::Constant } => Schedule::Shifted {
+                by: Duration::from_secs_f64(index as f64 / per_second),
+                inner: Box::new(Schedule::Rate {
+                    per_second: per_second / count as f64,
+                    distribution: Distribution::Constant,
+                }),
+            },
+            Schedule::Rate { per_second, distribution: Distribution::Poisson { seed } } => Schedule::Rate {
+                per_second: per_second / count as f64,
+                distribution: Distribution::Poisson {
+                    seed: seed.wrapping_add(index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                },
+            },
+            Schedule::Trace(gaps) => {
+                // Due times over `count` cycles of the trace; this shard takes every count-th.
+                let (n, index, count) = (gaps.len(), index as usize, count as usize);
+                let mut due = Vec::with_capacity(n * count + index + 1);
+                let mut t = Duration::ZERO;
+                for k in 0..=n * count + index {
+                    due.push(t);
+                    t += gaps[k % n];
+                }
+                let own: Vec<Duration> = (0..=n).map(|j| due[index + j * count]).collect();
+                let part: Vec<Duration> = own.windows(2).map(|w| w[1] - w[0]).collect();
+                Schedule::Shifted { by: own[0], inner: Box::new(Schedule::Trace(part.into())) }
+            }
+            Schedule::Shifted { by, inner } => match inner.shard_part(index, count) {
+                Schedule::Shifted { by: more, inner } => Schedule::Shifted { by: *by + more, inner },
+                other => Schedule::Shifted { by: *by, inner: Box::new(other) },
+            },
         }
     }
 }
@@ -59,11 +104,17 @@ enum Gaps {
 pub struct Pacer {
     gaps: Gaps,
     scheduled: u64,
+    /// Added to every offset ([`Schedule::Shifted`]).
+    shift: Duration,
 }
 
 impl Pacer {
     pub fn new(schedule: &Schedule) -> Result<Pacer, LoadError> {
         let gaps = match schedule {
+            Schedule::Shifted { by, inner } => {
+                let inner = Pacer::new(inner)?;
+                return Ok(Pacer { shift: inner.shift + *by, ..inner });
+            }
             Schedule::Rate { per_second, distribution } => {
                 if !(per_second.is_finite() && *per_second > 0.0) {
                     return Err(LoadError::BadRate(*per_second));
@@ -84,7 +135,7 @@ impl Pacer {
                 Gaps::Trace { gaps: gaps.clone(), offset: Duration::ZERO }
             }
         };
-        Ok(Pacer { gaps, scheduled: 0 })
+        Ok(Pacer { gaps, scheduled: 0, shift: Duration::ZERO })
     }
 
     /// Requests scheduled so far (the number of `next` calls).
@@ -96,7 +147,7 @@ impl Pacer {
     pub fn next_offset(&mut self) -> Duration {
         let k = self.scheduled;
         self.scheduled += 1;
-        match &mut self.gaps {
+        let due = match &mut self.gaps {
             // Computed from k, not accumulated, so rounding never drifts.
             Gaps::Constant { per_second } => Duration::from_secs_f64(k as f64 / *per_second),
             Gaps::Poisson { exp, rng, offset_s } => {
@@ -109,7 +160,8 @@ impl Pacer {
                 *offset += gaps[(k % gaps.len() as u64) as usize];
                 due
             }
-        }
+        };
+        self.shift + due
     }
 }
 
@@ -141,6 +193,35 @@ pub fn read_intervals(path: &Path) -> Result<Arc<[Duration]>, LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shards' offsets together, sorted, as one process's schedule would have them.
+    fn union_of_parts(schedule: &Schedule, count: u64, each: usize) -> Vec<Duration> {
+        let mut all: Vec<Duration> = (0..count).flat_map(|k| offsets(schedule.shard_part(k, count), each)).collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn shard_parts_of_a_constant_rate_or_a_trace_make_up_the_whole() {
+        let constant = Schedule::Rate { per_second: 300.0, distribution: Distribution::Constant };
+        let whole = offsets(constant.clone(), 30);
+        let union = union_of_parts(&constant, 3, 10);
+        for (a, b) in union.iter().zip(&whole) {
+            assert!(a.abs_diff(*b) < Duration::from_nanos(10), "{a:?} vs {b:?}");
+        }
+        let gaps: Arc<[Duration]> = [1u64, 5, 2, 9, 3].iter().map(|&ms| Duration::from_millis(ms)).collect();
+        let trace = Schedule::Trace(gaps);
+        assert_eq!(union_of_parts(&trace, 2, 10), offsets(trace.clone(), 20));
+        assert_eq!(union_of_parts(&trace, 3, 10), offsets(trace, 30));
+    }
+
+    #[test]
+    fn poisson_shards_draw_independent_gaps_at_their_share_of_the_rate() {
+        let poisson = Schedule::Rate { per_second: 1000.0, distribution: Distribution::Poisson { seed: 7 } };
+        let (a, b) = (poisson.shard_part(0, 2), poisson.shard_part(1, 2));
+        assert_eq!(a.mean_rate_per_s(), 500.0);
+        assert_ne!(offsets(a, 5), offsets(b, 5));
+    }
 
     fn offsets(schedule: Schedule, n: usize) -> Vec<Duration> {
         let mut p = Pacer::new(&schedule).unwrap();

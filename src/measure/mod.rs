@@ -6,6 +6,7 @@
 pub mod gpu_metrics;
 pub mod interval;
 pub mod recorder;
+pub mod shards;
 pub mod stability;
 pub mod window;
 
@@ -74,6 +75,8 @@ pub struct MeasureSettings {
     pub request_count: Option<u64>,
     /// `-b`: inferences per request.
     pub batch: u64,
+    /// Hand the merged windows out with the row (`PointDetail::windows`), for a shard's files.
+    pub keep_windows: bool,
 }
 
 impl Default for MeasureSettings {
@@ -86,6 +89,7 @@ impl Default for MeasureSettings {
             percentile: None,
             request_count: None,
             batch: 1,
+            keep_windows: false,
         }
     }
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use super::interval::{keeps_growing, ratio_interval, Quantiles};
 use super::recorder::WindowRecorder;
 use super::stability::{spread_pct, WindowFigures};
+use crate::results::shard::{ShardWindow, WindowCounts};
 use crate::results::{ComposingStats, Interval, LoadPoint, PointDetail, PointResult, ReportRow, ServerStats};
 
 /// One window, raw.
@@ -59,6 +60,58 @@ impl Window {
 
     pub fn figures(&self, batch: u64, percentile: Option<f64>) -> WindowFigures {
         WindowFigures { throughput: self.throughput(batch), latency_us: self.latency_us(percentile) }
+    }
+
+    /// The window as a shard keeps it on disk (no per-request log).
+    pub fn to_shard(&self) -> ShardWindow {
+        let c = &self.client;
+        let counts = WindowCounts {
+            ok: c.ok,
+            failed: c.failed,
+            late: c.late,
+            missed: c.missed,
+            sequences: c.sequences,
+            sequence_steps: c.sequence_steps,
+            latency_ns_sum: c.latency_ns_sum,
+            send_ns_sum: c.send_ns_sum,
+            recv_ns_sum: c.recv_ns_sum,
+            exchange_ns_sum: c.exchange_ns_sum,
+            first_error: c.first_error.clone(),
+            duration_ns: u64::try_from(self.duration.as_nanos()).unwrap_or(u64::MAX),
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+            server: self.server,
+            composing: self.composing.clone(),
+        };
+        ShardWindow { latency_us: c.latency_us.clone(), counts }
+    }
+
+    /// A window rebuilt from a shard's files.
+    pub fn from_shard(w: ShardWindow) -> Window {
+        let c = w.counts;
+        let client = WindowRecorder {
+            latency_us: w.latency_us,
+            ok: c.ok,
+            failed: c.failed,
+            late: c.late,
+            missed: c.missed,
+            latency_ns_sum: c.latency_ns_sum,
+            send_ns_sum: c.send_ns_sum,
+            recv_ns_sum: c.recv_ns_sum,
+            exchange_ns_sum: c.exchange_ns_sum,
+            first_error: c.first_error,
+            log: Vec::new(),
+            sequences: c.sequences,
+            sequence_steps: c.sequence_steps,
+        };
+        Window {
+            client,
+            duration: Duration::from_nanos(c.duration_ns),
+            server: c.server,
+            composing: c.composing,
+            start_ns: c.start_ns,
+            end_ns: c.end_ns,
+        }
     }
 
     /// Appends the next window: one longer window over both spans.
@@ -268,6 +321,7 @@ pub fn derive_point(
         window_boundaries_ns: Vec::new(),
         requests: std::mem::take(&mut client.log),
         gpu: None,
+        windows: Default::default(),
     };
     PointResult { row, detail }
 }

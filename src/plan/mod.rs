@@ -8,6 +8,7 @@ pub mod defaults;
 pub mod levels;
 pub mod scenario;
 pub mod settings;
+pub mod shard;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use levels::{Levels, LevelsError};
 pub use settings::Settings;
+pub use shard::Shard;
 
 use crate::client::shm::SharedMemoryKind;
 use crate::client::tls::TlsOptions;
@@ -45,6 +47,10 @@ pub struct Plan {
     /// Compare each sweep's report.csv with a baseline run and exit 1 on a regression.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<Gate>,
+    /// This process is one shard of a run spread over machines (`--shard K/N`, or MPI's or
+    /// an Indexed Job's environment): each load point is split among the shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
 }
 
 /// Who is profiled.
@@ -558,6 +564,18 @@ impl Plan {
         toml::to_string(self).expect("a plan is always representable as TOML")
     }
 
+    /// What every shard of one run shares: the plan without its shard, results folders or
+    /// resume flag, hashed ([`shard::identity`]). `merge` refuses shards whose identities differ.
+    pub fn identity(&self) -> String {
+        let mut same = Plan { shard: None, resume: false, gate: None, ..self.clone() };
+        for sweep in &mut same.sweeps {
+            sweep.output.dir = None;
+            sweep.output.latency_report_file = None;
+            sweep.output.profile_export_file = None;
+        }
+        shard::identity(&same.to_toml())
+    }
+
     /// This plan with every relative path joined to `base`, so that a copy kept in a results
     /// folder ([`PLAN_FILE`]) runs the same from any working directory.
     pub fn anchored(&self, base: &Path) -> Plan {
@@ -781,6 +799,7 @@ mod tests {
 
     fn example_plan() -> Plan {
         Plan {
+            shard: None,
             resume: true,
             target: Target::Embedded { model_repository: None },
             model: Model { name: "identity".into(), version: String::new(), config: None },

@@ -109,6 +109,7 @@ impl Scenario {
             }
         }
         let plan = Plan {
+            shard: None,
             resume: false,
             target,
             model: Model { name: self.model.name.clone(), version: String::new(), config: self.model.config.clone() },

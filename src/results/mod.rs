@@ -10,6 +10,7 @@ pub mod pa_csv;
 pub mod point;
 pub mod row;
 pub mod server_stats;
+pub mod shard;
 
 pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord, ResponseRecord};
 pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};

@@ -58,6 +58,9 @@ pub struct PointDetail {
     pub requests: Vec<RequestRecord>,
     /// GPU gauges scraped while the point ran (`--collect-metrics`).
     pub gpu: Option<GpuFigures>,
+    /// The windows the row merges, raw, for a shard's interval log and sidecar (a sharded run
+    /// only; shared, not copied, and dropped once written).
+    pub windows: std::sync::Arc<[super::shard::ShardWindow]>,
 }
 
 /// One measured sweep point: the row every report reads, and the extra detail.

@@ -4,7 +4,7 @@
 use crate::proto::inference::{ModelStatistics, StatisticDuration};
 
 /// A cumulative `{count, ns}` pair.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StageTotal {
     pub count: u64,
     pub ns: u64,
@@ -31,7 +31,7 @@ impl StageTotal {
 }
 
 /// The counters of one model version, cumulative (a snapshot) or over a span (a delta).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServerStats {
     pub inference_count: u64,
     pub execution_count: u64,
@@ -120,7 +120,7 @@ impl ServerStats {
 
 /// One model of an ensemble's tree, in perf_analyzer's order: a model's composing models follow
 /// it one level deeper, sorted by (name, version) within each ensemble.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ComposingModel {
     pub name: String,
     /// As the step asks for it ("" = the latest) before a reading; the version read after.
@@ -132,7 +132,7 @@ pub struct ComposingModel {
 }
 
 /// A composing model's counters (a snapshot or a delta), as [`ServerStats`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ComposingStats {
     pub model: ComposingModel,
     pub stats: ServerStats,

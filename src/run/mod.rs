@@ -5,8 +5,11 @@
 
 pub mod composing;
 pub mod interrupt;
+pub mod merge;
+pub mod mpi;
 pub mod observe;
 pub mod session;
+pub mod shard;
 pub mod sweep;
 pub mod trace;
 
@@ -29,8 +32,8 @@ use crate::load::{read_intervals, LoadMode, LoadSpec, PeriodicSpec};
 use crate::measure::window::derive_point;
 use crate::measure::MeasureSettings;
 use crate::plan::{
-    Distribution, Levels, Load, Model, Periodic, Plan, Protocol, StopWhen, Sweep, SweepKind, Target, TensorFormat,
-    MAX_OPEN_CONCURRENCY,
+    Distribution, Levels, Load, Model, Periodic, Plan, Protocol, Shard, StopWhen, Sweep, SweepKind, Target,
+    TensorFormat, MAX_OPEN_CONCURRENCY,
 };
 use crate::report::pa_summary::Wire;
 use crate::report::{ConfigBasics, Device, RunConfig};
@@ -110,6 +113,17 @@ pub struct SweepOutcome {
 
 /// Runs `plan` to the end; the exit code is 0, or 1 when its gate finds a regression.
 pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
+    // Under mpirun each rank is a shard: MPI lines the points up, the ranks' folders go under
+    // the results folder, and rank 0 merges them into it at the end.
+    let under_mpi = plan.shard.is_some() && mpi::launched();
+    let ranked;
+    let (merged, plan) = if under_mpi {
+        mpi::join().map_err(|e| RunError::bad_input(anyhow!(e)))?;
+        ranked = shard_folders(plan);
+        (Some(plan), &ranked)
+    } else {
+        (None, plan)
+    };
     let baselines = match &plan.gate {
         Some(gate) => Some(baseline_files(&gate.baseline, plan).map_err(RunError::bad_input)?),
         None => None,
@@ -121,7 +135,16 @@ pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
         .thread_name("perfbench")
         .build()
         .map_err(RunError::target)?;
-    let outcomes = runtime.block_on(execute_async(plan))?;
+    let outcomes = runtime.block_on(execute_async(plan));
+    if let (Some(whole), Some(mpi)) = (merged, mpi::world()) {
+        // Every rank reaches this barrier, its sweep finished or failed, before rank 0 merges.
+        mpi.barrier();
+        mpi.finalize();
+        if plan.shard.is_some_and(|s| s.index == 0) {
+            merge_shard_folders(whole).map_err(RunError::bad_input)?;
+        }
+    }
+    let outcomes = outcomes?;
     for outcome in &outcomes {
         if let Some(dir) = &outcome.dir {
             println!("{} {}:", plan.model.name, outcome.kind.name());
@@ -133,6 +156,26 @@ pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
         (Some(pairs), Some(gate)) => gate_run(&pairs, &gate.thresholds).map_err(RunError::bad_input),
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `plan` with each sweep's results folder moved to `shard-K` under it (MPI ranks).
+fn shard_folders(plan: &Plan) -> Plan {
+    let mut ranked = plan.clone();
+    let index = plan.shard.map_or(0, |s| s.index);
+    for sweep in &mut ranked.sweeps {
+        sweep.output.dir = sweep.output.dir.take().map(|d| d.join(format!("shard-{index}")));
+    }
+    ranked
+}
+
+/// Rank 0: merges the ranks' `shard-K` folders into each sweep's results folder.
+fn merge_shard_folders(plan: &Plan) -> anyhow::Result<()> {
+    let count = plan.shard.map_or(1, |s| s.count);
+    for dir in plan.sweeps.iter().filter_map(|s| s.output.dir.as_ref()) {
+        let shards: Vec<PathBuf> = (0..count).map(|k| dir.join(format!("shard-{k}"))).collect();
+        merge::merge(&shards, dir)?;
+    }
+    Ok(())
 }
 
 /// Where the sweeps reach the model.
@@ -191,8 +234,13 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     };
     let mut outcomes = Vec::new();
     let mut failure = None;
-    for (sweep, kept) in plan.sweeps.iter().zip(kept) {
-        let folder = FolderStart { plan: folder_plan.clone(), kept };
+    for (i, (sweep, kept)) in plan.sweeps.iter().zip(kept).enumerate() {
+        // `--start-at` lines up the first sweep; the later ones follow it.
+        let shard = plan.shard.map(|shard| shard::ShardStart {
+            shard: Shard { start_at_ms: shard.start_at_ms.filter(|_| i == 0), ..shard },
+            identity: plan.identity(),
+        });
+        let folder = FolderStart { plan: folder_plan.clone(), kept, shard };
         match run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await {
             Ok(outcome) => outcomes.push(outcome),
             Err(e) => {
@@ -298,9 +346,18 @@ async fn drive<C: InferClient>(
 ) -> Result<SweepOutcome, RunError> {
     let mut session = Session::open(client, model, sweep.call.streaming).await?;
     let config = run_config(&session, sweep, context.device);
+    // A shard runs its part of the sweep's request counts and sequence ids (load levels are
+    // split per point), and only shard 0 reads the server's counters, so they count once.
+    let shard = folder.shard.clone();
+    let sweep_part = shard.as_ref().map(|s| s.shard.sweep_part(sweep));
+    let sweep = sweep_part.as_ref().unwrap_or(sweep);
+    let reads_server = shard.as_ref().is_none_or(|s| s.shard.index == 0);
     let traits = ModelTraits { sequence: session.sequence, decoupled: session.decoupled };
     let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, traits, context.metrics, folder)
         .map_err(RunError::bad_input)?;
+    if let (Some(start), Some(dir)) = (&shard, &sweep.output.dir) {
+        recorder.log_shard(shard::ShardLog::new(dir.clone(), start, &config));
+    }
     if let Load::Periodic(periodic) = &sweep.load {
         let outcome = tokio::select! {
             outcome = drive_periodic(&mut session, sweep, *periodic, &context) => outcome,
@@ -308,6 +365,9 @@ async fn drive<C: InferClient>(
         };
         session.close().await;
         return outcome.map(|()| SweepOutcome { kind: sweep.kind, rows: Vec::new(), dir: sweep.output.dir.clone() });
+    }
+    if let Some(start) = &shard {
+        shard::wait_for_start(&start.shard).await;
     }
     let mut step_inputs = Vec::new();
     let time_bank = time_bank(sweep);
@@ -321,15 +381,26 @@ async fn drive<C: InferClient>(
                     requests: requests.prepared,
                     model: session.model.clone(),
                     version: session.version.clone(),
-                    server_stats: session.server_stats,
-                    composing: session.composing.clone(),
+                    server_stats: session.server_stats && reads_server,
+                    composing: if reads_server { session.composing.clone() } else { Vec::new() },
                     check: requests.check,
                     check_fatal: !sweep.validate_outputs,
                     sequences: requests.sequences,
                 };
-                let settings = measure_settings(sweep, batch);
-                let plan = LoadPlan { time_bank: time_bank.clone(), ..load_plan(sweep)? };
-                measure_sweep(&target, &plan, &settings, &mut recorder).await.map_err(sweep_error)?;
+                let settings = MeasureSettings { keep_windows: shard.is_some(), ..measure_settings(sweep, batch) };
+                let plan = LoadPlan {
+                    time_bank: time_bank.clone(),
+                    shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
+                    ..load_plan(sweep)?
+                };
+                let measured = match mpi::world().filter(|_| shard.is_some()) {
+                    Some(mpi) => {
+                        let mut lined_up = mpi::LinedUp { inner: &mut recorder, mpi };
+                        measure_sweep(&target, &plan, &settings, &mut lined_up).await
+                    }
+                    None => measure_sweep(&target, &plan, &settings, &mut recorder).await,
+                };
+                measured.map_err(sweep_error)?;
             }
             Ok::<(), RunError>(())
         };
@@ -433,6 +504,7 @@ fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
         percentile: m.percentile,
         request_count: m.total_requests,
         batch,
+        keep_windows: false,
     }
 }
 
@@ -477,6 +549,7 @@ fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
         max_in_flight: LoadSpec::new(LoadMode::Concurrency(1)).max_in_flight,
         log_requests: sweep.output.profile_export_file.is_some(),
         time_bank: None,
+        shard: None,
     })
 }
 

@@ -40,6 +40,8 @@ pub struct FolderStart {
     /// The rows an interrupted run left in the folder's report.csv (`run --resume`): they stay in
     /// the CSVs as written and their points are not measured again.
     pub kept: Vec<ReportRow>,
+    /// A sharded run (`--shard K/N`): who this shard is; its recorder then keeps shard files.
+    pub shard: Option<super::shard::ShardStart>,
 }
 
 /// Sees one sweep's points.
@@ -66,6 +68,8 @@ pub struct Recorder {
     out: Option<std::path::PathBuf>,
     /// `-v`: print each pass.
     verbose: u8,
+    /// A shard's interval logs and sidecar.
+    shard_log: Option<super::shard::ShardLog>,
 }
 
 impl Recorder {
@@ -79,7 +83,7 @@ impl Recorder {
         metrics_url: &str,
         folder: FolderStart,
     ) -> std::io::Result<Recorder> {
-        let FolderStart { plan, kept } = folder;
+        let FolderStart { plan, kept, .. } = folder;
         let first_batch = sweep.batch_sizes.first();
         let first = match &sweep.load {
             Load::Concurrency { levels } => LoadPoint::Concurrency(levels.first()),
@@ -172,7 +176,13 @@ impl Recorder {
             collector: None,
             out: sweep.output.dir.clone(),
             verbose: sweep.output.verbose,
+            shard_log: None,
         })
+    }
+
+    /// Keeps each point's windows as a shard's files too (a sharded run).
+    pub fn log_shard(&mut self, log: super::shard::ShardLog) {
+        self.shard_log = Some(log);
     }
 
     pub fn rows(&self) -> Vec<ReportRow> {
@@ -271,7 +281,11 @@ impl SweepObserver for Recorder {
     }
 
     fn point_done(&mut self, result: &PointResult) -> std::io::Result<()> {
+        if let Some(log) = &mut self.shard_log {
+            log.record(result)?;
+        }
         let mut result = result.clone();
+        result.detail.windows = Default::default();
         result.detail.gpu = self.collector.take().map(GpuCollector::finish);
         if let Some(csv) = &mut self.pa_csv {
             csv.append(&result)?;

@@ -114,6 +114,9 @@ pub struct LoadPlan {
     /// The interval rule's time shared by all the sweep's points (all batch sizes); `None`
     /// gives each point its own `max`.
     pub time_bank: Option<Arc<TimeBank>>,
+    /// This process is shard `index` of `count`: it applies its part of each point's load
+    /// ([`LoadMode::shard_part`]); the rows keep the level asked of all shards.
+    pub shard: Option<(u64, u64)>,
 }
 
 /// What a sweep talks to.
@@ -189,6 +192,10 @@ struct Sweeper<'a, C: InferClient, O> {
 
 impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
     fn spec(&self, mode: LoadMode) -> LoadSpec {
+        let mode = match self.plan.shard {
+            Some((index, count)) => mode.shard_part(index, count),
+            None => mode,
+        };
         LoadSpec {
             mode,
             request_budget: None,
@@ -268,8 +275,9 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         }
         tracing::debug!(completed = load.completed(), "point measured, stopping its load");
         load.stop().await;
-        let result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
+        let mut result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
         self.observer.point_done(&result)?;
+        result.detail.windows = Default::default();
         Ok(self.keep(result))
     }
 
@@ -584,13 +592,14 @@ pub async fn measure_point<C: InferClient>(
         before = after;
         started = ended;
     }
-    let mut result = match target_pct {
-        None => {
-            let merged = &windows[windows.len().saturating_sub(STABLE_WINDOWS)..];
-            derive_point(merged, settings.batch, point, stable, settings.percentile)
-        }
-        Some(_) => derive_point(&batches.into_windows(), settings.batch, point, stable, settings.percentile),
+    let merged = match target_pct {
+        None => windows.split_off(windows.len().saturating_sub(STABLE_WINDOWS)),
+        Some(_) => batches.into_windows(),
     };
+    let mut result = derive_point(&merged, settings.batch, point, stable, settings.percentile);
+    if settings.keep_windows {
+        result.detail.windows = merged.iter().map(Window::to_shard).collect();
+    }
     result.detail.trials = trial;
     result.detail.window_boundaries_ns = boundaries;
     Ok(result)
@@ -675,6 +684,7 @@ mod tests {
             max_in_flight: 1024,
             log_requests: false,
             time_bank: None,
+            shard: None,
         }
     }
 

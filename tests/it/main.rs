@@ -14,6 +14,7 @@ mod plan;
 mod profile;
 mod seed_tables;
 mod sequence;
+mod shard;
 mod server_dropin;
 mod server_ensemble;
 mod server_grpc;
