@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _};
 
-use super::observe::{FolderStart, Recorder};
+use super::observe::{FolderStart, ModelTraits, Recorder};
 use super::sweep::SweepObserver;
 use crate::measure::shards::merge_shards;
 use crate::measure::window::derive_point;
@@ -168,7 +168,7 @@ fn merge_sweep(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
         bail!("the shards have no point in common: nothing to merge");
     }
     let folder = FolderStart { plan: merged_plan.to_toml(), kept: Vec::new(), shard: None };
-    let mut recorder = Recorder::create(&sweep, wire, service_kind, "", folder)?;
+    let mut recorder = Recorder::create(&sweep, wire, service_kind, ModelTraits::default(), "", folder)?;
     for (batch, load) in complete {
         let mut per_shard = Vec::new();
         let mut stable = true;
