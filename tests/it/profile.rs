@@ -185,6 +185,27 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
 }
 
 #[test]
+fn a_sequence_models_export_names_each_requests_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export.json");
+    let args = ["-m", "accumulate", "--sequence-length", "3", "--sequence-length-variation", "0"];
+    let export_arg = ["--concurrency-range", "2", "--profile-export-file", export.to_str().unwrap()];
+    let out = profile_to_csv(&[&args[..], &export_arg].concat(), "30", &dir.path().join("pa.csv"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&export).unwrap();
+    let export: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(export["version"], "", "perf_analyzer 2.50 writes an empty version");
+    let ids: Vec<u64> = export["experiments"][0]["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["sequence_id"].as_u64().expect("every request names its sequence"))
+        .collect();
+    let most = ids.iter().map(|id| ids.iter().filter(|i| *i == id).count()).max().unwrap();
+    assert!(ids.iter().all(|&id| id > 0) && most == 3, "{ids:?}");
+}
+
+#[test]
 fn variable_size_outputs_in_shared_memory_are_sized_from_the_answer() {
     // OUTPUT0 has dims [-1]: its region cannot come from the config. 2 × 65536 FP32 = 512 KiB,
     // five times perf_analyzer's --output-shared-memory-size default.
