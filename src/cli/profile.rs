@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::tls::TlsArgs;
 use crate::plan::settings::{resolve, Settings, TWO_LOAD_MODES};
-use crate::plan::{invalid, Levels, Model, Periodic, Plan, PlanError, SweepKind, Target, TraceSetting};
+use crate::plan::{invalid, Levels, Model, ModelRef, Periodic, Plan, PlanError, SweepKind, Target, TraceSetting};
 
 /// How requests are sent and what is scraped beside them: the flags `profile` shares with the
 /// `offline` and `online` sweeps, which hand them to every point unchanged.
@@ -163,12 +163,8 @@ impl CommonArgs {
 pub struct UnsupportedFlags {
     #[arg(long = "data-directory", hide = true, num_args = 0..=1)]
     data_directory: Option<Option<String>>,
-    #[arg(long = "bls-composing-models", hide = true, num_args = 0..=1)]
-    bls_composing_models: Option<Option<String>>,
     #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
     triton_server_directory: Option<Option<String>>,
-    #[arg(short = 'd', hide = true, num_args = 0..=1)]
-    dynamic_concurrency: Option<Option<String>>,
 }
 
 impl UnsupportedFlags {
@@ -176,9 +172,7 @@ impl UnsupportedFlags {
     fn first_given(&self) -> Option<&'static str> {
         let given: &[(&'static str, bool)] = &[
             ("--data-directory", self.data_directory.is_some()),
-            ("--bls-composing-models", self.bls_composing_models.is_some()),
             ("--triton-server-directory", self.triton_server_directory.is_some()),
-            ("-d (use --concurrency-range with -l)", self.dynamic_concurrency.is_some()),
         ];
         given.iter().find(|(_, set)| *set).map(|(name, _)| *name)
     }
@@ -262,6 +256,14 @@ pub struct ProfileArgs {
     /// Concurrency (perf_analyzer's older spelling of --concurrency-range N).
     #[arg(short = 't', value_name = "N")]
     pub concurrency: Option<u64>,
+    /// perf_analyzer's deprecated dynamic concurrency: concurrency from -t (default 1) up to -c
+    /// (default 0: no end, until -l is exceeded).
+    #[arg(short = 'd', hide = true)]
+    pub dynamic_concurrency: bool,
+    /// The end of -d's range (perf_analyzer's deprecated -c, read as C's atoi; without -d it
+    /// changes nothing, as in perf_analyzer).
+    #[arg(short = 'c', hide = true, value_name = "N", allow_hyphen_values = true)]
+    pub max_concurrency: Option<String>,
     /// Verbose: -v prints each measurement pass as perf_analyzer does.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -292,8 +294,35 @@ pub struct ProfileArgs {
     /// without --periodic-concurrency-range, and so does perfbench).
     #[arg(long = "request-period", hide = true, allow_negative_numbers = true)]
     pub request_period: Option<String>,
+    /// Models the (BLS) model calls, NAME[:VERSION],...: their server statistics are reported
+    /// as an ensemble's composing models are.
+    #[arg(long = "bls-composing-models", value_name = "model[:version],...")]
+    pub bls_composing_models: Option<String>,
     #[command(flatten)]
     pub unsupported: UnsupportedFlags,
+}
+
+/// `--bls-composing-models a:3,b` read as perf_analyzer reads it: spaces dropped, one model per
+/// comma, an optional version after a colon. An empty name (`a,`) is refused here; perf_analyzer
+/// asks the server for it and fails. So is the model under test itself, on which perf_analyzer
+/// crashes.
+fn bls_composing_models(text: &str, model: &str) -> Result<Vec<ModelRef>, PlanError> {
+    let text: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    text.split(',')
+        .map(|item| {
+            let (name, version) = item.split_once(':').unwrap_or((item, ""));
+            if name.is_empty() {
+                // The server's answer to perf_analyzer, then why.
+                return Err(invalid(format!("--bls-composing-models '{text}': model '' Not Found (a name is empty)")));
+            }
+            if name == model {
+                return Err(invalid(format!(
+                    "--bls-composing-models: '{name}' is the model under test, not one of its composing models"
+                )));
+            }
+            Ok(ModelRef { name: name.to_string(), version: version.to_string() })
+        })
+        .collect()
 }
 
 /// `--periodic-concurrency-range start:end:step` and `--request-period`, checked in perf_analyzer
@@ -332,6 +361,21 @@ fn check_periodic(range: &str, period: Option<&str>) -> Result<Periodic, PlanErr
     Ok(Periodic { start, end, step, request_period })
 }
 
+/// C's `atoi`, as perf_analyzer reads `-c`: leading digits after optional blanks and sign, 0 when
+/// there are none (a negative value counts as 0, no end).
+fn atoi(text: &str) -> u64 {
+    let text = text.trim_start();
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let digits: String = digits.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if negative {
+        return 0;
+    }
+    digits.parse().unwrap_or(0)
+}
+
 /// perf_analyzer 2.50's `--request-period` when none is given.
 const DEFAULT_REQUEST_PERIOD: u64 = 10;
 
@@ -350,6 +394,31 @@ pub fn target(url: &Option<String>, service_kind: &str, repository: &Option<Path
 }
 
 impl ProfileArgs {
+    /// perf_analyzer 2.50's deprecated `-t`, `-c` and `-d` as a concurrency range: `-t` is the
+    /// start, and with `-d` the range goes up to `-c` (0 or absent: no end). Without `-d`, `-c`
+    /// is ignored and only the start is measured. They mix with no other load mode.
+    fn deprecated_concurrency(&self) -> Result<Option<Levels>, PlanError> {
+        if self.concurrency.is_none() && self.max_concurrency.is_none() && !self.dynamic_concurrency {
+            return Ok(None);
+        }
+        if self.concurrency_range.is_some() {
+            return Err(invalid("Cannot use deprecated options with --concurrency-range."));
+        }
+        if self.request_rate_range.is_some() {
+            return Err(invalid("Cannot use concurrency options with --request-rate-range."));
+        }
+        if self.request_intervals.is_some() {
+            return Err(invalid("Cannot use deprecated options with --request-intervals."));
+        }
+        let start = self.concurrency.unwrap_or(1);
+        let end = match self.dynamic_concurrency {
+            true => self.max_concurrency.as_deref().map_or(0, atoi),
+            false => 1,
+        };
+        let levels = Levels::parse_colon(&format!("{start}:{end}")).map_err(|e| invalid(format!("bad -t {e}")))?;
+        Ok(Some(levels))
+    }
+
     /// Resolves the flags into a one-sweep plan. No file is created and no socket opened,
     /// except reading the `--request-intervals` trace.
     pub fn plan(&self) -> Result<Plan, PlanError> {
@@ -380,12 +449,11 @@ impl ProfileArgs {
             return Err(invalid(TWO_LOAD_MODES));
         }
         let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
-        let concurrency = match (&self.concurrency_range, self.concurrency) {
-            (Some(_), Some(_)) => return Err(invalid("give -t or --concurrency-range, not both")),
-            (Some(text), None) => {
+        let concurrency = match (self.deprecated_concurrency()?, &self.concurrency_range) {
+            (Some(levels), _) => Some(levels),
+            (None, Some(text)) => {
                 Some(Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))?)
             }
-            (None, Some(n)) => Some(Levels::parse_colon(&n.to_string()).map_err(|e| invalid(format!("bad -t {e}")))?),
             (None, None) => None,
         };
         let mut trace = Vec::new();
@@ -426,7 +494,10 @@ impl ProfileArgs {
             periodic_concurrency: periodic,
             ..common
         };
-        let sweep = resolve(SweepKind::Profile, &settings, &target)?;
+        let mut sweep = resolve(SweepKind::Profile, &settings, &target)?;
+        if let Some(text) = &self.bls_composing_models {
+            sweep.bls_composing_models = bls_composing_models(text, &model)?;
+        }
         if self.periodic_concurrency_range.is_some() {
             if !sweep.call.streaming {
                 return Err(invalid("The --periodic-concurrency-range option requires bi-directional gRPC streaming."));
@@ -549,12 +620,54 @@ mod tests {
     }
 
     #[test]
+    fn deprecated_t_c_d_resolve_as_perf_analyzer_2_50_reads_them() {
+        let levels = |line: &str| match resolve(line).map(|p| p.sweeps[0].load.clone()) {
+            Ok(Load::Concurrency { levels }) => Ok(levels.to_string()),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        let range = |text: &str| Ok(Levels::parse_colon(text).unwrap().to_string());
+        assert_eq!(levels("-m m -t 3"), range("3"));
+        // -c is -d's end: alone it changes nothing.
+        assert_eq!(levels("-m m -c 3"), range("1"));
+        assert_eq!(levels("-m m -t 2 -c 4"), range("2"));
+        assert_eq!(levels("-m m -d -c3"), range("1:3"));
+        assert_eq!(levels("-m m -d -t 2 -c 4"), range("2:4"));
+        // A start above the end is measured alone, as perf_analyzer's do-while does.
+        assert_eq!(levels("-m m -d -t 4 -c 2"), range("4"));
+        // No end: up to the latency limit, which it then needs.
+        assert_eq!(levels("-m m -d -l 5"), range("1:0"));
+        assert_eq!(levels("-m m -d -c x -l 5"), range("1:0"));
+        let e = levels("-m m -d").unwrap_err();
+        assert!(e.starts_with("The end of the search range and the latency limit can not be both 0"), "{e}");
+        for (line, want) in [
+            ("-m m -t 2 --concurrency-range 4", "Cannot use deprecated options with --concurrency-range."),
+            ("-m m --request-rate-range 5 -d", "Cannot use concurrency options with --request-rate-range."),
+            ("-m m -c 2 --request-intervals f", "Cannot use deprecated options with --request-intervals."),
+        ] {
+            assert_eq!(levels(line).unwrap_err(), invalid(want).to_string(), "{line}");
+        }
+        assert_eq!((atoi(" 12ab"), atoi("-3"), atoi("+7"), atoi("")), (12, 0, 7, 0));
+    }
+
+    #[test]
+    fn bls_composing_models_are_read_as_perf_analyzer_reads_them() {
+        let refs = |line: &str| resolve(line).map(|p| p.sweeps[0].bls_composing_models.clone());
+        let r = |name: &str, version: &str| ModelRef { name: name.into(), version: version.into() };
+        assert_eq!(refs("-m bls").unwrap(), []);
+        assert_eq!(refs("-m bls --bls-composing-models a:3,b").unwrap(), [r("a", "3"), r("b", "")]);
+        // Spaces are dropped wherever they are.
+        let plan = Cli::try_parse_from(["profile", "-m", "bls", "--bls-composing-models", " a , b:1"]).unwrap();
+        assert_eq!(plan.args.plan().unwrap().sweeps[0].bls_composing_models, [r("a", ""), r("b", "1")]);
+        let e = refs("-m bls --bls-composing-models=a,").unwrap_err().to_string();
+        assert!(e.contains("Not Found (a name is empty)"), "{e}");
+        let e = refs("-m bls --bls-composing-models a,bls:1").unwrap_err().to_string();
+        assert!(e.contains("'bls' is the model under test"), "{e}");
+    }
+
+    #[test]
     fn unsupported_flags_are_named() {
         assert_eq!(resolve("-m m --max-threads 0").unwrap_err(), invalid("--max-threads must be at least 1"));
-        assert_eq!(
-            resolve("-m m --bls-composing-models a,b").unwrap_err().to_string(),
-            "not supported: --bls-composing-models"
-        );
         let e = resolve("-m m -i grpc --ssl-grpc-use-ssl").unwrap_err().to_string();
         assert!(e.contains("needs -u"), "{e}");
         let plan = resolve("-m m -u h:1 -i grpc --ssl-grpc-use-ssl --grpc-compression-algorithm gzip").unwrap();

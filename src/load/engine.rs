@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 
 use super::sequence::{SequenceSpec, SequenceStep, SequenceTable};
 use super::{LoadError, LoadMode, Pacer, DRAIN_TIMEOUT};
-use crate::client::{ClientError, InferClient, InferResult, STALL_TIMEOUT};
+use crate::client::{ClientError, CorrelationId, InferClient, InferResult, STALL_TIMEOUT};
 use crate::measure::recorder::WindowRecorder;
 use crate::results::{RequestRecord, ResponseRecord};
 
@@ -192,7 +192,11 @@ impl Shared {
                         outputs: result.as_ref().map(|r| r.outputs.clone()).unwrap_or_default(),
                     }],
                 };
-                rec.log.push(RequestRecord { send_ns: self.clock.epoch_ns(sent), step, responses });
+                let sequence_id = sequence.as_ref().and_then(|s| match s.flags.id {
+                    CorrelationId::Number(id) if id != 0 => Some(id),
+                    _ => None,
+                });
+                rec.log.push(RequestRecord { send_ns: self.clock.epoch_ns(sent), step, sequence_id, responses });
             }
         }
         if let Err(e) = result {

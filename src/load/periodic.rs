@@ -79,7 +79,7 @@ pub async fn run<C: InferClient>(
                         .iter()
                         .map(|(at, outputs)| ResponseRecord { ns: epoch_ns(*at), outputs: outputs.clone() })
                         .collect();
-                    Ok(RequestRecord { send_ns: epoch_ns(sent), step, responses })
+                    Ok(RequestRecord { send_ns: epoch_ns(sent), step, sequence_id: None, responses })
                 });
                 let _ = events.send(Event::Done(record));
             }));

@@ -162,6 +162,19 @@ pub struct Sweep {
     /// `validation_data`); a mismatch is a failed request and the run exits non-zero.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub validate_outputs: bool,
+    /// `--bls-composing-models`: models the (BLS) model calls itself; their server statistics
+    /// are read and reported as an ensemble's composing models are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bls_composing_models: Vec<ModelRef>,
+}
+
+/// A model by name and version ("" = the latest), as `--bls-composing-models` lists them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
 }
 
 /// perf_analyzer's sequence settings, for models with a sequence batcher.
@@ -668,9 +681,16 @@ impl Sweep {
             Load::Concurrency { levels } => {
                 levels.check().map_err(|e| invalid(format!("bad concurrency {e}")))?;
                 let open = matches!(levels, Levels::Range { end: None, .. });
-                if open && (self.latency_limit_ms.is_none() || self.binary_search) {
+                // perf_analyzer's words, then which concurrency has the open end (0, or -d).
+                if open && self.latency_limit_ms.is_none() {
                     return Err(invalid(format!(
-                        "bad concurrency '{levels}': an open end (no limit) needs -l without --binary-search"
+                        "The end of the search range and the latency limit can not be both 0 (or 0.0) \
+                         simultaneously: concurrency '{levels}' has no end, so it needs -l"
+                    )));
+                }
+                if open && self.binary_search {
+                    return Err(invalid(format!(
+                        "The end of the range can not be 0 (or 0.0) for binary search mode: concurrency '{levels}'"
                     )));
                 }
                 if self.binary_search && matches!(levels, Levels::List(_)) {
@@ -847,6 +867,7 @@ mod tests {
                     serial: true,
                 },
                 validate_outputs: true,
+                bls_composing_models: Vec::new(),
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         }

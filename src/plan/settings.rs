@@ -365,6 +365,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         trace: s.trace.clone().unwrap_or_default(),
         sequences: sequences(s, d)?,
         validate_outputs: s.validate_outputs.unwrap_or(false),
+        bls_composing_models: Vec::new(),
     };
     sweep.validate(target)?;
     Ok(sweep)

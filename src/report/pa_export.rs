@@ -38,6 +38,9 @@ struct ExperimentId {
 #[derive(Serialize)]
 struct Request<'a> {
     timestamp: u64,
+    /// A sequence model's requests only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence_id: Option<u64>,
     /// Shared by every request of the same data step: rendered once, referenced here.
     request_inputs: &'a Value,
     response_timestamps: Vec<u64>,
@@ -65,6 +68,9 @@ fn tensor_map<'a>(tensors: impl IntoIterator<Item = (&'a String, &'a Tensor)>) -
     Value::Object(map)
 }
 
+/// The `version` perf_analyzer 2.50's release binary writes: empty (it was built without one).
+const PA_EXPORT_VERSION: &str = "";
+
 /// Writes the export for `results`. `step_inputs` are the input tensors of each data step, in the
 /// order the engine cycles them; `service_kind` is "triton" or "inprocess".
 pub fn write(
@@ -88,6 +94,7 @@ pub fn write(
                 .iter()
                 .map(|q| Request {
                     timestamp: q.send_ns,
+                    sequence_id: q.sequence_id,
                     request_inputs: inputs.get(q.step).unwrap_or(&no_inputs),
                     response_timestamps: q.responses.iter().map(|r| r.ns).collect(),
                     response_outputs: q
@@ -100,7 +107,7 @@ pub fn write(
             window_boundaries: r.detail.window_boundaries_ns.clone(),
         })
         .collect();
-    let export = Export { experiments, version: env!("CARGO_PKG_VERSION"), service_kind, endpoint: "" };
+    let export = Export { experiments, version: PA_EXPORT_VERSION, service_kind, endpoint: "" };
     let file = std::fs::File::create(path)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot create '{}': {e}", path.display())))?;
     let mut out = io::BufWriter::new(file);
@@ -125,6 +132,7 @@ mod tests {
             RequestRecord {
                 send_ns: 10,
                 step: 1,
+                sequence_id: None,
                 responses: vec![ResponseRecord {
                     ns: 25,
                     outputs: vec![("OUTPUT0".into(), output), ("OUTPUT1".into(), in_shm)],
@@ -134,6 +142,7 @@ mod tests {
             RequestRecord {
                 send_ns: 30,
                 step: 0,
+                sequence_id: Some(3),
                 responses: [(31, Some(1)), (32, Some(2)), (33, None)]
                     .map(|(ns, out)| ResponseRecord {
                         ns,
@@ -153,7 +162,10 @@ mod tests {
             vec![("INPUT0".to_string(), Tensor::from_i32(vec![1], &[8]))],
         ];
         write(&path, &[result], "triton", &steps).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // perf_analyzer's field order: a sequence request's id right after its timestamp.
+        assert!(text.contains(r#"{"timestamp":30,"sequence_id":3,"request_inputs":"#), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let e = &v["experiments"][0];
         assert_eq!(e["experiment"], serde_json::json!({"mode": "concurrency", "value": 4}));
         assert_eq!(
@@ -169,6 +181,7 @@ mod tests {
             e["requests"][1],
             serde_json::json!({
                 "timestamp": 30,
+                "sequence_id": 3,
                 "request_inputs": {"INPUT0": 7},
                 "response_timestamps": [31, 32, 33],
                 "response_outputs": [{"OUT": 1}, {"OUT": 2}, {}]
@@ -176,5 +189,6 @@ mod tests {
         );
         assert_eq!(e["window_boundaries"], serde_json::json!([5, 30]));
         assert_eq!(v["service_kind"], "triton");
+        assert_eq!((&v["version"], &v["endpoint"]), (&serde_json::json!(""), &serde_json::json!("")));
     }
 }

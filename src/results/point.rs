@@ -13,6 +13,8 @@ use crate::tensor::Tensor;
 pub struct RequestRecord {
     pub send_ns: u64,
     pub step: usize,
+    /// The sequence the request belongs to (a sequence model's numeric correlation id).
+    pub sequence_id: Option<u64>,
     /// One per response: one for a plain request, every response of a decoupled model's
     /// streamed request (its empty final one included, as perf_analyzer lists them).
     pub responses: Vec<ResponseRecord>,

@@ -1,10 +1,13 @@
 //! An ensemble's composing models, found from the model configs: every step's config is read,
 //! and a step that is itself an ensemble is walked in turn (as perf_analyzer does). The tree
-//! tells [`super::sweep::StatsSource`] which statistics to read in each window.
+//! tells [`super::sweep::StatsSource`] which statistics to read in each window. Models named by
+//! `--bls-composing-models` join the target's own steps, as perf_analyzer adds them: a BLS model
+//! is then reported as an ensemble of them.
 
 use std::future::Future;
 
 use crate::client::{ClientError, ClientResult};
+use crate::plan::ModelRef;
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::ModelConfig;
 use crate::results::ComposingModel;
@@ -33,15 +36,29 @@ fn steps(config: &ModelConfig, depth: usize) -> Vec<ComposingModel> {
     steps
 }
 
-/// The composing models under `config`, in pre-order (see [`ComposingModel`]); empty when
-/// `config` is not an ensemble. `config_of(name, version)` reads a step's config.
-pub async fn composing_models<F, Fut>(config: &ModelConfig, mut config_of: F) -> ClientResult<Vec<ComposingModel>>
+/// The composing models under `config` and the `bls` models, in pre-order (see
+/// [`ComposingModel`]); empty when `config` is not an ensemble and `bls` is empty.
+/// `config_of(name, version)` reads a composing model's config.
+pub async fn composing_models<F, Fut>(
+    config: &ModelConfig,
+    bls: &[ModelRef],
+    mut config_of: F,
+) -> ClientResult<Vec<ComposingModel>>
 where
     F: FnMut(String, String) -> Fut,
     Fut: Future<Output = ClientResult<ModelConfig>>,
 {
     let mut tree = Vec::new();
-    let mut pending: Vec<ComposingModel> = steps(config, 1).into_iter().rev().collect();
+    let mut top = steps(config, 1);
+    top.extend(bls.iter().map(|m| ComposingModel {
+        name: m.name.clone(),
+        version: m.version.clone(),
+        depth: 1,
+        ensemble: false,
+    }));
+    top.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+    top.dedup();
+    let mut pending: Vec<ComposingModel> = top.into_iter().rev().collect();
     while let Some(mut model) = pending.pop() {
         if model.depth > MAX_DEPTH {
             return Err(ClientError::Protocol(format!(
@@ -86,7 +103,15 @@ mod tests {
         top: &ModelConfig,
         configs: &HashMap<&str, ModelConfig>,
     ) -> ClientResult<Vec<(String, String, usize, bool)>> {
-        let tree = composing_models(top, |name, _| {
+        walk_with(top, &[], configs).await
+    }
+
+    async fn walk_with(
+        top: &ModelConfig,
+        bls: &[ModelRef],
+        configs: &HashMap<&str, ModelConfig>,
+    ) -> ClientResult<Vec<(String, String, usize, bool)>> {
+        let tree = composing_models(top, bls, |name, _| {
             let found = configs.get(name.as_str()).cloned();
             async move { found.ok_or(ClientError::Protocol(format!("no model {name}"))) }
         })
@@ -113,6 +138,28 @@ mod tests {
             [t("inner", "", 1, true), t("pre", "2", 2, false), t("sleep", "", 2, false), t("pre", "2", 1, false)]
         );
         assert!(walk(&ModelConfig::default(), &configs).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn bls_composing_models_join_the_steps_and_an_ensemble_among_them_is_walked() {
+        let configs = HashMap::from([
+            ("pre", ModelConfig::default()),
+            ("sleep", ModelConfig::default()),
+            ("inner", ensemble(&[("sleep", -1)])),
+        ]);
+        let bls = |name: &str, version: &str| ModelRef { name: name.into(), version: version.into() };
+        // A BLS model (no ensemble): its listed models, sorted, each once.
+        let listed = [bls("sleep", ""), bls("inner", ""), bls("pre", "2"), bls("sleep", "")];
+        let tree = walk_with(&ModelConfig::default(), &listed, &configs).await.unwrap();
+        assert_eq!(
+            tree,
+            [t("inner", "", 1, true), t("sleep", "", 2, false), t("pre", "2", 1, false), t("sleep", "", 1, false)]
+        );
+        // With an ensemble's own steps, one sorted set, as perf_analyzer keeps them.
+        let tree = walk_with(&ensemble(&[("sleep", -1)]), &[bls("pre", "")], &configs).await.unwrap();
+        assert_eq!(tree, [t("pre", "", 1, false), t("sleep", "", 1, false)]);
+        // A listed model the server does not know fails the walk.
+        assert!(walk_with(&ModelConfig::default(), &[bls("nosuch", "")], &configs).await.is_err());
     }
 
     #[tokio::test]

@@ -210,7 +210,9 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
             device: format!("server at {url}"),
         },
         Target::Embedded { model_repository } => {
-            let running = start_embedded(&plan.model, model_repository.clone()).await.map_err(RunError::bad_input)?;
+            let running = start_embedded(&plan.model, model_repository.clone(), &bls_models(plan))
+                .await
+                .map_err(RunError::bad_input)?;
             let endpoint = Endpoint::Network {
                 http: running.http_url(),
                 grpc: running.grpc_url(),
@@ -224,7 +226,7 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
             endpoint
         }
         Target::InProcess { model_repository } => {
-            let options = server_options(&plan.model, model_repository.clone());
+            let options = server_options(&plan.model, model_repository.clone(), &bls_models(plan));
             let core = tokio::task::spawn_blocking(move || InferenceServer::new(options))
                 .await
                 .map_err(RunError::target)?
@@ -266,19 +268,35 @@ fn kept_rows(sweep: &Sweep) -> anyhow::Result<Vec<ReportRow>> {
     Ok(read_csv(&path, Unit::Us)?)
 }
 
-fn server_options(model: &Model, repository: Option<PathBuf>) -> ServerOptions {
+/// The `--bls-composing-models` of every sweep: the bundled server loads them beside the model.
+fn bls_models(plan: &Plan) -> Vec<String> {
+    let mut names: Vec<String> =
+        plan.sweeps.iter().flat_map(|s| s.bls_composing_models.iter().map(|m| m.name.clone())).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn server_options(model: &Model, repository: Option<PathBuf>, also: &[String]) -> ServerOptions {
     // A model defined by pbtxt text is not in the zoo: load a trivial zoo model, then it.
-    let models = match model.config {
+    let mut models = match model.config {
         Some(_) => vec!["identity".to_string()],
         None => vec![model.name.clone()],
     };
+    models.extend(also.iter().filter(|name| **name != model.name).cloned());
     ServerOptions { model_repository: repository, models, ..ServerOptions::default() }
 }
 
-/// The bundled server on ephemeral loopback ports, with the plan's model loaded.
-pub async fn start_embedded(model: &Model, repository: Option<PathBuf>) -> anyhow::Result<RunningServer> {
+/// The bundled server on ephemeral loopback ports, with the plan's model loaded, and the `also`
+/// models (a BLS model's composing models).
+pub async fn start_embedded(
+    model: &Model,
+    repository: Option<PathBuf>,
+    also: &[String],
+) -> anyhow::Result<RunningServer> {
     let server =
-        serve::start(ServeConfig { options: server_options(model, repository), ..ServeConfig::default() }).await?;
+        serve::start(ServeConfig { options: server_options(model, repository, also), ..ServeConfig::default() })
+            .await?;
     if let Some(text) = &model.config {
         if let Err(e) = server.core.repository.load_pbtxt(&model.name, text) {
             server.shutdown().await;
@@ -344,7 +362,7 @@ async fn drive<C: InferClient>(
     context: Context<'_>,
     interrupt: &Interrupt,
 ) -> Result<SweepOutcome, RunError> {
-    let mut session = Session::open(client, model, sweep.call.streaming).await?;
+    let mut session = Session::open(client, model, sweep.call.streaming, &sweep.bls_composing_models).await?;
     let config = run_config(&session, sweep, context.device);
     // A shard runs its part of the sweep's request counts and sequence ids (load levels are
     // split per point), and only shard 0 reads the server's counters, so they count once.

@@ -15,7 +15,7 @@ use crate::client::{
 };
 use crate::input::{build_request_set, InputOptions};
 use crate::load::{ResponseCheck, SequenceSpec};
-use crate::plan::{Model, Sweep};
+use crate::plan::{Model, ModelRef, Sweep};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse};
 use crate::results::ComposingModel;
@@ -32,7 +32,7 @@ pub struct Session<C: InferClient> {
     pub config: ModelConfig,
     /// Whether the server lists the `statistics` extension.
     pub server_stats: bool,
-    /// An ensemble's composing models (empty for any other model).
+    /// An ensemble's composing models, and `--bls-composing-models` (empty for any other model).
     pub composing: Vec<ComposingModel>,
     /// The model answers zero or more responses per request (streamed only).
     pub decoupled: bool,
@@ -58,8 +58,9 @@ pub struct BatchRequests<C: InferClient> {
 
 impl<C: InferClient> Session<C> {
     /// Reads the server's and the model's metadata and the model config, once. `streaming`: the
-    /// sweep sends over gRPC streams, which a decoupled model needs.
-    pub async fn open(client: C, model: &Model, streaming: bool) -> Result<Session<C>, RunError> {
+    /// sweep sends over gRPC streams, which a decoupled model needs. `bls`: the models a BLS
+    /// model calls, reported as its composing models.
+    pub async fn open(client: C, model: &Model, streaming: bool, bls: &[ModelRef]) -> Result<Session<C>, RunError> {
         let (name, version) = (model.name.as_str(), model.version.as_str());
         let info = client.server_metadata().await.map_err(RunError::client)?;
         let meta = client
@@ -72,9 +73,9 @@ impl<C: InferClient> Session<C> {
             .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
         let composing = {
             let client = &client;
-            composing_models(&config, |step, version| async move { client.model_config(&step, &version).await })
+            composing_models(&config, bls, |step, version| async move { client.model_config(&step, &version).await })
                 .await
-                .map_err(|e| RunError::client(e).context(format!("composing models of ensemble '{name}'")))?
+                .map_err(|e| RunError::client(e).context(format!("composing models of '{name}'")))?
         };
         let sequence = matches!(config.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_)));
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);

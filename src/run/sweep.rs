@@ -406,13 +406,33 @@ impl<C: InferClient> StatsSource<'_, C> {
 
 /// Hands the allocator's free pages back to the system once per window. glibc keeps each
 /// thread arena at its high-water mark, so without this a long run's RSS climbs with the worst
-/// burst of requests in flight so far (soak: +7-9% over 10 minutes at concurrency 256 over gRPC)
-/// rather than following the memory actually in use.
+/// burst of requests in flight so far rather than following the memory actually in use.
 fn return_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory held by the allocator; it has no preconditions.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// perf_analyzer's rule for a composing model asked for without a version: its version is the
+/// one whose queue count grew in the window, and when none did (the model was never called,
+/// typically a `--bls-composing-models` entry the BLS model does not call) the run fails.
+fn check_composing_versions(
+    tree: &[ComposingModel],
+    own: &ServerStats,
+    window: &[ComposingStats],
+) -> Result<(), ClientError> {
+    if own.success.count == 0 {
+        return Ok(());
+    }
+    match tree.iter().zip(window).find(|(asked, read)| asked.version.is_empty() && read.stats.queue.count == 0) {
+        Some((asked, _)) => Err(ClientError::Invalid(format!(
+            "failed to find the requested model version: composing model '{}' (no version given) was not called \
+             in a measurement window",
+            asked.name
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -541,6 +561,9 @@ pub async fn measure_point<C: InferClient>(
             (Some(b), Some(a)) => (Some(a.0.since(&b.0)), ComposingStats::since(&a.1, &b.1)),
             _ => (None, Vec::new()),
         };
+        if let Some(server) = &server {
+            check_composing_versions(stats.composing, server, &composing)?;
+        }
         let duration = ended.0 - started.0;
         let window = Window { client, duration, server, composing, start_ns: started.1, end_ns: ended.1 };
         boundaries.push(ended.1);
@@ -610,6 +633,29 @@ mod tests {
     use super::*;
     use crate::load::fake::FakeClient;
     use crate::results::{PointDetail, ReportRow};
+
+    #[test]
+    fn a_composing_model_without_version_that_was_not_called_fails_as_in_perf_analyzer() {
+        use crate::results::StageTotal;
+        let model = |name: &str, version: &str| ComposingModel {
+            name: name.into(),
+            version: version.into(),
+            depth: 1,
+            ensemble: false,
+        };
+        let read = |name: &str, queued: u64| ComposingStats {
+            model: model(name, "1"),
+            stats: ServerStats { queue: StageTotal { count: queued, ns: 1000 * queued }, ..ServerStats::default() },
+        };
+        let called = ServerStats { success: StageTotal { count: 5, ns: 5000 }, ..ServerStats::default() };
+        let tree = [model("a", ""), model("b", "1")];
+        // "b" was asked with its version: idle, it reads as zeros.
+        assert!(check_composing_versions(&tree, &called, &[read("a", 5), read("b", 0)]).is_ok());
+        let e = check_composing_versions(&tree, &called, &[read("a", 0), read("b", 5)]).unwrap_err();
+        assert!(e.to_string().starts_with("failed to find the requested model version: composing model 'a'"), "{e}");
+        // A window in which the model itself answered nothing proves nothing.
+        assert!(check_composing_versions(&tree, &ServerStats::default(), &[read("a", 0), read("b", 0)]).is_ok());
+    }
 
     #[derive(Default)]
     struct Collect {

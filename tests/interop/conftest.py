@@ -20,7 +20,7 @@ from peers import (
 @pytest.fixture(scope="session")
 def perfbench_zoo(tmp_path_factory):
     """`perfbench serve` with the bundled zoo models the tests use (bert built once per session)."""
-    models = ["identity", "identity_bytes", "identity_fp16", "bert"]
+    models = ["identity", "identity_bytes", "identity_fp16", "bert", "accumulate"]
     server = start_perfbench(tmp_path_factory.mktemp("zoo"), models)
     yield server
     server.stop()

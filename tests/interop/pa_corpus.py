@@ -147,6 +147,7 @@ PA_PREFIXES = [
     r"unable to init infer data manager:\s*",
     r"failed to create triton client backend:\s*",
     r"failed to get model metadata:\s*",
+    r"failed to create model parser:\s*",
     r"http client failed:\s*",
 ]
 # Lines of perf_analyzer's stderr that are never the reason.

@@ -112,6 +112,11 @@ def test_agrees_with_perf_analyzer(triton, tmp_path, model, protocol, concurrenc
     pytest.fail(f"perfbench and perf_analyzer disagree by more than {TOLERANCE:.0%}:\n{report}")
 
 
+def size(value):
+    """Elements of an exported tensor: perf_analyzer writes one element as a scalar."""
+    return len(value) if isinstance(value, list) else 1
+
+
 def export_shape(path):
     """The structure of a --profile-export-file: keys at each level and per-tensor lengths."""
     import json
@@ -121,11 +126,12 @@ def export_shape(path):
     request = experiment["requests"][0]
     return {
         "top": sorted(export),
+        "version": export["version"],
         "experiment": sorted(experiment),
         "experiment_id": experiment["experiment"],
         "request": list(request),
-        "inputs": {k: len(v) for k, v in request["request_inputs"].items()},
-        "outputs": [{k: len(v) for k, v in r.items()} for r in request["response_outputs"]],
+        "inputs": {k: size(v) for k, v in request["request_inputs"].items()},
+        "outputs": [{k: size(v) for k, v in r.items()} for r in request["response_outputs"]],
     }
 
 
@@ -141,3 +147,27 @@ def test_profile_export_has_perf_analyzer_shape(perfbench_zoo, tmp_path, protoco
         shapes[tool] = export_shape(export)
     assert shapes["pb"] == shapes["pa"]
     assert shapes["pb"]["inputs"] == {"INPUT0": 16}
+
+
+def test_profile_export_of_a_sequence_model_has_perf_analyzers_sequence_ids(perfbench_zoo, tmp_path):
+    """A sequence model's requests carry "sequence_id" right after "timestamp", as in perf_analyzer's
+    export, and each sequence is --sequence-length requests long."""
+    import json
+
+    args = ["--sequence-length", "3", "--sequence-length-variation", "0", "--concurrency-range", "2",
+            "--measurement-mode", "count_windows", "--measurement-request-count", "30", "-s", "100"]
+    shapes, ids = {}, {}
+    for tool, runner in [("pa", run_pa), ("pb", run_profile)]:
+        export = tmp_path / f"{tool}.json"
+        runner(perfbench_zoo, "accumulate", "grpc", tmp_path / f"{tool}.csv",
+               [*args, "--profile-export-file", str(export)])
+        shapes[tool] = export_shape(export)
+        requests = json.loads(export.read_text())["experiments"][0]["requests"]
+        ids[tool] = [r["sequence_id"] for r in requests]
+    assert shapes["pb"] == shapes["pa"]
+    assert shapes["pb"]["request"][:2] == ["timestamp", "sequence_id"]
+    # Whole sequences inside the window hold exactly 3 requests, both tools alike.
+    for tool, seen in ids.items():
+        assert all(i > 0 for i in seen), tool
+        counts = [seen.count(i) for i in set(seen)]
+        assert max(counts) == 3, (tool, counts)

@@ -10,6 +10,7 @@ mod fuzz_server;
 mod gate;
 mod gate_run;
 mod input;
+mod large_run;
 mod plan;
 mod profile;
 mod seed_tables;

@@ -78,12 +78,34 @@ fn a_bad_flag_is_one_line_and_exit_2() {
 #[test]
 fn unsupported_perf_analyzer_flags_are_named() {
     assert_bad_input(
-        &["profile", "-m", "identity", "--bls-composing-models", "a"],
-        "not supported: --bls-composing-models",
+        &["profile", "-m", "identity", "--triton-server-directory", "a"],
+        "not supported: --triton-server-directory",
     );
     // A trace level perf_analyzer does not know is refused before anything starts, in its words.
     assert_bad_input(&["profile", "-m", "identity", "--trace-level", "LOUD"], "Failed to parse --trace-level");
     assert_bad_input(&["profile", "-u", "localhost:1"], "Failed to parse -m (model name)");
+}
+
+#[test]
+fn bls_composing_models_are_reported_as_composing_models() {
+    let repo = repository(&[("front", &delay_model(200, 8, "")), ("side", &delay_model(200, 8, ""))]);
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("perf.csv");
+    let base = ["-m", "front", "--shape", "INPUT0:4", "--model-repository", repo.path().to_str().unwrap()];
+    // "side" is never called by "front": asked with its version, it reads as zeros.
+    let listed: Vec<&str> = base.iter().copied().chain(["--bls-composing-models", "side:1"]).collect();
+    let out = profile_to_csv(&listed, "20", &csv);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    assert!(stdout.contains("Composing models: \n  side, version: 1\n      Request count: 0"), "{stdout}");
+    let composing = std::fs::read_to_string(dir.path().join("perf.composing.csv")).unwrap();
+    assert!(composing.lines().any(|l| l.starts_with("1,1,side,0,0,")), "{composing}");
+    // Without a version, a model that was never called fails the run, as in perf_analyzer.
+    let unversioned: Vec<&str> = base.iter().copied().chain(["--bls-composing-models", "side"]).collect();
+    let out = profile_to_csv(&unversioned, "20", &csv);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("failed to find the requested model version: composing model 'side'"));
+    assert_bad_input(&[&["profile"][..], &base, &["--bls-composing-models", "nope"]].concat(), "nope");
 }
 
 #[test]
@@ -160,6 +182,27 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
     let sent = r["request_inputs"]["INPUT0"].as_array().expect("request_inputs.INPUT0");
     assert_eq!(sent.len(), 16);
     assert_eq!(r["response_outputs"][0]["OUTPUT0"].as_array().expect("response_outputs[0].OUTPUT0"), sent);
+}
+
+#[test]
+fn a_sequence_models_export_names_each_requests_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export.json");
+    let args = ["-m", "accumulate", "--sequence-length", "3", "--sequence-length-variation", "0"];
+    let export_arg = ["--concurrency-range", "2", "--profile-export-file", export.to_str().unwrap()];
+    let out = profile_to_csv(&[&args[..], &export_arg].concat(), "30", &dir.path().join("pa.csv"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&export).unwrap();
+    let export: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(export["version"], "", "perf_analyzer 2.50 writes an empty version");
+    let ids: Vec<u64> = export["experiments"][0]["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["sequence_id"].as_u64().expect("every request names its sequence"))
+        .collect();
+    let most = ids.iter().map(|id| ids.iter().filter(|i| *i == id).count()).max().unwrap();
+    assert!(ids.iter().all(|&id| id > 0) && most == 3, "{ids:?}");
 }
 
 #[test]
