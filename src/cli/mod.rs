@@ -4,6 +4,7 @@
 //! argv is parsed.
 
 pub mod profile;
+pub mod search;
 pub mod sweep;
 pub mod tls;
 
@@ -55,7 +56,10 @@ pub enum Command {
     Online(Box<sweep::OnlineArgs>),
     /// Run a scenario file or a plan file (as --print-plan writes it), optionally gated.
     #[command(after_help = EXIT_CODES)]
-    Run(RunArgs),
+    Run(RunArgs),    /// Find the model configuration (instances, max batch size, dynamic batching) with the most
+    /// throughput under a latency budget, applied through the repository API.
+    #[command(after_help = EXIT_CODES)]
+    Search(Box<search::SearchArgs>),
 }
 
 /// `perfbench run FILE` or `perfbench run --resume DIR`.
@@ -223,6 +227,13 @@ fn run(command: Command) -> ExitCode {
         Command::Offline(args) => plan_or_run(args.plan(), args.common.flags.print_plan),
         Command::Online(args) => plan_or_run(args.plan(), args.common.flags.print_plan),
         Command::Run(args) => plan_or_run(args.plan(), args.print_plan),
+        Command::Search(args) => match args.plan() {
+            Err(e) => fail(e, EXIT_BAD_INPUT),
+            Ok(plan) => match crate::search::run(&plan) {
+                Ok(code) => code,
+                Err(e) => fail(&e, e.exit_code()),
+            },
+        },
     }
 }
 

@@ -12,6 +12,7 @@ mod gate_run;
 mod input;
 mod plan;
 mod profile;
+mod search;
 mod seed_tables;
 mod sequence;
 mod server_dropin;
