@@ -78,7 +78,7 @@ impl SearchArgs {
         if self.max_configs == Some(0) {
             return Err(invalid("--max-configs must be at least 1"));
         }
-        if self.max_minutes.is_some_and(|m| !(m > 0.0)) {
+        if self.max_minutes.is_some_and(|m| m.is_nan() || m <= 0.0) {
             return Err(invalid("--max-minutes must be > 0"));
         }
         let space = self.space().resolve()?;

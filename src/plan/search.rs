@@ -158,7 +158,7 @@ impl Batching {
         match self {
             Batching::Off => true,
             Batching::Dynamic { preferred, .. } => {
-                max_batch_size > 0 && preferred.iter().all(|&p| p >= 1 && p <= max_batch_size)
+                max_batch_size > 0 && preferred.iter().all(|p| (1..=max_batch_size).contains(p))
             }
         }
     }

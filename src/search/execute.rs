@@ -168,7 +168,7 @@ async fn walk<C: InferClient>(
         Mode::Quick => {
             let mut climb = Climb::new(plan.space.clone(), plan.improvement_pct);
             while within(tried) {
-                let Some(candidate) = climb.next() else { break };
+                let Some(candidate) = climb.propose() else { break };
                 let outcome = measure(candidate.clone(), apply(original, &candidate), false).await?;
                 climb.score(outcome.score(plan));
                 configs.push(outcome);

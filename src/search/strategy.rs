@@ -86,7 +86,7 @@ impl Climb {
     }
 
     /// The next configuration to try, or `None` when the climb is over.
-    pub fn next(&mut self) -> Option<Candidate> {
+    pub fn propose(&mut self) -> Option<Candidate> {
         assert!(self.pending.is_none(), "score the last configuration first");
         let at = if !self.started {
             self.started = true;
@@ -110,7 +110,7 @@ impl Climb {
         Some(candidate(&self.space, at))
     }
 
-    /// The score of the configuration [`next`](Self::next) handed out.
+    /// The score of the configuration [`propose`](Self::propose) handed out.
     pub fn score(&mut self, score: Option<f64>) {
         let at = self.pending.take().expect("a configuration was handed out");
         let improves = match (score, self.best) {
@@ -136,7 +136,7 @@ impl Climb {
 pub fn simulate(space: &Space, threshold_pct: f64, mut score: impl FnMut(&Candidate) -> Option<f64>) -> Vec<Candidate> {
     let mut climb = Climb::new(space.clone(), threshold_pct);
     let mut tried = Vec::new();
-    while let Some(c) = climb.next() {
+    while let Some(c) = climb.propose() {
         climb.score(score(&c));
         tried.push(c);
     }
