@@ -12,5 +12,6 @@ pub mod proto;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod search;
 pub mod server;
 pub mod tensor;

@@ -5,6 +5,7 @@
 
 pub mod profile;
 pub mod shard;
+pub mod search;
 pub mod sweep;
 pub mod tls;
 
@@ -61,6 +62,10 @@ pub enum Command {
     Run(RunArgs),
     /// Merge the results folders of a run's shards (`--shard K/N`) into one results folder.
     Merge(shard::MergeArgs),
+    /// Find the model configuration (instances, max batch size, dynamic batching) with the most
+    /// throughput under a latency budget, applied through the repository API.
+    #[command(after_help = EXIT_CODES)]
+    Search(Box<search::SearchArgs>),
 }
 
 /// `perfbench run FILE` or `perfbench run --resume DIR`.
@@ -237,6 +242,13 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
         Command::Merge(args) => match crate::run::merge::merge(&args.dirs, &args.out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(one_line(&e), EXIT_BAD_INPUT),
+        },
+        Command::Search(args) => match args.plan() {
+            Err(e) => fail(e, EXIT_BAD_INPUT),
+            Ok(plan) => match crate::search::run(&plan) {
+                Ok(code) => code,
+                Err(e) => fail(&e, e.exit_code()),
+            },
         },
     }
 }

@@ -426,6 +426,23 @@ impl InferClient for GrpcClient {
         response.map(|_| ()).map_err(|s| self.status_error(s))
     }
 
+    async fn repository_load(&self, model: &str, config: Option<&str>) -> ClientResult<()> {
+        use crate::proto::inference::model_repository_parameter::ParameterChoice;
+        use crate::proto::inference::{ModelRepositoryParameter, RepositoryModelLoadRequest};
+        let parameters = config
+            .map(|json| {
+                let value =
+                    ModelRepositoryParameter { parameter_choice: Some(ParameterChoice::StringParam(json.into())) };
+                ("config".to_string(), value)
+            })
+            .into_iter()
+            .collect();
+        let request =
+            RepositoryModelLoadRequest { repository_name: String::new(), model_name: model.into(), parameters };
+        let response = self.client().repository_model_load(self.request(request)).await;
+        response.map(|_| ()).map_err(|s| self.status_error(s))
+    }
+
     async fn trace_setting(&self, model: &str, settings: &[(String, Vec<String>)]) -> ClientResult<()> {
         use crate::proto::inference::trace_setting_request::SettingValue;
         let settings =

@@ -613,6 +613,17 @@ impl InferClient for HttpClient {
         self.post_empty(url).await
     }
 
+    async fn repository_load(&self, model: &str, config: Option<&str>) -> ClientResult<()> {
+        let url = self.url(&["v2", "repository", "models", model, "load"]);
+        match config {
+            Some(json) => {
+                let body = serde_json::json!({ "parameters": { "config": json } }).to_string();
+                self.call(self.http.post(url).body(body)).await.map(|_| ())
+            }
+            None => self.post_empty(url).await,
+        }
+    }
+
     async fn trace_setting(&self, model: &str, settings: &[(String, Vec<String>)]) -> ClientResult<()> {
         // Triton takes trace_level as a list and the other settings as single strings.
         let body: serde_json::Map<String, serde_json::Value> = settings

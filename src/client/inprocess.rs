@@ -117,6 +117,12 @@ impl InferClient for InProcessClient {
         self.call(request, sequence, keep_outputs).await
     }
 
+    async fn repository_load(&self, model: &str, config: Option<&str>) -> ClientResult<()> {
+        let (server, model, config) = (self.server.clone(), model.to_string(), config.map(str::to_string));
+        let loaded = tokio::task::spawn_blocking(move || server.load_model(&model, config.as_deref())).await;
+        loaded.map_err(|e| ClientError::Invalid(e.to_string()))?.map_err(server_err)
+    }
+
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
         self.server.shm.register(name, key, offset, byte_size).map_err(server_err)
     }

@@ -300,4 +300,12 @@ pub trait InferClient: Send + Sync + 'static {
         model: &str,
         settings: &[(String, Vec<String>)],
     ) -> impl Future<Output = ClientResult<()>> + Send;
+    /// Loads (or reloads) `model` through the repository extension; `config` (Triton's config
+    /// JSON) replaces its config.pbtxt when given, as in Triton's explicit model-control mode.
+    /// A client without the extension refuses.
+    fn repository_load(&self, model: &str, config: Option<&str>) -> impl Future<Output = ClientResult<()>> + Send {
+        let _ = config;
+        let reason = format!("cannot load '{model}': this client has no repository extension");
+        async move { Err(ClientError::Invalid(reason)) }
+    }
 }

@@ -7,6 +7,7 @@
 pub mod defaults;
 pub mod levels;
 pub mod scenario;
+pub mod search;
 pub mod settings;
 pub mod shard;
 

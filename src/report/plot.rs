@@ -7,6 +7,8 @@
 //! Rows with 95% intervals get whiskers: on throughput points, and on p99 markers (none for a
 //! low-sample p99, whose interval is open).
 
+pub mod pareto;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

@@ -314,14 +314,7 @@ async fn run_sweep(
     endpoint: &Endpoint,
     interrupt: &Interrupt,
 ) -> Result<SweepOutcome, RunError> {
-    let connect = ConnectOptions {
-        concurrency: sweep.peak_concurrency() as usize,
-        headers: sweep.call.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
-        streaming: sweep.call.streaming,
-        json_inputs: sweep.call.input_tensor_format == TensorFormat::Json,
-        json_outputs: sweep.call.output_tensor_format == TensorFormat::Json,
-        request_parameters: sweep.call.request_parameters.clone(),
-    };
+    let connect = connect_options(sweep);
     match (endpoint, sweep.protocol) {
         (Endpoint::InProcess(core), _) => {
             let client = InProcessClient::new(core.clone());
@@ -341,6 +334,18 @@ async fn run_sweep(
             let context = Context { wire: Wire::Grpc, service_kind: "TRITON", metrics, device };
             drive(client, model, sweep, folder, context, interrupt).await
         }
+    }
+}
+
+/// How the wire clients of `sweep` connect: pool size, headers, tensor formats.
+pub fn connect_options(sweep: &Sweep) -> ConnectOptions {
+    ConnectOptions {
+        concurrency: sweep.peak_concurrency() as usize,
+        headers: sweep.call.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+        streaming: sweep.call.streaming,
+        json_inputs: sweep.call.input_tensor_format == TensorFormat::Json,
+        json_outputs: sweep.call.output_tensor_format == TensorFormat::Json,
+        request_parameters: sweep.call.request_parameters.clone(),
     }
 }
 
@@ -512,7 +517,7 @@ fn sweep_error(e: SweepError) -> RunError {
 }
 
 /// How each point of `sweep` is measured at `batch`.
-fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
+pub fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
     let m = &sweep.measurement;
     MeasureSettings {
         window: window_mode(sweep),
@@ -541,7 +546,7 @@ fn time_bank(sweep: &Sweep) -> Option<Arc<TimeBank>> {
 }
 
 /// The load levels of `sweep`, as the measuring loop takes them.
-fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
+pub fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
     let points = match &sweep.load {
         Load::Concurrency { levels: Levels::List(values) } => SweepPoints::Concurrencies(values.clone()),
         Load::Concurrency { levels: Levels::Range { start, end, step } } => {

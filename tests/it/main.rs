@@ -13,6 +13,7 @@ mod input;
 mod large_run;
 mod plan;
 mod profile;
+mod search;
 mod seed_tables;
 mod sequence;
 mod shard;

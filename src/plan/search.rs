@@ -1,0 +1,392 @@
+//! What `perfbench search` explores (pure): the space of model configurations (instance count,
+//! `max_batch_size`, dynamic batching), the client concurrencies tried on each, the latency
+//! budget a configuration must meet, and the objective that ranks those that do.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::{invalid, PlanError};
+use crate::results::ReportRow;
+
+/// The latency statistic a budget limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Statistic {
+    P50,
+    P90,
+    P95,
+    P99,
+    Avg,
+}
+
+impl Statistic {
+    pub fn name(self) -> &'static str {
+        match self {
+            Statistic::P50 => "p50",
+            Statistic::P90 => "p90",
+            Statistic::P95 => "p95",
+            Statistic::P99 => "p99",
+            Statistic::Avg => "avg",
+        }
+    }
+
+    /// This statistic of a measured row, µs.
+    pub fn of(self, row: &ReportRow) -> f64 {
+        match self {
+            Statistic::P50 => row.p50_us,
+            Statistic::P90 => row.p90_us,
+            Statistic::P95 => row.p95_us,
+            Statistic::P99 => row.p99_us,
+            Statistic::Avg => row.avg_us,
+        }
+    }
+}
+
+/// `--latency-budget p99=20ms`: the statistic and its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    pub statistic: Statistic,
+    pub limit_us: f64,
+}
+
+impl Budget {
+    /// Whether a measured row meets the budget: the statistic within the limit and no failures.
+    pub fn met_by(&self, row: &ReportRow) -> bool {
+        row.requests > 0 && row.failed == 0 && self.statistic.of(row) <= self.limit_us
+    }
+}
+
+impl FromStr for Budget {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Budget, PlanError> {
+        let bad = || {
+            invalid(format!("bad --latency-budget '{text}': expected STAT=TIME, e.g. p99=20ms (STAT p50, p90, p95, p99 or avg; TIME in us, ms or s)"))
+        };
+        let (stat, time) = text.split_once('=').ok_or_else(bad)?;
+        let statistic = match stat.trim().to_ascii_lowercase().as_str() {
+            "p50" => Statistic::P50,
+            "p90" => Statistic::P90,
+            "p95" => Statistic::P95,
+            "p99" => Statistic::P99,
+            "avg" => Statistic::Avg,
+            _ => return Err(bad()),
+        };
+        let time = time.trim();
+        let (number, scale) = if let Some(n) = time.strip_suffix("us") {
+            (n, 1.0)
+        } else if let Some(n) = time.strip_suffix("ms") {
+            (n, 1e3)
+        } else if let Some(n) = time.strip_suffix('s') {
+            (n, 1e6)
+        } else {
+            return Err(bad());
+        };
+        let value: f64 = number.trim().parse().map_err(|_| bad())?;
+        if !value.is_finite() || value <= 0.0 {
+            return Err(bad());
+        }
+        Ok(Budget { statistic, limit_us: value * scale })
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}ms", self.statistic.name(), self.limit_us / 1e3)
+    }
+}
+
+/// What ranks the configurations that meet the budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    /// The most inferences per second.
+    #[default]
+    Throughput,
+    /// The lowest budgeted latency.
+    Latency,
+}
+
+impl FromStr for Objective {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Objective, PlanError> {
+        match text {
+            "throughput" => Ok(Objective::Throughput),
+            "latency" => Ok(Objective::Latency),
+            _ => Err(invalid(format!("bad --objective '{text}': throughput or latency"))),
+        }
+    }
+}
+
+/// How the space is walked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Climb: one dimension at a time, to the next value while the objective improves.
+    #[default]
+    Quick,
+    /// Every configuration of the grid.
+    Brute,
+}
+
+impl FromStr for Mode {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Mode, PlanError> {
+        match text {
+            "quick" => Ok(Mode::Quick),
+            "brute" => Ok(Mode::Brute),
+            _ => Err(invalid(format!("bad --mode '{text}': quick or brute"))),
+        }
+    }
+}
+
+/// The scheduling of one configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Batching {
+    /// No dynamic batcher: each request runs alone.
+    Off,
+    /// Triton's dynamic batcher with this queue delay and these preferred sizes (none: empty).
+    Dynamic { queue_delay_us: u64, preferred: Vec<u32> },
+}
+
+impl Batching {
+    /// Whether this scheduling fits a `max_batch_size` (preferred sizes within it; a model
+    /// without batching takes no batcher).
+    pub fn fits(&self, max_batch_size: u32) -> bool {
+        match self {
+            Batching::Off => true,
+            Batching::Dynamic { preferred, .. } => {
+                max_batch_size > 0 && preferred.iter().all(|p| (1..=max_batch_size).contains(p))
+            }
+        }
+    }
+}
+
+/// One point of the space.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Candidate {
+    pub instances: u32,
+    pub max_batch_size: u32,
+    pub batching: Batching,
+}
+
+impl Candidate {
+    /// Whether requests may be batched together by the server.
+    pub fn batches(&self) -> bool {
+        self.max_batch_size > 1 && matches!(self.batching, Batching::Dynamic { .. })
+    }
+}
+
+impl fmt::Display for Candidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "instances={} max_batch_size={}", self.instances, self.max_batch_size)?;
+        match &self.batching {
+            Batching::Off => write!(f, " dynamic_batching=off"),
+            Batching::Dynamic { queue_delay_us, preferred } if preferred.is_empty() => {
+                write!(f, " dynamic_batching=on delay={queue_delay_us}us")
+            }
+            Batching::Dynamic { queue_delay_us, preferred } => {
+                let sizes: Vec<String> = preferred.iter().map(u32::to_string).collect();
+                write!(f, " dynamic_batching=on delay={queue_delay_us}us preferred={}", sizes.join(";"))
+            }
+        }
+    }
+}
+
+/// The space: each dimension's values in climbing order (smallest first).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Space {
+    pub instances: Vec<u32>,
+    pub max_batch_sizes: Vec<u32>,
+    pub batching: Vec<Batching>,
+    /// Client concurrencies tried on each configuration, in order; a ramp stops once the
+    /// budget breaks.
+    pub concurrency: Vec<u64>,
+}
+
+/// The defaults: up to 4 instances, batches up to 128, the dynamic batcher without delay,
+/// concurrency doubling to 256.
+pub const DEFAULT_INSTANCES: &str = "1,2,4";
+pub const DEFAULT_MAX_BATCH_SIZES: &str = "1,8,32,128";
+pub const DEFAULT_CONCURRENCY: &str = "1..256";
+
+/// Flags as given, before they become a [`Space`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpaceSettings {
+    pub instances: Option<String>,
+    pub max_batch_size: Option<String>,
+    /// `on`, `off` or `on,off`.
+    pub dynamic_batching: Option<String>,
+    pub queue_delay_us: Option<String>,
+    /// Each entry one preferred set (`4,8`), or `none`.
+    pub preferred_batch_sizes: Option<Vec<String>>,
+    pub concurrency: Option<String>,
+}
+
+impl SpaceSettings {
+    /// `over`'s values where it has them, these elsewhere (a scenario's `[search]` under flags).
+    pub fn merged(&self, over: &SpaceSettings) -> SpaceSettings {
+        SpaceSettings {
+            instances: over.instances.clone().or_else(|| self.instances.clone()),
+            max_batch_size: over.max_batch_size.clone().or_else(|| self.max_batch_size.clone()),
+            dynamic_batching: over.dynamic_batching.clone().or_else(|| self.dynamic_batching.clone()),
+            queue_delay_us: over.queue_delay_us.clone().or_else(|| self.queue_delay_us.clone()),
+            preferred_batch_sizes: over.preferred_batch_sizes.clone().or_else(|| self.preferred_batch_sizes.clone()),
+            concurrency: over.concurrency.clone().or_else(|| self.concurrency.clone()),
+        }
+    }
+
+    pub fn resolve(&self) -> Result<Space, PlanError> {
+        let instances = values("--instances", self.instances.as_deref().unwrap_or(DEFAULT_INSTANCES), 1)?;
+        let max_batch_sizes =
+            values("--max-batch-size", self.max_batch_size.as_deref().unwrap_or(DEFAULT_MAX_BATCH_SIZES), 0)?;
+        if instances.iter().any(|&n| n > 64) {
+            return Err(invalid("--instances: at most 64"));
+        }
+        let delays = values("--queue-delay-us", self.queue_delay_us.as_deref().unwrap_or("0"), 0)?;
+        let preferred: Vec<Vec<u32>> = match &self.preferred_batch_sizes {
+            None => vec![Vec::new()],
+            Some(sets) => {
+                sets.iter()
+                    .map(|s| match s.trim() {
+                        "none" | "" => Ok(Vec::new()),
+                        list => values("--preferred-batch-sizes", list, 1)
+                            .map(|v| v.into_iter().map(|x| x as u32).collect()),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        // The batcher's settings first, off last: a climb starts with the batcher on, or
+        // growing max_batch_size would never pay.
+        let mut batching = Vec::new();
+        let mut off = false;
+        for switch in self.dynamic_batching.as_deref().unwrap_or("on").split(',') {
+            match switch.trim() {
+                "off" => off = true,
+                "on" => {
+                    for &queue_delay_us in &delays {
+                        for p in &preferred {
+                            batching.push(Batching::Dynamic { queue_delay_us, preferred: p.clone() });
+                        }
+                    }
+                }
+                other => return Err(invalid(format!("bad --dynamic-batching '{other}': on, off or on,off"))),
+            }
+        }
+        batching.dedup();
+        if off {
+            batching.push(Batching::Off);
+        }
+        let concurrency = values("--concurrency", self.concurrency.as_deref().unwrap_or(DEFAULT_CONCURRENCY), 1)?;
+        Ok(Space {
+            instances: instances.into_iter().map(|v| v as u32).collect(),
+            max_batch_sizes: max_batch_sizes.into_iter().map(|v| v as u32).collect(),
+            batching,
+            concurrency,
+        })
+    }
+}
+
+/// A list `1,8,32` (sorted, deduplicated) or a doubling range `1..64` (1, 2, 4, ..., 64, the
+/// end always included), each value at least `min`.
+pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
+    let number = |s: &str| -> Result<u64, PlanError> {
+        let v: u64 = s.trim().parse().map_err(|_| invalid(format!("bad {flag} '{text}': '{s}' is not a number")))?;
+        if v < min {
+            return Err(invalid(format!("bad {flag} '{text}': values must be >= {min}")));
+        }
+        Ok(v)
+    };
+    let mut out = match text.split_once("..") {
+        Some((a, b)) => {
+            let (start, end) = (number(a)?, number(b)?);
+            if end < start {
+                return Err(invalid(format!("bad {flag} '{text}': the range is descending")));
+            }
+            let mut v = vec![start];
+            let mut x = start.max(1);
+            while x * 2 < end {
+                x *= 2;
+                v.push(x);
+            }
+            v.push(end);
+            v
+        }
+        None => text.split(',').map(number).collect::<Result<Vec<_>, _>>()?,
+    };
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(invalid(format!("bad {flag} '{text}': no values")));
+    }
+    Ok(out)
+}
+
+/// The improvement a climb step or a concurrency step must bring to go on, in percent: above
+/// the run-to-run noise of a short measurement.
+pub const IMPROVEMENT_PCT: f64 = 5.0;
+
+/// A whole search: where, what model, the space, and how each point is measured (`sweep`, an
+/// online sweep whose concurrency each configuration's ramp replaces).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchPlan {
+    pub target: super::Target,
+    pub model: super::Model,
+    pub sweep: super::Sweep,
+    pub budget: Budget,
+    pub objective: Objective,
+    pub mode: Mode,
+    pub space: Space,
+    pub max_configs: Option<usize>,
+    pub max_minutes: Option<f64>,
+    pub improvement_pct: f64,
+    pub out: std::path::PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_parse_in_any_unit_and_bad_ones_say_why() {
+        let b: Budget = "p99=20ms".parse().unwrap();
+        assert_eq!(b, Budget { statistic: Statistic::P99, limit_us: 20_000.0 });
+        assert_eq!("avg=500us".parse::<Budget>().unwrap().limit_us, 500.0);
+        assert_eq!("P95=0.5s".parse::<Budget>().unwrap().limit_us, 500_000.0);
+        for bad in ["p99", "p98=1ms", "p99=1", "p99=-1ms", "p99=xms"] {
+            let e = bad.parse::<Budget>().unwrap_err().to_string();
+            assert!(e.contains("--latency-budget"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn ranges_double_and_lists_sort() {
+        assert_eq!(values("f", "1..4", 1).unwrap(), [1, 2, 4]);
+        assert_eq!(values("f", "1..6", 1).unwrap(), [1, 2, 4, 6]);
+        assert_eq!(values("f", "32,1,8,8", 0).unwrap(), [1, 8, 32]);
+        assert!(values("f", "4..1", 1).is_err());
+        assert!(values("f", "0,1", 1).is_err());
+    }
+
+    #[test]
+    fn the_space_crosses_switches_delays_and_preferred_sets() {
+        let s = SpaceSettings {
+            dynamic_batching: Some("off,on".into()),
+            queue_delay_us: Some("0,100".into()),
+            preferred_batch_sizes: Some(vec!["none".into(), "4,8".into()]),
+            ..SpaceSettings::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(s.batching.len(), 5);
+        assert_eq!(s.batching[4], Batching::Off);
+        assert_eq!(s.instances, [1, 2, 4]);
+        assert_eq!(s.concurrency.last(), Some(&256));
+        assert!(!Batching::Dynamic { queue_delay_us: 0, preferred: vec![4, 8] }.fits(4));
+        assert!(!Batching::Dynamic { queue_delay_us: 0, preferred: vec![] }.fits(0));
+    }
+}

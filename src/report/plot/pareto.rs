@@ -1,0 +1,114 @@
+//! `search_pareto`: one point per searched configuration (throughput against the budgeted
+//! latency statistic), the Pareto front joined by a line, and the budget as a vertical line.
+
+use std::path::{Path, PathBuf};
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::full_palette;
+
+use super::{axis_label, draw_titles, headroom, render_to, Chart, DrawResult, Format, PlotError, FONT};
+
+/// The plot's file stem.
+pub const SEARCH_PARETO: &str = "search_pareto";
+
+/// One configuration on the plot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParetoPoint {
+    pub latency_ms: f64,
+    pub throughput: f64,
+    /// It met the budget.
+    pub met: bool,
+    /// It is on the Pareto front.
+    pub front: bool,
+    /// The model's own configuration.
+    pub default: bool,
+}
+
+/// What the plot shows beside its points.
+pub struct ParetoChart<'a> {
+    pub points: &'a [ParetoPoint],
+    /// "p99", "avg", ...
+    pub statistic: &'a str,
+    pub budget_ms: f64,
+    pub title: &'a str,
+}
+
+impl Chart for ParetoChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        root.fill(&WHITE).map_err(e)?;
+        let heading = format!("Search: throughput vs {} latency, one point per configuration", self.statistic);
+        let root = draw_titles(root, &heading, self.title).map_err(e)?;
+        let x_max = headroom(self.points.iter().map(|p| p.latency_ms).fold(self.budget_ms, f64::max));
+        let y_max = headroom(self.points.iter().map(|p| p.throughput).fold(0.0, f64::max));
+        let mut chart = ChartBuilder::on(&root)
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc(format!("{} latency (ms)", self.statistic))
+            .y_desc("Inferences/second")
+            .x_label_formatter(&axis_label)
+            .y_label_formatter(&axis_label)
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 16))
+            .draw()
+            .map_err(e)?;
+        let red = full_palette::RED_600;
+        chart
+            .draw_series(LineSeries::new([(self.budget_ms, 0.0), (self.budget_ms, y_max)], red.stroke_width(2)))
+            .map_err(e)?
+            .label(format!("budget {}={}ms", self.statistic, self.budget_ms))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], red.stroke_width(2)));
+        let mut front: Vec<(f64, f64)> =
+            self.points.iter().filter(|p| p.front).map(|p| (p.latency_ms, p.throughput)).collect();
+        front.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let blue = full_palette::BLUE_600;
+        chart
+            .draw_series(LineSeries::new(front, blue.stroke_width(2)))
+            .map_err(e)?
+            .label("Pareto front")
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], blue.stroke_width(2)));
+        let grey = full_palette::GREY_500;
+        let color = |p: &ParetoPoint| if p.met { blue } else { grey };
+        chart
+            .draw_series(self.points.iter().map(|p| Circle::new((p.latency_ms, p.throughput), 5, color(p).filled())))
+            .map_err(e)?;
+        // The default configuration gets a ring, so the gain is visible.
+        let orange = full_palette::ORANGE_700;
+        chart
+            .draw_series(
+                self.points
+                    .iter()
+                    .filter(|p| p.default)
+                    .map(|p| Circle::new((p.latency_ms, p.throughput), 9, orange.stroke_width(2))),
+            )
+            .map_err(e)?
+            .label("default configuration")
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, orange.stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font((FONT, 14))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(e)
+    }
+}
+
+/// Writes `search_pareto.png` and `.svg` into `dir`; returns the files.
+pub fn render_pareto(dir: &Path, chart: &ParetoChart<'_>) -> Result<Vec<PathBuf>, PlotError> {
+    let mut written = Vec::new();
+    for format in [Format::Png, Format::Svg] {
+        let path = dir.join(format!("{SEARCH_PARETO}.{}", format.extension()));
+        render_to(&path, format, chart)?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -1,0 +1,299 @@
+//! Runs a search: checks that the target takes config overrides, measures the model's own
+//! configuration, then each candidate the strategy picks (applied through the repository
+//! `load` call), and restores the original configuration at the end, on error and on Ctrl-C.
+//! Every point is a real profile point: `run::sweep` with the sweep's windows and stop rule.
+
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::config::{apply, as_candidate, to_json, unsearchable};
+use super::strategy::{grid, ramp_goes_on, Climb};
+use super::{ConfigOutcome, SearchRow};
+use crate::client::grpc::GrpcClient;
+use crate::client::http::HttpClient;
+use crate::client::{ClientError, ClientResult, InferClient};
+use crate::load::LoadMode;
+use crate::plan::search::{Candidate, Mode, Objective, SearchPlan};
+use crate::plan::{Protocol, Target};
+use crate::proto::inference::ModelConfig;
+use crate::results::PointResult;
+use crate::run::interrupt::Interrupt;
+use crate::run::session::Session;
+use crate::run::sweep::{sweep as measure_sweep, SweepError, SweepObserver, SweepPoints, Target as SweepTarget};
+use crate::run::{connect_options, load_plan, measure_settings, start_embedded, Failure, RunError};
+
+/// What a search measured: the model's original config and every configuration's outcome.
+pub struct Measured {
+    pub original: Option<ModelConfig>,
+    pub configs: Vec<ConfigOutcome>,
+}
+
+/// Runs the search; `measured` holds whatever was measured even when it fails or is
+/// interrupted, so the results are written either way.
+pub async fn search(plan: &SearchPlan, measured: &mut Measured) -> Result<(), RunError> {
+    let interrupt = Interrupt::install();
+    let (server, url) = match &plan.target {
+        Target::Remote { url } => (None, url.clone()),
+        Target::Embedded { model_repository } => {
+            let running = start_embedded(&plan.model, model_repository.clone()).await.map_err(RunError::bad_input)?;
+            let url = match plan.sweep.protocol {
+                Protocol::Http => running.http_url(),
+                Protocol::Grpc => running.grpc_url(),
+            };
+            (Some(running), url)
+        }
+        Target::InProcess { .. } => {
+            return Err(RunError::bad_input(anyhow!("search needs a server: drop --service-kind inprocess")))
+        }
+    };
+    let connect = connect_options(&plan.sweep);
+    let tls = plan.sweep.call.tls.clone();
+    let outcome = match plan.sweep.protocol {
+        Protocol::Http => searching(plan, measured, &interrupt, || HttpClient::with_tls(&url, &connect, &tls)).await,
+        Protocol::Grpc => searching(plan, measured, &interrupt, || GrpcClient::with_tls(&url, &connect, &tls)).await,
+    };
+    if let Some(server) = server {
+        server.shutdown().await;
+    }
+    outcome
+}
+
+/// The search over one kind of client: `connect` makes a fresh one per configuration.
+async fn searching<C: InferClient>(
+    plan: &SearchPlan,
+    measured: &mut Measured,
+    interrupt: &Interrupt,
+    connect: impl Fn() -> ClientResult<C>,
+) -> Result<(), RunError> {
+    let control = connect().map_err(RunError::client)?;
+    let original = check_target(&control, plan).await?;
+    let original_json = to_json(&original);
+    measured.original = Some(original.clone());
+    let walked = tokio::select! {
+        outcome = walk(plan, &original, &mut measured.configs, &connect, &control) => outcome,
+        _ = interrupt.cancelled() => Err(RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") }),
+    };
+    let restored = control.repository_load(&plan.model.name, Some(&original_json)).await;
+    match (walked, restored) {
+        (Err(e), Ok(())) => Err(e),
+        (Err(e), Err(r)) => Err(e.context(format!("and restoring the original config failed: {r}"))),
+        (Ok(()), Err(r)) => {
+            Err(RunError::target(anyhow!("restoring the original config of '{}': {r}", plan.model.name)))
+        }
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+/// The target must take config overrides, checked before anything changes: it lists the
+/// repository extension, the model has a scheduler the search varies, and loading the model
+/// with its own config is accepted (a no-op that Triton refuses outside explicit mode).
+async fn check_target<C: InferClient>(control: &C, plan: &SearchPlan) -> Result<ModelConfig, RunError> {
+    let name = &plan.model.name;
+    let info = control.server_metadata().await.map_err(RunError::client)?;
+    if !info.extensions.iter().any(|e| e == "model_repository") {
+        return Err(RunError::bad_input(anyhow!(
+            "the server does not list the model_repository extension: search applies configurations through it"
+        )));
+    }
+    let original = control
+        .model_config(name, &plan.model.version)
+        .await
+        .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
+    if let Some(why) = unsearchable(&original) {
+        return Err(RunError::bad_input(anyhow!(why)));
+    }
+    match control.repository_load(name, Some(&to_json(&original))).await {
+        Ok(()) => Ok(original),
+        Err(e) if e.is_fatal() => Err(RunError::client(e)),
+        Err(e) => Err(RunError::bad_input(anyhow!(
+            "the server refuses to load '{name}' with a config ({e}); search needs loads allowed (Triton: \
+             --model-control-mode=explicit)"
+        ))),
+    }
+}
+
+/// The default configuration, then the strategy's candidates, within --max-configs and
+/// --max-minutes. Outcomes go to `configs` as they are measured, so an interrupted walk (its
+/// future dropped) leaves them there.
+async fn walk<C: InferClient>(
+    plan: &SearchPlan,
+    original: &ModelConfig,
+    configs: &mut Vec<ConfigOutcome>,
+    connect: &impl Fn() -> ClientResult<C>,
+    control: &C,
+) -> Result<(), RunError> {
+    let started = Instant::now();
+    let deadline = plan.max_minutes.map(|m| started + Duration::from_secs_f64(m * 60.0));
+    let all = grid(&plan.space);
+    let mut planned = match plan.mode {
+        Mode::Brute => all.len(),
+        Mode::Quick => plan.space.instances.len() + plan.space.max_batch_sizes.len() + plan.space.batching.len(),
+    };
+    if let Some(max) = plan.max_configs {
+        planned = planned.min(max);
+    }
+    let bar = progress_bar(planned as u64 + 1);
+    let measure = |candidate: Candidate, config: ModelConfig, default: bool| {
+        let bar = bar.clone();
+        async move {
+            bar.set_message(candidate.to_string());
+            let outcome = measure_config(plan, control, connect, candidate, &config, default).await;
+            bar.inc(1);
+            outcome
+        }
+    };
+    let default = as_candidate(original);
+    let first = measure(default, original.clone(), true).await?;
+    let default_error = first.error.clone();
+    configs.push(first);
+    if let Some(e) = default_error {
+        return Err(RunError::bad_input(anyhow!("the model's own configuration could not be measured: {e}")));
+    }
+    let within =
+        |tried: usize| plan.max_configs.is_none_or(|m| tried < m) && deadline.is_none_or(|d| Instant::now() < d);
+    let mut tried = 0;
+    match plan.mode {
+        Mode::Brute => {
+            for candidate in all {
+                if !within(tried) {
+                    break;
+                }
+                let outcome = measure(candidate.clone(), apply(original, &candidate), false).await?;
+                configs.push(outcome);
+                tried += 1;
+            }
+        }
+        Mode::Quick => {
+            let mut climb = Climb::new(plan.space.clone(), plan.improvement_pct);
+            while within(tried) {
+                let Some(candidate) = climb.propose() else { break };
+                let outcome = measure(candidate.clone(), apply(original, &candidate), false).await?;
+                climb.score(outcome.score(plan));
+                configs.push(outcome);
+                tried += 1;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template("{bar:30} {pos}/{len} configurations, ETA {eta} | {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}
+
+/// Applies one configuration and ramps the client concurrency over it. A configuration the
+/// server refuses, or whose requests fail, is an outcome with its error; a server that is gone
+/// ends the search.
+async fn measure_config<C: InferClient>(
+    plan: &SearchPlan,
+    control: &C,
+    connect: &impl Fn() -> ClientResult<C>,
+    candidate: Candidate,
+    config: &ModelConfig,
+    default: bool,
+) -> Result<ConfigOutcome, RunError> {
+    let mut outcome = ConfigOutcome { candidate, default, rows: Vec::new(), error: None };
+    let fatal = |e: ClientError| -> Result<(), RunError> {
+        if e.is_fatal() {
+            Err(RunError::client(e))
+        } else {
+            Ok(())
+        }
+    };
+    if let Err(e) = control.repository_load(&plan.model.name, Some(&to_json(config))).await {
+        fatal(e.clone())?;
+        outcome.error = Some(format!("load refused: {e}"));
+        return Ok(outcome);
+    }
+    let client = connect().map_err(RunError::client)?;
+    let mut session = match Session::open(client, &plan.model, plan.sweep.call.streaming).await {
+        Ok(s) => s,
+        Err(e) if e.failure == Failure::Target => return Err(e),
+        Err(e) => {
+            outcome.error = Some(e.to_string());
+            return Ok(outcome);
+        }
+    };
+    let measured = ramp(plan, &mut session, &mut outcome).await;
+    session.close().await;
+    match measured {
+        Ok(()) => Ok(outcome),
+        Err(e) if e.failure == Failure::Target => Err(e),
+        Err(e) => {
+            outcome.error = Some(e.to_string());
+            Ok(outcome)
+        }
+    }
+}
+
+/// The concurrency ramp over one applied configuration, one profile point per level.
+async fn ramp<C: InferClient>(
+    plan: &SearchPlan,
+    session: &mut Session<C>,
+    outcome: &mut ConfigOutcome,
+) -> Result<(), RunError> {
+    let batch = plan.sweep.batch_sizes.first();
+    let requests = session.requests(&plan.sweep, batch).await?;
+    let target = SweepTarget {
+        client: session.client.clone(),
+        requests: requests.prepared,
+        model: session.model.clone(),
+        version: session.version.clone(),
+        server_stats: session.server_stats,
+        composing: session.composing.clone(),
+        check: requests.check,
+        check_fatal: !plan.sweep.validate_outputs,
+        sequences: requests.sequences,
+    };
+    let settings = measure_settings(&plan.sweep, batch);
+    let base = load_plan(&plan.sweep)?;
+    let mut best: Option<f64> = None;
+    for &level in &plan.space.concurrency {
+        let points = SweepPoints::Concurrencies(vec![level]);
+        let load = crate::run::sweep::LoadPlan { points, latency_threshold_us: None, ..base.clone() };
+        let results = measure_sweep(&target, &load, &settings, &mut Quiet).await.map_err(|e| match e {
+            SweepError::Stopped { error, .. } => RunError::client(error),
+            SweepError::Load(e) => RunError::bad_input(e),
+            SweepError::Output(e) => RunError::bad_input(e),
+        })?;
+        let Some(point) = results.into_iter().next() else { break };
+        let met = plan.budget.met_by(&point.row);
+        let throughput = point.row.throughput;
+        outcome.rows.push(SearchRow { row: point.row, met });
+        if !ramp_goes_on(plan.mode == Mode::Quick, met, throughput, best, plan.improvement_pct) {
+            break;
+        }
+        best = Some(best.map_or(throughput, |b| b.max(throughput)));
+    }
+    Ok(())
+}
+
+/// The search writes its own rows; the sweep's observer only has to accept them.
+struct Quiet;
+
+impl SweepObserver for Quiet {
+    fn point_started(&mut self, mode: &LoadMode) {
+        tracing::debug!(?mode, "search point started");
+    }
+
+    fn point_done(&mut self, _result: &PointResult) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ConfigOutcome {
+    /// The climb's score: the best objective over the points that met the budget.
+    pub fn score(&self, plan: &SearchPlan) -> Option<f64> {
+        self.best(plan).map(|r| match plan.objective {
+            Objective::Throughput => r.row.throughput,
+            Objective::Latency => -plan.budget.statistic.of(&r.row),
+        })
+    }
+}

@@ -1,0 +1,68 @@
+//! `perfbench search`: the model configuration (instances, `max_batch_size`, dynamic batching)
+//! that gives the most throughput (or the lowest latency) under a latency budget. The space and
+//! the budget come from `plan::search`; `strategy` picks configurations (pure), `execute`
+//! applies and measures them through the repository API and `run`'s measuring loop, and
+//! `output` writes the results folder.
+
+pub mod config;
+pub mod execute;
+pub mod output;
+pub mod strategy;
+
+use std::process::ExitCode;
+
+use crate::plan::search::{Candidate, Objective, SearchPlan};
+use crate::results::ReportRow;
+use crate::run::{worker_threads, RunError};
+
+/// One measured point of a configuration.
+#[derive(Clone, Debug)]
+pub struct SearchRow {
+    pub row: ReportRow,
+    /// The point met the latency budget.
+    pub met: bool,
+}
+
+/// One configuration: its points in ramp order, or why it has none.
+#[derive(Clone, Debug)]
+pub struct ConfigOutcome {
+    pub candidate: Candidate,
+    /// The model's own configuration, measured first for comparison.
+    pub default: bool,
+    pub rows: Vec<SearchRow>,
+    pub error: Option<String>,
+}
+
+impl ConfigOutcome {
+    /// Its best point under the budget by the objective.
+    pub fn best(&self, plan: &SearchPlan) -> Option<&SearchRow> {
+        let key = |r: &SearchRow| match plan.objective {
+            Objective::Throughput => r.row.throughput,
+            Objective::Latency => -plan.budget.statistic.of(&r.row),
+        };
+        self.rows.iter().filter(|r| r.met).max_by(|a, b| key(a).total_cmp(&key(b)))
+    }
+}
+
+/// Runs the search, writes its folder, and returns the exit code: 0, 130 when interrupted (the
+/// folder holds what was measured), or the failure's own.
+pub fn run(plan: &SearchPlan) -> Result<ExitCode, RunError> {
+    let threads = worker_threads(&plan.sweep, &plan.target);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .thread_name("perfbench")
+        .build()
+        .map_err(RunError::target)?;
+    let mut measured = execute::Measured { original: None, configs: Vec::new() };
+    let outcome = runtime.block_on(execute::search(plan, &mut measured));
+    // Nothing was changed when the target was refused before the first configuration.
+    if let Some(original) = &measured.original {
+        if !measured.configs.is_empty() {
+            let summary = output::write(plan, original, &measured.configs).map_err(RunError::bad_input)?;
+            println!("{summary}");
+            println!("Results: {}", plan.out.display());
+        }
+    }
+    outcome.map(|()| ExitCode::SUCCESS)
+}

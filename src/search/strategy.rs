@@ -1,0 +1,247 @@
+//! Which configuration to try next (pure): `brute` walks the whole grid, `quick` climbs one
+//! dimension at a time. Both see a configuration's outcome only as a score (higher is better;
+//! `None` when no concurrency met the budget), so they are tested on synthetic functions.
+
+use std::collections::HashSet;
+
+use crate::plan::search::{Candidate, Space};
+
+/// The dimensions in climbing order: batching pays first, then its delay, then instances.
+const DIMS: usize = 3;
+
+fn candidate(space: &Space, at: [usize; DIMS]) -> Candidate {
+    Candidate {
+        max_batch_size: space.max_batch_sizes[at[0]],
+        batching: space.batching[at[1]].clone(),
+        instances: space.instances[at[2]],
+    }
+}
+
+fn lens(space: &Space) -> [usize; DIMS] {
+    [space.max_batch_sizes.len(), space.batching.len(), space.instances.len()]
+}
+
+fn valid(space: &Space, at: [usize; DIMS]) -> bool {
+    space.batching[at[1]].fits(space.max_batch_sizes[at[0]])
+}
+
+/// Every valid configuration of the space.
+pub fn grid(space: &Space) -> Vec<Candidate> {
+    let [a, b, c] = lens(space);
+    let mut out = Vec::new();
+    for i in 0..a {
+        for j in 0..b {
+            for k in 0..c {
+                if valid(space, [i, j, k]) {
+                    out.push(candidate(space, [i, j, k]));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The climb: from the smallest configuration, step one dimension to its next value while the
+/// score improves by more than `threshold_pct`; then keep the best and go on with the next
+/// dimension. It tries at most one configuration per value of each dimension.
+#[derive(Debug)]
+pub struct Climb {
+    space: Space,
+    threshold_pct: f64,
+    best: Option<([usize; DIMS], f64)>,
+    /// Where the climb stands: the configuration it steps from.
+    base: [usize; DIMS],
+    dim: usize,
+    /// The configuration handed out and not yet scored.
+    pending: Option<[usize; DIMS]>,
+    tried: HashSet<[usize; DIMS]>,
+    started: bool,
+}
+
+impl Climb {
+    pub fn new(space: Space, threshold_pct: f64) -> Climb {
+        Climb {
+            space,
+            threshold_pct,
+            best: None,
+            base: [0; DIMS],
+            dim: 0,
+            pending: None,
+            tried: HashSet::new(),
+            started: false,
+        }
+    }
+
+    /// The first valid configuration at or after `at` along `dim` (the smallest max batch size
+    /// that takes the batcher, for a start that asks for one).
+    fn valid_along(&self, mut at: [usize; DIMS], dim: usize) -> Option<[usize; DIMS]> {
+        let len = lens(&self.space)[dim];
+        while at[dim] < len {
+            if valid(&self.space, at) {
+                return Some(at);
+            }
+            at[dim] += 1;
+        }
+        None
+    }
+
+    /// The next configuration to try, or `None` when the climb is over.
+    pub fn propose(&mut self) -> Option<Candidate> {
+        assert!(self.pending.is_none(), "score the last configuration first");
+        let at = if !self.started {
+            self.started = true;
+            // The start: the smallest value of each dimension that makes a valid configuration.
+            (0..DIMS).find_map(|d| self.valid_along([0; DIMS], d))?
+        } else {
+            loop {
+                if self.dim >= DIMS {
+                    return None;
+                }
+                let mut step = self.base;
+                step[self.dim] += 1;
+                match self.valid_along(step, self.dim).filter(|s| !self.tried.contains(s)) {
+                    Some(s) => break s,
+                    None => self.dim += 1,
+                }
+            }
+        };
+        self.tried.insert(at);
+        self.pending = Some(at);
+        Some(candidate(&self.space, at))
+    }
+
+    /// The score of the configuration [`propose`](Self::propose) handed out.
+    pub fn score(&mut self, score: Option<f64>) {
+        let at = self.pending.take().expect("a configuration was handed out");
+        let improves = match (score, self.best) {
+            (Some(s), Some((_, b))) => s > b + b.abs() * self.threshold_pct / 100.0,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if improves {
+            self.best = Some((at, score.expect("improves only with a score")));
+            self.base = at;
+        } else if self.best.is_none() {
+            // Nothing has met the budget yet: step on from here, a larger one may.
+            self.base = at;
+        } else {
+            // No better: this dimension is done; the next one steps from the best so far.
+            self.dim += 1;
+        }
+    }
+}
+
+/// Configurations of `mode` in the order tried, for a climb driven by `score`: the whole
+/// search when the scores are known in advance (tests, and the planned count of brute).
+pub fn simulate(space: &Space, threshold_pct: f64, mut score: impl FnMut(&Candidate) -> Option<f64>) -> Vec<Candidate> {
+    let mut climb = Climb::new(space.clone(), threshold_pct);
+    let mut tried = Vec::new();
+    while let Some(c) = climb.propose() {
+        climb.score(score(&c));
+        tried.push(c);
+    }
+    tried
+}
+
+/// Whether a concurrency ramp goes on after a point: not once the budget broke; in quick
+/// mode, not once throughput stopped improving by more than `threshold_pct` on the best so far.
+pub fn ramp_goes_on(quick: bool, met: bool, throughput: f64, best_before: Option<f64>, threshold_pct: f64) -> bool {
+    if !met {
+        return false;
+    }
+    match (quick, best_before) {
+        (true, Some(best)) => throughput > best * (1.0 + threshold_pct / 100.0),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::search::{Batching, SpaceSettings};
+
+    fn space() -> Space {
+        SpaceSettings {
+            instances: Some("1,2,4,8".into()),
+            max_batch_size: Some("1,2,4,8,16,32,64,128".into()),
+            dynamic_batching: Some("off,on".into()),
+            queue_delay_us: Some("0,100,500".into()),
+            ..SpaceSettings::default()
+        }
+        .resolve()
+        .unwrap()
+    }
+
+    /// A delay-like model: a fixed cost per execution, a cost per item, a bounded pool of
+    /// instances (two cores), and a latency budget that large batches break.
+    fn throughput(c: &Candidate) -> Option<f64> {
+        let batch = if c.batches() { c.max_batch_size as f64 } else { 1.0 };
+        let delay_us = match c.batching {
+            Batching::Dynamic { queue_delay_us, .. } => queue_delay_us as f64,
+            Batching::Off => 0.0,
+        };
+        let exec_us = 2000.0 + 50.0 * batch;
+        let latency_us = exec_us * 2.0 + delay_us;
+        (latency_us <= 20_000.0).then(|| batch / exec_us * 1e6 * f64::from(c.instances.min(2)))
+    }
+
+    fn best(tried: &[Candidate]) -> f64 {
+        tried.iter().filter_map(throughput).fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn quick_tries_at_most_half_the_grid_and_finds_the_brute_winner_within_noise() {
+        let space = space();
+        let all = grid(&space);
+        let quick = simulate(&space, 5.0, throughput);
+        assert!(quick.len() * 2 <= all.len(), "quick {} of {}", quick.len(), all.len());
+        let (q, b) = (best(&quick), best(&all));
+        assert!(q >= b * 0.95, "quick {q} brute {b}");
+        // The winner batches.
+        let winner = quick.iter().max_by(|x, y| throughput(x).partial_cmp(&throughput(y)).unwrap()).unwrap();
+        assert!(winner.batches(), "{winner}");
+        // No configuration is tried twice, and every one is valid.
+        let set: HashSet<_> = quick.iter().collect();
+        assert_eq!(set.len(), quick.len());
+        assert!(quick.iter().all(|c| c.batching.fits(c.max_batch_size)));
+    }
+
+    #[test]
+    fn the_climb_stops_a_dimension_when_it_stops_paying() {
+        let space = space();
+        // Only instances matter, up to 2.
+        let tried = simulate(&space, 5.0, |c| Some(f64::from(c.instances.min(2))));
+        let instances: Vec<u32> = tried.iter().map(|c| c.instances).collect();
+        assert!(instances.contains(&2) && instances.contains(&4) && !instances.contains(&8), "{instances:?}");
+    }
+
+    #[test]
+    fn a_start_that_breaks_the_budget_still_climbs() {
+        let space = space();
+        let tried = simulate(&space, 5.0, |c| (c.max_batch_size >= 8).then_some(c.max_batch_size as f64));
+        assert!(tried.iter().any(|c| c.max_batch_size >= 8), "{tried:?}");
+    }
+
+    #[test]
+    fn grid_skips_batchers_that_do_not_fit() {
+        let space = SpaceSettings {
+            max_batch_size: Some("0,4".into()),
+            instances: Some("1".into()),
+            dynamic_batching: Some("off,on".into()),
+            preferred_batch_sizes: Some(vec!["8".into(), "none".into()]),
+            ..SpaceSettings::default()
+        }
+        .resolve()
+        .unwrap();
+        // 0: off only; 4: off and on without preferred sizes (8 does not fit).
+        assert_eq!(grid(&space).len(), 3);
+    }
+
+    #[test]
+    fn a_ramp_stops_when_the_budget_breaks_or_throughput_saturates() {
+        assert!(!ramp_goes_on(false, false, 10.0, None, 5.0));
+        assert!(ramp_goes_on(false, true, 10.0, Some(100.0), 5.0));
+        assert!(!ramp_goes_on(true, true, 102.0, Some(100.0), 5.0));
+        assert!(ramp_goes_on(true, true, 110.0, Some(100.0), 5.0));
+    }
+}
