@@ -267,6 +267,11 @@ fn loads_of(rows: &[ReportRow]) -> Vec<LoadPoint> {
 /// The composing models' table (one row per load point and model), its times and load column
 /// printed as `layout` prints the results table's.
 pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
+    pipe_table(&composing_columns(rows, layout))
+}
+
+/// The composing models' table as columns, cells as printed.
+pub fn composing_columns(rows: &[ComposingRow], layout: &Layout) -> Vec<PipeColumn> {
     let ms = |us: f64| us / 1000.0;
     // (unit suffix of time headers, time cell from µs, request rate cell) per layout.
     type Cell = Box<dyn Fn(f64) -> String>;
@@ -285,7 +290,7 @@ pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
     let (open_loop, load) = load_cells(&rows.iter().map(|r| r.load).collect::<Vec<_>>(), &rate);
     let count = |f: fn(&ComposingRow) -> u64| rows.iter().map(|r| f(r).to_string()).collect();
     let times = |f: fn(&ComposingRow) -> f64| rows.iter().map(|r| time(f(r))).collect();
-    pipe_table(&[
+    vec![
         PipeColumn::new("Batch", count(|r| r.batch)),
         PipeColumn::new(if open_loop { REQUEST_RATE_COLUMN } else { "Concurrency" }, load),
         PipeColumn::new("Model", rows.iter().map(|r| r.model.clone()).collect()),
@@ -296,11 +301,16 @@ pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
         PipeColumn::new(format!("Server Compute Infer{unit}"), times(|r| r.compute_infer_us)),
         PipeColumn::new(format!("Server Compute Output{unit}"), times(|r| r.compute_output_us)),
         PipeColumn::new("Share of Latency (%)", rows.iter().map(|r| fixed(r.share_pct, 1)).collect()),
-    ])
+    ]
 }
 
 /// The results table of `rows` in `layout`, as Markdown (ends with a newline).
 pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
+    pipe_table(&results_columns(rows, layout))
+}
+
+/// The results table's columns in `layout`, cells as printed (report.md and report.html).
+pub fn results_columns(rows: &[ReportRow], layout: &Layout) -> Vec<PipeColumn> {
     let ms = |us: f64| us / 1000.0;
     let mut columns = Vec::new();
     match layout {
@@ -393,7 +403,7 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
         columns
             .push(PipeColumn::new(SEQUENCE_COLUMNS[1], rows.iter().map(|r| fixed(r.avg_sequence_length, 1)).collect()));
     }
-    pipe_table(&columns)
+    columns
 }
 
 #[cfg(test)]
