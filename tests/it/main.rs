@@ -4,6 +4,7 @@
 
 mod client;
 mod common;
+mod compare;
 mod compute_models;
 mod coverage;
 mod fuzz_server;
