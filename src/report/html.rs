@@ -171,6 +171,10 @@ pub fn warnings(rows: &[ReportRow]) -> Vec<String> {
         if r.late > 0 || r.missed > 0 {
             out.push(format!("{at}: {} requests sent late, {} never sent", r.late, r.missed));
         }
+        let limits = r.client_limits();
+        if !limits.is_empty() {
+            out.push(format!("{at}: client-limited: {}", limits.join("; ")));
+        }
     }
     out
 }

@@ -257,7 +257,25 @@ pub fn render_notes(rows: &[ReportRow]) -> String {
             overloaded.join(", ")
         ));
     }
+    let limited: Vec<String> = rows
+        .iter()
+        .filter(|r| r.client_limited())
+        .map(|r| format!("batch {} at {}: {}", r.batch, load_label(r.load), r.client_limits().join("; ")))
+        .collect();
+    if !limited.is_empty() {
+        notes.push(format!(
+            "Client-limited (the load generator, not the server, set these rows' pace): {}.",
+            limited.join(", ")
+        ));
+    }
     notes.iter().map(|n| format!("{n}\n")).collect::<Vec<_>>().join("\n")
+}
+
+fn load_label(load: LoadPoint) -> String {
+    match load {
+        LoadPoint::Concurrency(c) => format!("concurrency {c}"),
+        LoadPoint::RequestRate(rate) => format!("{} req/s", format_g(rate)),
+    }
 }
 
 fn loads_of(rows: &[ReportRow]) -> Vec<LoadPoint> {
@@ -458,6 +476,7 @@ mod tests {
             p50_ci: Interval::UNKNOWN,
             p99_ci: Interval::UNKNOWN,
             overloaded: false,
+            client: Default::default(),
             ..sample_row(8, 1)
         };
         assert_eq!(render_notes(std::slice::from_ref(&plain)), "");

@@ -142,7 +142,7 @@ fn seed_tables_compare_and_render_as_pages() {
     let report = std::fs::read_to_string(page.join("report.html")).unwrap();
     assert_self_contained(&report, 3);
     assert!(report.contains("Seed table: 000_"), "the seed's source line");
-    assert!(report.contains("<th data-type=\"num\">Inferences/Second</th>"), "{report}");
+    assert!(report.contains("<th data-type=\"num\">Inferences&#x2f;Second</th>"), "{report}");
 
     let missing = perfbench(&["compare", &p(&a30), &p(&dir.path().join("nope"))]);
     assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));

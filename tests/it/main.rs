@@ -3,6 +3,7 @@
 //! whole crate, polars included).
 
 mod client;
+mod client_limits;
 mod common;
 mod compare;
 mod compute_models;
