@@ -115,7 +115,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         sections.push(Section {
             name: base.name.clone(),
             title: base.meta.title.clone(),
-            plots: inline.into_iter().map(|(name, svg)| InlinePlot { name, svg }).collect(),
+            plots: inline,
             plot_files: files
                 .iter()
                 .filter(|f| f.extension().is_some_and(|e| e == "png"))

@@ -9,6 +9,7 @@ use plotters::prelude::*;
 use plotters::style::full_palette;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::html::InlinePlot;
 use super::plot::{
     axis_label, box_legend, draw_legend, draw_titles, has_stage_breakdown, headroom, line_legend, ms, render_to,
     svg_with_hover, Chart, DrawResult, Format, Hotspot, Hover, PlotError, FONT, STAGE_COLORS,
@@ -263,7 +264,7 @@ pub fn write_overlays(
     runs: &[RunRows],
     kind: TableKind,
     title: &str,
-) -> Result<(Vec<PathBuf>, Vec<(String, String)>), PlotError> {
+) -> Result<(Vec<PathBuf>, Vec<InlinePlot>), PlotError> {
     let mut files = Vec::new();
     let mut inline = Vec::new();
     for plot in OverlayKind::ALL {
@@ -274,7 +275,7 @@ pub fn write_overlays(
             render_to(&path, format, &chart)?;
             files.push(path);
         }
-        inline.push((stem.clone(), svg_with_hover(&stem, &chart)?));
+        inline.push(InlinePlot { svg: svg_with_hover(&stem, &chart)?, name: stem });
     }
     Ok((files, inline))
 }
