@@ -277,7 +277,7 @@ Achieved Load,Send Lag p50,Send Lag p99,Client CPU (%),Client Limited"
         let mut with_gpu = result();
         with_gpu.detail.gpu = Some(GpuFigures { utilization: vec![("GPU-1".into(), 0.5)], ..Default::default() });
         let line = row_line(&with_gpu, CsvColumns { verbose: true, gpu_metrics: true });
-        assert!(line.ends_with(",GPU-1:0.5;,,,,350.25,356.5,5300,5400,12000,inf"), "{line}");
+        assert!(line.ends_with(",GPU-1:0.5;,,,,350.25,356.5,5300,5400,12000,inf,0,0,0,0.0,0"), "{line}");
         // The verbose CSV reads back with its intervals.
         let text = format!("{}\n{}\n", header(LoadPoint::Concurrency(1), columns), row_line(&result(), columns));
         let rows = crate::results::csv::parse_csv(&text, crate::results::csv::Unit::Us, "pa.csv").unwrap();
