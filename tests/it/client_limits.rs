@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 /// Starts `perfbench profile` of the bundled identity model at `rate` requests/s, writing the
 /// verbose CSV to `csv`; `pin` runs it on core 0 only.
-fn start(rate: &str, csv: &std::path::Path, pin: bool) -> std::process::Child {
+fn start(rate: &str, window_ms: &str, csv: &std::path::Path, pin: bool) -> std::process::Child {
     let bin = env!("CARGO_BIN_EXE_perfbench");
     let has_taskset = Command::new("taskset").arg("--version").output().is_ok_and(|o| o.status.success());
     let mut cmd = if pin && has_taskset {
@@ -17,7 +17,7 @@ fn start(rate: &str, csv: &std::path::Path, pin: bool) -> std::process::Child {
         Command::new(bin)
     };
     cmd.args(["profile", "-m", "identity", "--shape", "INPUT0:16", "--request-rate-range", rate])
-        .args(["-p", "1000", "--max-trials", "2", "-s", "100", "--verbose-csv", "-f"])
+        .args(["-p", window_ms, "--max-trials", "2", "-s", "100", "--verbose-csv", "-f"])
         .arg(csv)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -38,8 +38,10 @@ fn row(csv: &std::path::Path) -> std::collections::HashMap<String, String> {
 fn an_impossible_rate_is_flagged_and_a_comfortable_one_is_not() {
     let dir = tempfile::tempdir().unwrap();
     let (flood_csv, calm_csv) = (dir.path().join("flood.csv"), dir.path().join("calm.csv"));
-    let flood = start("100000", &flood_csv, true);
-    let calm = start("50", &calm_csv, false);
+    let flood = start("100000", "1000", &flood_csv, true);
+    // 20 req/s over 2 s windows: 40 requests each, so the one or two still in flight when a
+    // window closes stay well inside the 5% allowance even on a busy box.
+    let calm = start("20", "2000", &calm_csv, false);
     let [flood, calm] = [flood, calm].map(|c| c.wait_with_output().unwrap());
     let text = |o: &std::process::Output| {
         format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
@@ -60,5 +62,5 @@ fn an_impossible_rate_is_flagged_and_a_comfortable_one_is_not() {
     let r = row(&calm_csv);
     assert_eq!(r["Client Limited"], "0", "{r:?}");
     let achieved: f64 = r["Achieved Load"].parse().unwrap();
-    assert!((47.5..=52.5).contains(&achieved), "achieved {achieved} of 50");
+    assert!((19.0..=21.0).contains(&achieved), "achieved {achieved} of 20");
 }
