@@ -152,6 +152,10 @@ pub fn warnings(rows: &[ReportRow]) -> Vec<String> {
     let mut out = Vec::new();
     for r in rows {
         let at = format!("batch {} at {}", r.batch, load_text(r.load));
+        let limits = r.client_limits();
+        if !limits.is_empty() {
+            out.push(format!("{at}: client-limited: {}", limits.join("; ")));
+        }
         // A seed's rows carry no request counts: nothing is known about them.
         if r.requests == 0 {
             continue;
@@ -170,10 +174,6 @@ pub fn warnings(rows: &[ReportRow]) -> Vec<String> {
         }
         if r.late > 0 || r.missed > 0 {
             out.push(format!("{at}: {} requests sent late, {} never sent", r.late, r.missed));
-        }
-        let limits = r.client_limits();
-        if !limits.is_empty() {
-            out.push(format!("{at}: client-limited: {}", limits.join("; ")));
         }
     }
     out

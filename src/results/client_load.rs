@@ -82,7 +82,8 @@ impl ReportRow {
             }
         }
         if c.cpu_pct >= CPU_LIMIT_PCT {
-            reasons.push(format!("client CPU {:.0}% of {} core(s)", c.cpu_pct, c.cores));
+            let cores = if c.cores > 0 { format!("{} core(s)", c.cores) } else { "its cores".into() };
+            reasons.push(format!("client CPU {:.0}% of {cores}", c.cpu_pct));
         }
         reasons
     }
