@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod gate;
 pub mod input;
 pub mod load;

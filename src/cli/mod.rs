@@ -51,6 +51,8 @@ pub enum Command {
     Profile(Box<profile::ProfileArgs>),
     /// Re-render report.md and the plots from a report.csv, perf_analyzer or seed CSV.
     Report(crate::report::command::ReportArgs),
+    /// Overlay runs (or seed tables) in plots and judge each against a baseline as the gate does.
+    Compare(crate::compare::CompareArgs),
     /// Offline sweep: concurrency 1, a static batch per request, over batch sizes.
     #[command(after_help = EXIT_CODES)]
     Offline(Box<sweep::OfflineArgs>),
@@ -235,6 +237,7 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
         Command::Serve(args) => other(crate::server::serve::run(args)),
         Command::Gate(args) => other(crate::gate::run(&args).map_err(Into::into)),
         Command::Report(args) => other(crate::report::command::run(args)),
+        Command::Compare(args) => other(crate::compare::run(args)),
         Command::Profile(args) => plan_or_run(shard(args.plan()), args.common.print_plan),
         Command::Offline(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),
         Command::Online(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),

@@ -155,8 +155,26 @@ pub fn report(outcome: &GateOutcome, sources: &Sources<'_>, outputs: Outputs<'_>
     if let Some(path) = outputs.junit {
         write_file(path, &junit::render(outcome))?;
     }
+    for line in client_limited_warnings(outcome) {
+        eprintln!("{line}");
+    }
     eprintln!("{}", verdict_line(outcome));
     Ok(if outcome.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_REGRESSION) })
+}
+
+/// A warning per compared row that the load generator limited (on either side): its numbers
+/// measure the client as much as the server.
+pub fn client_limited_warnings(outcome: &GateOutcome) -> Vec<String> {
+    let mut lines = Vec::new();
+    for row in &outcome.rows {
+        for (side, r) in [("baseline", &row.baseline), ("current", &row.current)] {
+            let limits = r.client_limits();
+            if !limits.is_empty() {
+                lines.push(format!("gate: warning: {} ({side}) is client-limited: {}", row.label(), limits.join("; ")));
+            }
+        }
+    }
+    lines
 }
 
 /// The verdict in one line, naming the first regressions.

@@ -166,6 +166,7 @@ impl Shared {
         }
         {
             let mut rec = self.recorders[shard].lock();
+            rec.record_send_lag(sent.saturating_duration_since(intended));
             if late {
                 rec.late += 1;
             }

@@ -3,6 +3,7 @@
 //! derivation of a row from its windows. (The loop that drives a load and closes windows is
 //! `run::sweep`.)
 
+pub mod cpu;
 pub mod gpu_metrics;
 pub mod interval;
 pub mod recorder;

@@ -37,12 +37,25 @@ pub struct WindowRecorder {
     /// Sequence models: sequences whose last request completed, and their requests in all.
     pub sequences: u64,
     pub sequence_steps: u64,
+    /// Actual send time − intended send time, in µs (meaningful in open loop: a closed-loop
+    /// request is intended when it is sent).
+    pub send_lag_us: Histogram<u64>,
+    /// The process's CPU time over the window (set on the merged window by the sweep).
+    pub cpu_ns: u64,
+}
+
+/// Largest send lag the histogram tracks (a minute, in µs); two significant digits suffice for
+/// a flag, and keep each worker's histogram small.
+const MAX_SEND_LAG_US: u64 = 60_000_000;
+
+fn send_lag_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_SEND_LAG_US, 2).expect("static histogram bounds")
 }
 
 impl Default for WindowRecorder {
     fn default() -> Self {
         let latency_us = Histogram::new_with_bounds(1, MAX_LATENCY_US, SIGFIG).expect("static histogram bounds");
-        WindowRecorder::around(latency_us, Vec::new())
+        WindowRecorder::around(latency_us, send_lag_histogram(), Vec::new())
     }
 }
 
@@ -52,7 +65,7 @@ fn ns(d: Duration) -> u64 {
 
 impl WindowRecorder {
     /// Zero counters around an (empty) histogram and log.
-    fn around(latency_us: Histogram<u64>, log: Vec<RequestRecord>) -> Self {
+    fn around(latency_us: Histogram<u64>, send_lag_us: Histogram<u64>, log: Vec<RequestRecord>) -> Self {
         WindowRecorder {
             latency_us,
             ok: 0,
@@ -67,6 +80,8 @@ impl WindowRecorder {
             log,
             sequences: 0,
             sequence_steps: 0,
+            send_lag_us,
+            cpu_ns: 0,
         }
     }
 
@@ -77,9 +92,11 @@ impl WindowRecorder {
         let placeholder = Histogram::new(1).expect("one significant digit");
         let mut latency_us = std::mem::replace(&mut self.latency_us, placeholder);
         latency_us.reset();
+        let mut send_lag_us = std::mem::replace(&mut self.send_lag_us, Histogram::new(1).expect("one digit"));
+        send_lag_us.reset();
         let mut log = std::mem::take(&mut self.log);
         log.clear();
-        *self = WindowRecorder::around(latency_us, log);
+        *self = WindowRecorder::around(latency_us, send_lag_us, log);
     }
 
     pub fn record_ok(&mut self, latency: Duration, timing: RequestTiming) {
@@ -90,6 +107,20 @@ impl WindowRecorder {
         self.send_ns_sum = self.send_ns_sum.saturating_add(ns(timing.send));
         self.recv_ns_sum = self.recv_ns_sum.saturating_add(ns(timing.recv));
         self.exchange_ns_sum = self.exchange_ns_sum.saturating_add(ns(timing.total));
+    }
+
+    /// How long after its intended time a request went out.
+    pub fn record_send_lag(&mut self, lag: Duration) {
+        self.send_lag_us.saturating_record(ns(lag) / 1000);
+    }
+
+    /// The send lag at `percentile`, in µs (0 with no requests).
+    pub fn send_lag_percentile_us(&self, percentile: f64) -> f64 {
+        if self.send_lag_us.is_empty() {
+            0.0
+        } else {
+            self.send_lag_us.value_at_quantile(percentile / 100.0) as f64
+        }
     }
 
     pub fn record_failed(&mut self, error: &dyn std::fmt::Display) {
@@ -103,6 +134,8 @@ impl WindowRecorder {
     pub fn merge(&mut self, other: &WindowRecorder) {
         // Both histograms share bounds, so adding cannot fail.
         let _ = self.latency_us.add(&other.latency_us);
+        let _ = self.send_lag_us.add(&other.send_lag_us);
+        self.cpu_ns = self.cpu_ns.saturating_add(other.cpu_ns);
         self.ok += other.ok;
         self.failed += other.failed;
         self.late += other.late;

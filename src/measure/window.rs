@@ -23,7 +23,9 @@ use super::interval::{keeps_growing, ratio_interval, Quantiles};
 use super::recorder::WindowRecorder;
 use super::stability::{spread_pct, WindowFigures};
 use crate::results::shard::{ShardWindow, WindowCounts};
-use crate::results::{ComposingStats, Interval, LoadPoint, PointDetail, PointResult, ReportRow, ServerStats};
+use crate::results::{
+    ClientLoad, ComposingStats, Interval, LoadPoint, PointDetail, PointResult, ReportRow, ServerStats,
+};
 
 /// One window, raw.
 #[derive(Clone, Debug)]
@@ -237,6 +239,32 @@ impl Batches {
     }
 }
 
+/// What the client achieved over the merged windows (see [`ClientLoad`]).
+pub fn client_load(client: &WindowRecorder, load: LoadPoint, secs: f64) -> ClientLoad {
+    if secs <= 0.0 {
+        return ClientLoad::default();
+    }
+    let cores = crate::measure::cpu::available_cores();
+    let cpu_pct = client.cpu_ns as f64 / 1e9 / secs / cores as f64 * 100.0;
+    match load {
+        LoadPoint::RequestRate(_) => ClientLoad {
+            achieved: (client.ok + client.failed) as f64 / secs,
+            send_lag_p50_us: client.send_lag_percentile_us(50.0),
+            send_lag_p99_us: client.send_lag_percentile_us(99.0),
+            cpu_pct,
+            cores,
+        },
+        // Little's law: requests in flight = completed requests/s × time each spent in flight.
+        LoadPoint::Concurrency(_) => ClientLoad {
+            achieved: client.ok as f64 / secs * client.avg_latency_us() / 1e6,
+            send_lag_p50_us: 0.0,
+            send_lag_p99_us: 0.0,
+            cpu_pct,
+            cores,
+        },
+    }
+}
+
 /// Derives a row from the windows it merges (see the module docs for the formulas).
 pub fn derive_point(
     windows: &[Window],
@@ -304,6 +332,7 @@ pub fn derive_point(
         p50_ci: intervals.p50,
         p99_ci: intervals.p99,
         overloaded,
+        client: client_load(&client, load, secs),
     };
     let threshold_latency_us = match percentile {
         Some(p) => client.percentile_us(p),

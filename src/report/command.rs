@@ -39,6 +39,9 @@ pub struct ReportArgs {
     /// Plot formats to write with `--plots-only` (a full re-render writes PNG and SVG).
     #[arg(long, value_enum, default_value = "both")]
     pub format: FormatArg,
+    /// Write only `report.html` (into `--out`): the self-contained page, plots inline.
+    #[arg(long, conflicts_with = "plots_only")]
+    pub html: bool,
     /// Convert the seed reports (`*.txt`) in this folder into CSV + sidecar + original table,
     /// under `--out` (default `reference-results/seeds`).
     #[arg(long, conflicts_with_all = ["file", "layout", "kind", "batch", "plots_only"])]
@@ -109,6 +112,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone().unwrap_or_else(|| default_out(file));
     let source = composing_csv::for_table(file);
     let composing = super::read_composing(&source)?;
+    if args.html {
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+        println!("{}", super::write_html(&out, &rows, &meta, &composing)?.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.plots_only {
         let formats: &[Format] = match args.format {
             FormatArg::Png => &[Format::Png],
@@ -131,6 +139,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     println!("{}", written.report_csv.display());
     println!("{}", written.report_md.display());
+    println!("{}", written.report_html.display());
     for path in written.plots {
         println!("{}", path.display());
     }

@@ -6,6 +6,8 @@
 //! pair, so `perfbench report` renders both the same way.
 
 pub mod command;
+pub mod html;
+pub mod overlay;
 pub mod pa_export;
 pub mod pa_summary;
 pub mod plot;
@@ -166,6 +168,8 @@ pub enum ReportError {
     Sidecar { path: PathBuf, message: String },
     #[error("no rows to report")]
     NoRows,
+    #[error("page template: {0}")]
+    Template(String),
 }
 
 /// The sidecar path of a CSV: same stem, `.toml`.
@@ -238,6 +242,7 @@ pub fn render_report(rows: &[ReportRow], meta: &TableMeta, plots: &[String], com
 pub struct WrittenResults {
     pub report_csv: PathBuf,
     pub report_md: PathBuf,
+    pub report_html: PathBuf,
     pub plots: Vec<PathBuf>,
 }
 
@@ -293,7 +298,24 @@ pub fn write_results_with(
     let md = render_report(rows, meta, &png_names, composing);
     std::fs::write(&written.report_md, md)
         .map_err(|source| ReportError::Write { path: written.report_md.clone(), source })?;
+    written.report_html = write_html(dir, rows, meta, composing)?;
     Ok(written)
+}
+
+/// Writes `report.html` into `dir`: the self-contained page of [`html::report_page`].
+pub fn write_html(
+    dir: &Path,
+    rows: &[ReportRow],
+    meta: &TableMeta,
+    composing: &[ComposingRow],
+) -> Result<PathBuf, ReportError> {
+    if rows.is_empty() {
+        return Err(ReportError::NoRows);
+    }
+    let path = dir.join(html::REPORT_HTML);
+    let page = html::render_page(&html::report_page(rows, meta, composing)?)?;
+    std::fs::write(&path, page).map_err(|source| ReportError::Write { path: path.clone(), source })?;
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -332,6 +354,7 @@ mod tests {
             p50_ci: crate::results::Interval::UNKNOWN,
             p99_ci: crate::results::Interval::UNKNOWN,
             overloaded: false,
+            client: Default::default(),
         }
     }
 
@@ -350,7 +373,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rows = vec![row(1, 800.0), row(8, 1500.0), row(16, 2600.0)];
         let written = write_results(dir.path(), &rows, &config(), TableKind::Offline).unwrap();
-        for name in ["report.csv", "report.toml", "report.md"] {
+        for name in ["report.csv", "report.toml", "report.md", "report.html"] {
             assert!(dir.path().join(name).is_file(), "{name}");
         }
         let names: Vec<String> =

@@ -154,6 +154,18 @@ pub fn point_block(result: &PointResult, wire: Wire, d: &RunDescription) -> Stri
         let _ = write!(s, " (first failure: {error})");
     }
     s.push('\n');
+    if r.client.is_known() {
+        let c = &r.client;
+        let _ = write!(s, "  perfbench client: achieved {}", r.achieved_text());
+        if matches!(r.load, crate::results::LoadPoint::RequestRate(_)) {
+            let _ = write!(s, ", send lag p50 {:.0} usec p99 {:.0} usec", c.send_lag_p50_us, c.send_lag_p99_us);
+        }
+        let _ = writeln!(s, ", CPU {:.0}% of {} core(s)", c.cpu_pct, c.cores);
+        let limits = r.client_limits();
+        if !limits.is_empty() {
+            let _ = writeln!(s, "  CLIENT-LIMITED: {}", limits.join("; "));
+        }
+    }
     if r.sequences > 0 {
         let _ = writeln!(s, "  Sequences: {} ended, average length {:.1} requests", r.sequences, r.avg_sequence_length);
     }

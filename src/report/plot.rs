@@ -9,6 +9,7 @@
 
 pub mod pareto;
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -25,9 +26,9 @@ use crate::results::composing_csv::ComposingRow;
 use crate::results::csv::{stages_us, STAGE_NAMES};
 use crate::results::{Interval, LoadPoint, ReportRow};
 
-const FONT: &str = "sans-serif";
+pub(super) const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
-const SIZE_PX: (u32, u32) = (1000, 600);
+pub(super) const SIZE_PX: (u32, u32) = (1000, 600);
 
 /// Why a plot could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +47,7 @@ pub enum Format {
 }
 
 impl Format {
-    fn extension(self) -> &'static str {
+    pub(super) fn extension(self) -> &'static str {
         match self {
             Format::Png => "png",
             Format::Svg => "svg",
@@ -147,11 +148,11 @@ pub fn render_one(
     render_to(path, format, &SweepPlot { plot, rows, title })
 }
 
-type DrawResult = Result<(), String>;
+pub(super) type DrawResult = Result<(), String>;
 
 /// A chart that draws on either backend.
-trait Chart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult;
+pub(super) trait Chart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, hover: &Hover) -> DrawResult;
 }
 
 struct SweepPlot<'a> {
@@ -161,8 +162,8 @@ struct SweepPlot<'a> {
 }
 
 impl Chart for SweepPlot<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
-        draw(root, self.plot, self.rows, self.title)
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, hover: &Hover) -> DrawResult {
+        draw(root, self.plot, self.rows, self.title, hover)
     }
 }
 
@@ -173,7 +174,7 @@ struct ModelPlot<'a> {
 }
 
 impl Chart for ModelPlot<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, hover: &Hover) -> DrawResult {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let points = composing_points(self.composing);
         let heading = match axis_of(self.kind) {
@@ -182,33 +183,98 @@ impl Chart for ModelPlot<'_> {
             Axis::Load => "Server latency by composing model vs concurrency",
         };
         let root = draw_titles(root, heading, self.title).map_err(|e| e.to_string())?;
-        latency_by_model(&root, self.composing, &points, axis_of(self.kind))
+        latency_by_model(&root, self.composing, &points, axis_of(self.kind), hover)
     }
 }
 
 /// Draws `chart` into one file.
-fn render_to(path: &Path, format: Format, chart: &impl Chart) -> Result<(), PlotError> {
+pub(super) fn render_to(path: &Path, format: Format, chart: &impl Chart) -> Result<(), PlotError> {
     register_font()?;
     let fail = |message: String| PlotError::Draw { path: path.to_owned(), message };
+    let hover = Hover::default();
     match format {
         Format::Png => {
             let root = BitMapBackend::new(path, SIZE_PX).into_drawing_area();
-            chart.draw(&root).map_err(fail)?;
+            chart.draw(&root, &hover).map_err(fail)?;
             root.present().map_err(|e| fail(e.to_string()))
         }
         Format::Svg => {
             let root = SVGBackend::new(path, SIZE_PX).into_drawing_area();
-            chart.draw(&root).map_err(fail)?;
+            chart.draw(&root, &hover).map_err(fail)?;
             root.present().map_err(|e| fail(e.to_string()))
         }
     }
 }
+
+/// Draws `chart` as an SVG document for inlining in a page, with a hover layer on top: one
+/// transparent box per bar and point whose `<title>` the browser shows as a tooltip.
+pub(super) fn svg_with_hover(name: &str, chart: &impl Chart) -> Result<String, PlotError> {
+    register_font()?;
+    let fail = |message: String| PlotError::Draw { path: PathBuf::from(format!("{name}.svg (inline)")), message };
+    let hover = Hover::default();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE_PX).into_drawing_area();
+        chart.draw(&root, &hover).map_err(fail)?;
+        root.present().map_err(|e| fail(e.to_string()))?;
+    }
+    let layer: String = hover.into_inner().iter().map(Hotspot::to_svg).collect();
+    match svg.rfind("</svg>") {
+        Some(end) => svg.insert_str(end, &format!("<g class=\"hover\">\n{layer}</g>\n")),
+        None => return Err(fail("the SVG backend wrote no closing tag".into())),
+    }
+    Ok(svg)
+}
+
+/// One sweep plot as inline SVG with hover values.
+pub fn sweep_svg(plot: PlotKind, rows: &[ReportRow], title: &str) -> Result<String, PlotError> {
+    svg_with_hover(plot.name(), &SweepPlot { plot, rows, title })
+}
+
+/// The composing models' plot as inline SVG with hover values.
+pub fn model_svg(composing: &[ComposingRow], kind: TableKind, title: &str) -> Result<String, PlotError> {
+    svg_with_hover(LATENCY_BY_MODEL, &ModelPlot { composing, kind, title })
+}
+
+/// A hover target in pixels, and the values it names.
+#[derive(Clone, Debug)]
+pub(super) struct Hotspot {
+    x: i32,
+    y: i32,
+    w: i32,
+    h: i32,
+    text: String,
+}
+
+impl Hotspot {
+    /// A box spanning two pixel corners.
+    pub(super) fn between(a: (i32, i32), b: (i32, i32), text: String) -> Self {
+        Hotspot { x: a.0.min(b.0), y: a.1.min(b.1), w: (a.0 - b.0).abs().max(2), h: (a.1 - b.1).abs().max(2), text }
+    }
+
+    /// A square around a point marker.
+    pub(super) fn around(p: (i32, i32), text: String) -> Self {
+        Hotspot { x: p.0 - 7, y: p.1 - 7, w: 14, h: 14, text }
+    }
+
+    fn to_svg(&self) -> String {
+        let text = self.text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"transparent\" pointer-events=\"all\"><title>{text}</title></rect>\n",
+            self.x, self.y, self.w, self.h
+        )
+    }
+}
+
+/// The hover targets a chart collects while it draws (ignored for PNG and plain SVG files).
+pub(super) type Hover = RefCell<Vec<Hotspot>>;
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     plot: PlotKind,
     rows: &[ReportRow],
     title: &str,
+    hover: &Hover,
 ) -> DrawResult {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let heading = match plot {
@@ -223,16 +289,16 @@ fn draw<DB: DrawingBackend>(
     };
     let root = draw_titles(root, heading, title).map_err(|e| e.to_string())?;
     match plot {
-        PlotKind::ThroughputVsBatch => throughput_vs_batch(&root, rows),
-        PlotKind::LatencyVsBatch => stacked_latency(&root, rows, Axis::Batch, false),
-        PlotKind::ThroughputVsLatency => throughput_vs_latency(&root, rows),
-        PlotKind::LatencyVsConcurrency => stacked_latency(&root, rows, Axis::Load, true),
+        PlotKind::ThroughputVsBatch => throughput_vs_batch(&root, rows, hover),
+        PlotKind::LatencyVsBatch => stacked_latency(&root, rows, Axis::Batch, false, hover),
+        PlotKind::ThroughputVsLatency => throughput_vs_latency(&root, rows, hover),
+        PlotKind::LatencyVsConcurrency => stacked_latency(&root, rows, Axis::Load, true, hover),
     }
 }
 
 /// The plot's heading, and the run's title on a second line, each shrunk until it fits the width;
 /// returns the area below them.
-fn draw_titles<DB: DrawingBackend>(
+pub(super) fn draw_titles<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     heading: &str,
     title: &str,
@@ -253,7 +319,7 @@ fn draw_titles<DB: DrawingBackend>(
     Ok(root.split_vertically(y + 4).1)
 }
 
-fn ms(us: f64) -> f64 {
+pub(super) fn ms(us: f64) -> f64 {
     if us.is_finite() {
         us / 1000.0
     } else {
@@ -262,7 +328,7 @@ fn ms(us: f64) -> f64 {
 }
 
 /// Whether the rows carry per-stage latencies (the summary tables of 002/004 offline do not).
-fn has_stage_breakdown(rows: &[ReportRow]) -> bool {
+pub(super) fn has_stage_breakdown(rows: &[ReportRow]) -> bool {
     rows.iter().any(|r| stages_us(r).iter().any(|s| s.is_finite()))
 }
 
@@ -290,7 +356,7 @@ fn throughput_top(rows: &[ReportRow]) -> f64 {
 }
 
 /// A finite upper bound with headroom, never zero (plotters needs a non-empty range).
-fn headroom(max: f64) -> f64 {
+pub(super) fn headroom(max: f64) -> f64 {
     if max.is_finite() && max > 0.0 {
         max * 1.12
     } else {
@@ -299,7 +365,7 @@ fn headroom(max: f64) -> f64 {
 }
 
 /// Axis numbers that stay short: `3.5M`, `250k`, `120`, `2.5`, `0.125`.
-fn axis_label(value: &f64) -> String {
+pub(super) fn axis_label(value: &f64) -> String {
     let v = *value;
     let trim = |t: String| {
         if t.contains('.') {
@@ -390,7 +456,7 @@ fn axis_name(axis: Axis, points: &[Point]) -> &'static str {
     }
 }
 
-const STAGE_COLORS: [RGBColor; 7] = [
+pub(super) const STAGE_COLORS: [RGBColor; 7] = [
     full_palette::PURPLE_300,
     full_palette::BLUE_400,
     full_palette::ORANGE_400,
@@ -453,7 +519,7 @@ fn bar_margin(categories: usize, plot_width_px: u32) -> u32 {
 }
 
 /// The legend mark of a bar series.
-fn box_legend(color: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
+pub(super) fn box_legend(color: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
     move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
 }
 
@@ -463,6 +529,7 @@ fn latency_by_model<DB: DrawingBackend>(
     composing: &[ComposingRow],
     points: &[Point],
     axis: Axis,
+    hover: &Hover,
 ) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let busy_ms = |r: &ComposingRow| ms(r.queue_us + r.compute_input_us + r.compute_infer_us + r.compute_output_us);
@@ -497,6 +564,13 @@ fn latency_by_model<DB: DrawingBackend>(
                 let i = at(r);
                 let low = base[i];
                 base[i] += busy_ms(r);
+                hover.borrow_mut().push(bar_hotspot(
+                    &chart,
+                    i,
+                    low,
+                    base[i],
+                    format!("{}: {model} {:.3} ms", labels[i], busy_ms(r)),
+                ));
                 category_bar(i, low, base[i], color, margin)
             })
             .collect();
@@ -505,7 +579,11 @@ fn latency_by_model<DB: DrawingBackend>(
     draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 13)
 }
 
-fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
+fn throughput_vs_batch<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[ReportRow],
+    hover: &Hover,
+) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let labels = category_labels(&points_of(rows), Axis::Batch);
     let y_max = headroom(throughput_top(rows));
@@ -520,10 +598,18 @@ fn throughput_vs_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: 
     chart.draw_series(line).map_err(e)?.label("Inferences/second").legend(line_legend(LINE_COLOR, 2));
     chart.draw_series(dots).map_err(e)?;
     chart.draw_series(throughput_whiskers(rows)).map_err(e)?;
+    for (i, r) in rows.iter().enumerate() {
+        let at = chart.backend_coord(&(SegmentValue::CenterOf(i as i32), r.throughput));
+        hover.borrow_mut().push(Hotspot::around(at, format!("batch {}: {:.2} infer/s", labels[i], r.throughput)));
+    }
     draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 14)
 }
 
-fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[ReportRow]) -> DrawResult {
+fn throughput_vs_latency<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[ReportRow],
+    hover: &Hover,
+) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let x_max = headroom(
         rows.iter()
@@ -563,6 +649,10 @@ fn throughput_vs_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows
             .label(name)
             .legend(line_legend(color, 2));
         chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(e)?;
+        for (r, p) in rows.iter().filter(|r| latency(r).is_finite()).zip(&points) {
+            let text = format!("batch {}: {name} {:.3} ms, {:.2} infer/s", r.batch, p.0, p.1);
+            hover.borrow_mut().push(Hotspot::around(chart.backend_coord(p), text));
+        }
         // Throughput whiskers on every point; the p99 point also gets its latency interval.
         let style = color.stroke_width(1);
         chart
@@ -598,6 +688,7 @@ fn stacked_latency<DB: DrawingBackend>(
     rows: &[ReportRow],
     axis: Axis,
     with_throughput: bool,
+    hover: &Hover,
 ) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let points = points_of(rows);
@@ -638,6 +729,8 @@ fn stacked_latency<DB: DrawingBackend>(
                 .map(|(i, r)| {
                     let low = base[i];
                     base[i] += ms(stages_us(r)[s]);
+                    let text = format!("{}: {name} {:.3} ms", labels[i], ms(stages_us(r)[s]));
+                    hover.borrow_mut().push(bar_hotspot(&*chart, i, low, base[i], text));
                     bar(i, low, base[i], color)
                 })
                 .collect();
@@ -645,6 +738,10 @@ fn stacked_latency<DB: DrawingBackend>(
         }
     } else {
         let color = full_palette::BLUE_400;
+        for (i, r) in rows.iter().enumerate() {
+            let text = format!("{}: avg latency {:.3} ms", labels[i], ms(r.avg_us));
+            hover.borrow_mut().push(bar_hotspot(&*chart, i, 0.0, ms(r.avg_us), text));
+        }
         chart
             .draw_series(rows.iter().enumerate().map(|(i, r)| bar(i, 0.0, ms(r.avg_us), color)))
             .map_err(e)?
@@ -657,6 +754,10 @@ fn stacked_latency<DB: DrawingBackend>(
         .filter(|(_, r)| r.p99_us.is_finite())
         .map(|(i, r)| (SegmentValue::CenterOf(i as i32), ms(r.p99_us)))
         .collect();
+    for (i, r) in rows.iter().enumerate().filter(|(_, r)| r.p99_us.is_finite()) {
+        let at = chart.backend_coord(&(SegmentValue::CenterOf(i as i32), ms(r.p99_us)));
+        hover.borrow_mut().push(Hotspot::around(at, format!("{}: p99 latency {:.3} ms", labels[i], ms(r.p99_us))));
+    }
     if !p99.is_empty() {
         chart
             .draw_series(p99.iter().map(|p| TriangleMarker::new(p.clone(), 6, BLACK.filled())))
@@ -695,8 +796,27 @@ fn stacked_latency<DB: DrawingBackend>(
             .legend(line_legend(LINE_COLOR, 3));
         chart.draw_secondary_series(dots).map_err(e)?;
         chart.draw_secondary_series(throughput_whiskers(rows)).map_err(e)?;
+        for (i, r) in rows.iter().enumerate() {
+            let at = chart.borrow_secondary().backend_coord(&(SegmentValue::CenterOf(i as i32), r.throughput));
+            hover.borrow_mut().push(Hotspot::around(at, format!("{}: {:.2} infer/s", labels[i], r.throughput)));
+        }
     }
     draw_legend(&mut *chart, SeriesLabelPosition::UpperLeft, 13)
+}
+
+/// The hover box of category `i`'s bar from `low` to `high` (the bar's full segment width).
+fn bar_hotspot<DB: DrawingBackend>(
+    chart: &ChartContext<'_, DB, CategoryCoord>,
+    i: usize,
+    low: f64,
+    high: f64,
+    text: String,
+) -> Hotspot {
+    let a = chart.backend_coord(&(SegmentValue::Exact(i as i32), low));
+    let b = chart.backend_coord(&(SegmentValue::Exact(i as i32 + 1), high));
+    // A fifth in from either side, as the bar is drawn.
+    let inset = (b.0 - a.0).abs() / 5;
+    Hotspot::between((a.0.min(b.0) + inset, a.1), (a.0.max(b.0) - inset, b.1), text)
 }
 
 /// A point on the category axis.
@@ -736,12 +856,12 @@ fn throughput_whiskers(rows: &[ReportRow]) -> Vec<Whisker> {
 }
 
 /// The legend mark of a line series.
-fn line_legend(color: RGBColor, stroke_width: u32) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+pub(super) fn line_legend(color: RGBColor, stroke_width: u32) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
     move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(stroke_width))
 }
 
 /// The box naming the chart's labelled series.
-fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+pub(super) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
     position: SeriesLabelPosition,
     font_size: u32,

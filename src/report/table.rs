@@ -257,7 +257,25 @@ pub fn render_notes(rows: &[ReportRow]) -> String {
             overloaded.join(", ")
         ));
     }
+    let limited: Vec<String> = rows
+        .iter()
+        .filter(|r| r.client_limited())
+        .map(|r| format!("batch {} at {}: {}", r.batch, load_label(r.load), r.client_limits().join("; ")))
+        .collect();
+    if !limited.is_empty() {
+        notes.push(format!(
+            "Client-limited (the load generator, not the server, set these rows' pace): {}.",
+            limited.join(", ")
+        ));
+    }
     notes.iter().map(|n| format!("{n}\n")).collect::<Vec<_>>().join("\n")
+}
+
+fn load_label(load: LoadPoint) -> String {
+    match load {
+        LoadPoint::Concurrency(c) => format!("concurrency {c}"),
+        LoadPoint::RequestRate(rate) => format!("{} req/s", format_g(rate)),
+    }
 }
 
 fn loads_of(rows: &[ReportRow]) -> Vec<LoadPoint> {
@@ -267,6 +285,11 @@ fn loads_of(rows: &[ReportRow]) -> Vec<LoadPoint> {
 /// The composing models' table (one row per load point and model), its times and load column
 /// printed as `layout` prints the results table's.
 pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
+    pipe_table(&composing_columns(rows, layout))
+}
+
+/// The composing models' table as columns, cells as printed.
+pub fn composing_columns(rows: &[ComposingRow], layout: &Layout) -> Vec<PipeColumn> {
     let ms = |us: f64| us / 1000.0;
     // (unit suffix of time headers, time cell from µs, request rate cell) per layout.
     type Cell = Box<dyn Fn(f64) -> String>;
@@ -285,7 +308,7 @@ pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
     let (open_loop, load) = load_cells(&rows.iter().map(|r| r.load).collect::<Vec<_>>(), &rate);
     let count = |f: fn(&ComposingRow) -> u64| rows.iter().map(|r| f(r).to_string()).collect();
     let times = |f: fn(&ComposingRow) -> f64| rows.iter().map(|r| time(f(r))).collect();
-    pipe_table(&[
+    vec![
         PipeColumn::new("Batch", count(|r| r.batch)),
         PipeColumn::new(if open_loop { REQUEST_RATE_COLUMN } else { "Concurrency" }, load),
         PipeColumn::new("Model", rows.iter().map(|r| r.model.clone()).collect()),
@@ -296,11 +319,16 @@ pub fn render_composing(rows: &[ComposingRow], layout: &Layout) -> String {
         PipeColumn::new(format!("Server Compute Infer{unit}"), times(|r| r.compute_infer_us)),
         PipeColumn::new(format!("Server Compute Output{unit}"), times(|r| r.compute_output_us)),
         PipeColumn::new("Share of Latency (%)", rows.iter().map(|r| fixed(r.share_pct, 1)).collect()),
-    ])
+    ]
 }
 
 /// The results table of `rows` in `layout`, as Markdown (ends with a newline).
 pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
+    pipe_table(&results_columns(rows, layout))
+}
+
+/// The results table's columns in `layout`, cells as printed (report.md and report.html).
+pub fn results_columns(rows: &[ReportRow], layout: &Layout) -> Vec<PipeColumn> {
     let ms = |us: f64| us / 1000.0;
     let mut columns = Vec::new();
     match layout {
@@ -393,7 +421,7 @@ pub fn render_results(rows: &[ReportRow], layout: &Layout) -> String {
         columns
             .push(PipeColumn::new(SEQUENCE_COLUMNS[1], rows.iter().map(|r| fixed(r.avg_sequence_length, 1)).collect()));
     }
-    pipe_table(&columns)
+    columns
 }
 
 #[cfg(test)]
@@ -448,6 +476,7 @@ mod tests {
             p50_ci: Interval::UNKNOWN,
             p99_ci: Interval::UNKNOWN,
             overloaded: false,
+            client: Default::default(),
             ..sample_row(8, 1)
         };
         assert_eq!(render_notes(std::slice::from_ref(&plain)), "");

@@ -69,6 +69,11 @@ pub const EXTRA_COLUMNS: [&str; 16] = [
     SEQUENCE_COLUMNS[1],
 ];
 
+/// The client's own figures ([`crate::results::ClientLoad`]), last in report.csv; a CSV without
+/// them reads as "not measured" (never client-limited).
+pub const CLIENT_COLUMNS: [&str; 5] =
+    ["Achieved Load", "Send Lag p50 (us)", "Send Lag p99 (us)", "Client CPU (%)", "Client Cores"];
+
 /// Sequence models: the sequences that ended in the row's windows and their average number of
 /// requests (0 for other models, and in an older report.csv without them).
 pub const SEQUENCE_COLUMNS: [&str; 2] = ["Sequences", "Avg Sequence Length"];
@@ -155,6 +160,8 @@ pub enum Field {
     Ci(usize),
     Sequences,
     AvgSequenceLength,
+    /// One of [`CLIENT_COLUMNS`].
+    Client(usize),
 }
 
 /// Names the column, and the unit its header states if it states one.
@@ -193,6 +200,11 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "overloaded" => Field::Overloaded,
         "sequences" => Field::Sequences,
         "avg sequence length" => Field::AvgSequenceLength,
+        "achieved load" => Field::Client(0),
+        "send lag p50" => Field::Client(1),
+        "send lag p99" => Field::Client(2),
+        "client cpu (%)" => Field::Client(3),
+        "client cores" => Field::Client(4),
         other => return CI_COLUMNS.iter().position(|c| c.eq_ignore_ascii_case(other)).map(|i| (Field::Ci(i), unit)),
     };
     Some((field, unit))
@@ -318,6 +330,7 @@ struct RowBuilder {
     ci: [f64; 6],
     sequences: u64,
     avg_sequence_length: f64,
+    client: crate::results::ClientLoad,
 }
 
 impl Default for RowBuilder {
@@ -338,6 +351,7 @@ impl Default for RowBuilder {
             ci: [f64::NAN; 6],
             sequences: 0,
             avg_sequence_length: 0.0,
+            client: Default::default(),
         }
     }
 }
@@ -370,6 +384,17 @@ impl RowBuilder {
             }
             Field::Stable => self.stable = flag(value, true)?,
             Field::Overloaded => self.overloaded = flag(value, false)?,
+            Field::Client(i) => {
+                let v = number()?;
+                let v = if v.is_nan() { 0.0 } else { v };
+                match i {
+                    0 => self.client.achieved = v,
+                    1 => self.client.send_lag_p50_us = unit.to_us(v),
+                    2 => self.client.send_lag_p99_us = unit.to_us(v),
+                    3 => self.client.cpu_pct = v,
+                    _ => self.client.cores = v as usize,
+                }
+            }
             Field::Requests => {
                 let n = number()?;
                 self.requests = if n.is_nan() { 0 } else { n as u64 };
@@ -431,6 +456,7 @@ impl RowBuilder {
             p50_ci: ci(2),
             p99_ci: ci(4),
             overloaded: self.overloaded,
+            client: self.client,
             sequences: self.sequences,
             avg_sequence_length: self.avg_sequence_length,
         }
@@ -521,6 +547,12 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
     }
     columns.push(Column::new(SEQUENCE_COLUMNS[0].into(), rows.iter().map(|r| r.sequences).collect::<Vec<u64>>()));
     columns.push(f64_column(SEQUENCE_COLUMNS[1], &|r| r.avg_sequence_length));
+    columns.push(f64_column(CLIENT_COLUMNS[0], &|r| r.client.achieved));
+    columns.push(f64_column(CLIENT_COLUMNS[1], &|r| r.client.send_lag_p50_us));
+    columns.push(f64_column(CLIENT_COLUMNS[2], &|r| r.client.send_lag_p99_us));
+    columns.push(f64_column(CLIENT_COLUMNS[3], &|r| r.client.cpu_pct));
+    columns
+        .push(Column::new(CLIENT_COLUMNS[4].into(), rows.iter().map(|r| r.client.cores as u64).collect::<Vec<u64>>()));
     DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 
@@ -669,6 +701,7 @@ request/response,response wait
             p50_ci: Interval::new(3800.0, 3900.0),
             p99_ci: Interval::new(4000.0, f64::INFINITY),
             overloaded: true,
+            client: Default::default(),
         }
     }
 
@@ -677,7 +710,8 @@ request/response,response wait
         let rows = vec![sample_row(1, 1), sample_row(8, 1)];
         let text = report_csv(&rows).unwrap();
         let header = text.lines().next().unwrap();
-        let expected: Vec<&str> = REPORT_COLUMNS.iter().chain(EXTRA_COLUMNS.iter()).copied().collect();
+        let expected: Vec<&str> =
+            REPORT_COLUMNS.iter().chain(EXTRA_COLUMNS.iter()).chain(CLIENT_COLUMNS.iter()).copied().collect();
         assert_eq!(header, expected.join(","));
         let back = parse_csv(&text, Unit::Us, "report.csv").unwrap();
         assert_eq!(back.len(), 2);

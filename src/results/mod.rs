@@ -3,6 +3,7 @@
 //! `report.csv` writers, and the number formatters. It imports only plain types (`proto`,
 //! `tensor`), so `measure`, `report`, `gate` and `run` can all depend on it.
 
+pub mod client_load;
 pub mod composing_csv;
 pub mod csv;
 pub mod format;
@@ -12,6 +13,7 @@ pub mod row;
 pub mod server_stats;
 pub mod shard;
 
+pub use client_load::ClientLoad;
 pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord, ResponseRecord};
 pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
 pub use server_stats::{ComposingModel, ComposingStats, EnsembleTimes, ServerStats, StageTotal};

@@ -17,6 +17,8 @@ use super::{LoadPoint, PointResult};
 /// The columns after the first one, as perf_analyzer 2.50 writes them.
 const BASE_COLUMNS: &str = "Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency";
 const VERBOSE_COLUMNS: &str = ",Avg latency,request/response,response wait";
+/// `--verbose-csv` only, last: what the client achieved, and whether it limited the row.
+const CLIENT_COLUMNS: &str = ",Achieved Load,Send Lag p50,Send Lag p99,Client CPU (%),Client Limited";
 const METRICS_COLUMNS: &str = ",Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory";
 
 /// Which optional column groups a CSV carries.
@@ -53,6 +55,7 @@ pub fn header(first: LoadPoint, columns: CsvColumns) -> String {
             line.push(',');
             line.push_str(name);
         }
+        line.push_str(CLIENT_COLUMNS);
     }
     line
 }
@@ -116,6 +119,15 @@ pub fn row_line(result: &PointResult, columns: CsvColumns) -> String {
             line.push(',');
             line.push_str(&bound(value, i >= 2));
         }
+        let c = &r.client;
+        line.push_str(&format!(
+            ",{},{},{},{:.1},{}",
+            format_g((c.achieved * 100.0).round() / 100.0),
+            us(c.send_lag_p50_us),
+            us(c.send_lag_p99_us),
+            c.cpu_pct,
+            if r.client_limited() { 1 } else { 0 }
+        ));
     }
     line
 }
@@ -171,7 +183,8 @@ mod tests {
         assert_eq!(
             header(LoadPoint::Concurrency(1), CsvColumns { verbose: true, gpu_metrics: false }),
             "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait,\
-Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latency CI High,p99 latency CI Low,p99 latency CI High"
+Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latency CI High,p99 latency CI Low,p99 latency CI High,\
+Achieved Load,Send Lag p50,Send Lag p99,Client CPU (%),Client Limited"
         );
         assert!(
             header(LoadPoint::RequestRate(10.0), CsvColumns::default()).starts_with("Request Rate,Inferences/Second,")
@@ -227,6 +240,7 @@ Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latenc
             p50_ci: Interval::new(5300.7, 5400.2),
             p99_ci: Interval::new(12000.0, f64::INFINITY),
             overloaded: false,
+            client: Default::default(),
         };
         PointResult { row, detail: PointDetail { exchange_us: 5640.5, ..Default::default() } }
     }
@@ -254,7 +268,7 @@ Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latenc
         let columns = CsvColumns { verbose: true, gpu_metrics: false };
         assert_eq!(
             row_line(&result(), columns),
-            "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004,5657,70,5570,350.25,356.5,5300,5400,12000,inf"
+            "2,353.468,69,373,2422,25,2678,87,0,5346,6980,8056,13004,5657,70,5570,350.25,356.5,5300,5400,12000,inf,0,0,0,0.0,0"
         );
         assert_eq!(
             row_line(&result(), CsvColumns::default()),
@@ -263,7 +277,7 @@ Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latenc
         let mut with_gpu = result();
         with_gpu.detail.gpu = Some(GpuFigures { utilization: vec![("GPU-1".into(), 0.5)], ..Default::default() });
         let line = row_line(&with_gpu, CsvColumns { verbose: true, gpu_metrics: true });
-        assert!(line.ends_with(",GPU-1:0.5;,,,,350.25,356.5,5300,5400,12000,inf"), "{line}");
+        assert!(line.ends_with(",GPU-1:0.5;,,,,350.25,356.5,5300,5400,12000,inf,0,0,0,0.0,0"), "{line}");
         // The verbose CSV reads back with its intervals.
         let text = format!("{}\n{}\n", header(LoadPoint::Concurrency(1), columns), row_line(&result(), columns));
         let rows = crate::results::csv::parse_csv(&text, crate::results::csv::Unit::Us, "pa.csv").unwrap();

@@ -117,6 +117,9 @@ pub struct ReportRow {
     /// The server queue time kept growing window over window: the load exceeds what the server
     /// sustains, and the row's latencies depend on how long it was measured.
     pub overloaded: bool,
+    /// What the client achieved: held load, send lag, CPU (zero when read from a CSV).
+    #[serde(default)]
+    pub client: super::ClientLoad,
 }
 
 impl ReportRow {
@@ -188,6 +191,7 @@ impl ReportRow {
             p50_ci: Interval::UNKNOWN,
             p99_ci: Interval::UNKNOWN,
             overloaded: false,
+            client: super::ClientLoad::default(),
         }
     }
 }

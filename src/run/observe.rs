@@ -271,11 +271,12 @@ impl SweepObserver for Recorder {
             (_, None, false) => "not yet stable".to_string(),
         };
         self.progress.set_message(format!(
-            "{}: window {} · {:.1} infer/s · {:.0} µs · {state}{}",
+            "{}: window {} · {:.1} infer/s · {:.0} µs · {} · {state}{}",
             self.label,
             w.trial + 1,
             w.figures.throughput,
             w.figures.latency_us,
+            crate::results::client_load::achieved_text(w.load, w.achieved),
             self.eta()
         ));
     }
@@ -315,14 +316,19 @@ impl SweepObserver for Recorder {
             if !r.stable {
                 flags.push("unstable".into());
             }
+            let limits = r.client_limits();
+            if !limits.is_empty() {
+                flags.push(format!("CLIENT-LIMITED: {}", limits.join("; ")));
+            }
             let line = format!(
-                "batch {:>5} · {:<22} {:>10.1} infer/s{} · p99 {:>9.0} µs{}{}",
+                "batch {:>5} · {:<22} {:>10.1} infer/s{} · p99 {:>9.0} µs{} · {}{}",
                 r.batch,
                 self.label,
                 r.throughput,
                 pm(r.throughput_ci.plus_minus_pct(r.throughput)),
                 r.p99_us,
                 pm(r.p99_ci.plus_minus_pct(r.p99_us)),
+                r.achieved_text(),
                 if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) }
             );
             self.progress.suspend(|| eprintln!("{line}"));

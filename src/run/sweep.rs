@@ -153,6 +153,10 @@ pub struct WindowProgress {
     /// The client's mean and standard deviation of latency in this window (perf_analyzer's -v).
     pub avg_latency_us: f64,
     pub stdev_us: f64,
+    /// The load asked for, and the load the client held in this window (requests sent per
+    /// second, or in flight: see `results::ClientLoad`).
+    pub load: LoadPoint,
+    pub achieved: f64,
 }
 
 /// Sees the sweep as it goes: the progress display and the row writers.
@@ -524,6 +528,7 @@ pub async fn measure_point<C: InferClient>(
         LoadPoint::RequestRate(_) => f64::NAN,
     };
     let mut started = (Instant::now(), epoch_ns());
+    let mut cpu_started_ns = crate::measure::cpu::process_cpu_ns();
     let mut boundaries = vec![started.1];
     let mut windows: Vec<Window> = Vec::new();
     let mut batches = Batches::default();
@@ -554,8 +559,10 @@ pub async fn measure_point<C: InferClient>(
         }
         tracing::debug!(trial, completed = load.completed(), "window ends: reading server statistics");
         let after = stats.read().await?;
-        let client = load.take_window();
+        let mut client = load.take_window();
         let ended = (Instant::now(), epoch_ns());
+        let cpu_ended_ns = crate::measure::cpu::process_cpu_ns();
+        client.cpu_ns = cpu_ended_ns.saturating_sub(cpu_started_ns);
         return_freed_memory();
         let (server, composing) = match (&before, &after) {
             (Some(b), Some(a)) => (Some(a.0.since(&b.0)), ComposingStats::since(&a.1, &b.1)),
@@ -581,6 +588,8 @@ pub async fn measure_point<C: InferClient>(
             settling: false,
             avg_latency_us: window.client.avg_latency_us(),
             stdev_us: window.client.stdev_us(),
+            load: point,
+            achieved: crate::measure::window::client_load(&window.client, point, duration.as_secs_f64()).achieved,
         };
         match target_pct {
             None => {
@@ -614,6 +623,7 @@ pub async fn measure_point<C: InferClient>(
         }
         before = after;
         started = ended;
+        cpu_started_ns = cpu_ended_ns;
     }
     let merged = match target_pct {
         None => windows.split_off(windows.len().saturating_sub(STABLE_WINDOWS)),

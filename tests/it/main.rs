@@ -3,7 +3,9 @@
 //! whole crate, polars included).
 
 mod client;
+mod client_limits;
 mod common;
+mod compare;
 mod compute_models;
 mod coverage;
 mod fuzz_server;

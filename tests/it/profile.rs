@@ -160,16 +160,22 @@ fn csv_and_summary_come_out_in_perf_analyzer_shape() {
     );
     let text = std::fs::read_to_string(&csv).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait,Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latency CI High,p99 latency CI Low,p99 latency CI High");
+    assert_eq!(lines[0], "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait,Inferences/Second CI Low,Inferences/Second CI High,p50 latency CI Low,p50 latency CI High,p99 latency CI Low,p99 latency CI High,Achieved Load,Send Lag p50,Send Lag p99,Client CPU (%),Client Limited");
     assert_eq!(lines.len(), 3);
     for line in &lines[1..] {
         let cells: Vec<&str> = line.split(',').collect();
-        assert_eq!(cells.len(), 22, "{line}");
+        assert_eq!(cells.len(), 27, "{line}");
         // perf_analyzer's columns after the throughput are whole microseconds; then perfbench's
         // interval bounds: throughput as a double, latencies whole µs (`inf`: not bounded).
         assert!(cells[2..16].iter().all(|v| v.parse::<u64>().is_ok()), "{line}");
         assert!(cells[16..18].iter().all(|v| v.parse::<f64>().is_ok()), "{line}");
-        assert!(cells[18..].iter().all(|v| v.parse::<u64>().is_ok() || *v == "inf"), "{line}");
+        assert!(cells[18..22].iter().all(|v| v.parse::<u64>().is_ok() || *v == "inf"), "{line}");
+        // The client's own figures: requests in flight held (about the 1 or 2 asked), send lag,
+        // CPU, and the client-limited flag.
+        let held: f64 = cells[22].parse().unwrap();
+        assert!(held > 0.2 && held <= 2.5, "{line}");
+        assert!(cells[23..25].iter().all(|v| v.parse::<u64>().is_ok()), "{line}");
+        assert!(cells[25].parse::<f64>().is_ok() && ["0", "1"].contains(&cells[26]), "{line}");
     }
     let export: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
     let first = &export["experiments"][0];
