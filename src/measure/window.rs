@@ -78,6 +78,7 @@ impl Window {
             send_ns_sum: c.send_ns_sum,
             recv_ns_sum: c.recv_ns_sum,
             exchange_ns_sum: c.exchange_ns_sum,
+            cpu_ns: c.cpu_ns,
             first_error: c.first_error.clone(),
             duration_ns: u64::try_from(self.duration.as_nanos()).unwrap_or(u64::MAX),
             start_ns: self.start_ns,
@@ -105,6 +106,9 @@ impl Window {
             log: Vec::new(),
             sequences: c.sequences,
             sequence_steps: c.sequence_steps,
+            // Each shard's CPU was its own machine's (kept in shard.json), and send lag is not
+            // kept: a merged row reports neither, so it is never flagged client-limited by them.
+            ..WindowRecorder::default()
         };
         Window {
             client,

@@ -35,6 +35,9 @@ pub struct WindowCounts {
     pub send_ns_sum: u64,
     pub recv_ns_sum: u64,
     pub exchange_ns_sum: u64,
+    /// The shard's process CPU time over the window.
+    #[serde(default)]
+    pub cpu_ns: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
     pub duration_ns: u64,

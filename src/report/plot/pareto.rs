@@ -7,7 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::full_palette;
 
-use super::{axis_label, draw_titles, headroom, render_to, Chart, DrawResult, Format, PlotError, FONT};
+use super::{axis_label, draw_titles, headroom, render_to, Chart, DrawResult, Format, Hotspot, Hover, PlotError, FONT};
 
 /// The plot's file stem.
 pub const SEARCH_PARETO: &str = "search_pareto";
@@ -35,7 +35,7 @@ pub struct ParetoChart<'a> {
 }
 
 impl Chart for ParetoChart<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, hover: &Hover) -> DrawResult {
         let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
         root.fill(&WHITE).map_err(e)?;
         let heading = format!("Search: throughput vs {} latency, one point per configuration", self.statistic);
@@ -79,6 +79,10 @@ impl Chart for ParetoChart<'_> {
         chart
             .draw_series(self.points.iter().map(|p| Circle::new((p.latency_ms, p.throughput), 5, color(p).filled())))
             .map_err(e)?;
+        for p in self.points {
+            let text = format!("{} {:.3} ms, {:.2} infer/s", self.statistic, p.latency_ms, p.throughput);
+            hover.borrow_mut().push(Hotspot::around(chart.backend_coord(&(p.latency_ms, p.throughput)), text));
+        }
         // The default configuration gets a ring, so the gain is visible.
         let orange = full_palette::ORANGE_700;
         chart
