@@ -4,8 +4,8 @@
 //! argv is parsed.
 
 pub mod profile;
-pub mod shard;
 pub mod search;
+pub mod shard;
 pub mod sweep;
 pub mod tls;
 

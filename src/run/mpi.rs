@@ -65,8 +65,8 @@ impl Mpi {
             .iter()
             .find_map(|name| unsafe { Library::open(Some(*name), RTLD_NOW | RTLD_GLOBAL) }.ok())
             .ok_or_else(|| {
-            format!("MPI: none of {} could be loaded (install Open MPI or MPICH)", LIBRARIES.join(", "))
-        })?;
+                format!("MPI: none of {} could be loaded (install Open MPI or MPICH)", LIBRARIES.join(", "))
+            })?;
         // SAFETY: the signatures are MPI's (MPI-3 standard); the symbols come from libmpi.
         unsafe {
             let init = lib

@@ -37,7 +37,8 @@ pub async fn search(plan: &SearchPlan, measured: &mut Measured) -> Result<(), Ru
     let (server, url) = match &plan.target {
         Target::Remote { url } => (None, url.clone()),
         Target::Embedded { model_repository } => {
-            let running = start_embedded(&plan.model, model_repository.clone(), &[]).await.map_err(RunError::bad_input)?;
+            let running =
+                start_embedded(&plan.model, model_repository.clone(), &[]).await.map_err(RunError::bad_input)?;
             let url = match plan.sweep.protocol {
                 Protocol::Http => running.http_url(),
                 Protocol::Grpc => running.grpc_url(),
@@ -213,14 +214,15 @@ async fn measure_config<C: InferClient>(
         return Ok(outcome);
     }
     let client = connect().map_err(RunError::client)?;
-    let mut session = match Session::open(client, &plan.model, plan.sweep.call.streaming, &plan.sweep.bls_composing_models).await {
-        Ok(s) => s,
-        Err(e) if e.failure == Failure::Target => return Err(e),
-        Err(e) => {
-            outcome.error = Some(e.to_string());
-            return Ok(outcome);
-        }
-    };
+    let mut session =
+        match Session::open(client, &plan.model, plan.sweep.call.streaming, &plan.sweep.bls_composing_models).await {
+            Ok(s) => s,
+            Err(e) if e.failure == Failure::Target => return Err(e),
+            Err(e) => {
+                outcome.error = Some(e.to_string());
+                return Ok(outcome);
+            }
+        };
     let measured = ramp(plan, &mut session, &mut outcome).await;
     session.close().await;
     match measured {
