@@ -19,7 +19,7 @@ source "$(dirname "$0")/../benches/common.sh"
 MINUTES=${1:-10}
 CONCURRENCY=${SOAK_CONCURRENCY:-256}
 SHM=${SOAK_SHM:-system}
-PROTOCOLS=${SOAK_PROTOCOLS:-http grpc}
+PROTOCOLS=${SOAK_PROTOCOLS-http grpc} # set and empty: none (the highest rate alone)
 SHAPE=${SOAK_SHAPE:-INPUT0:16}
 MAX_RATE_MINUTES=${SOAK_MAX_RATE_MINUTES:-5}
 CLIENT_PID=
@@ -115,7 +115,8 @@ if [ "$MAX_RATE_MINUTES" -gt 0 ]; then
     rss=$(rss_mb "$CLIENT_PID")
     [ "$rss" != "-" ] && last=$rss
     [ "$minute" = 1 ] && first=$last
-    pass=$(grep -o 'throughput: [0-9.e+]* infer/sec' "$BENCH_TMP/inprocess.log" | sed -n "${minute}p" | awk '{print $2}')
+    # A window may end just after the minute: no line yet is "-", not the end of the script.
+    pass=$(grep -o 'throughput: [0-9.e+]* infer/sec' "$BENCH_TMP/inprocess.log" | sed -n "${minute}p" | awk '{print $2}' || true)
     printf '%6s %12s %14s\n' "$minute" "${pass:--}" "$rss"
   done
   stop_client
