@@ -12,7 +12,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::html::InlinePlot;
 use super::plot::{
     axis_label, box_legend, draw_legend, draw_titles, has_stage_breakdown, headroom, line_legend, ms, render_to,
-    svg_with_hover, Chart, DrawResult, Format, Hotspot, Hover, PlotError, FONT, STAGE_COLORS,
+    svg_with_hover, xy_chart, Chart, DrawResult, Format, Hotspot, Hover, PlotError, FONT, STAGE_COLORS,
 };
 use super::TableKind;
 use crate::results::csv::{stages_us, STAGE_NAMES};
@@ -130,23 +130,7 @@ fn lines<DB: DrawingBackend>(
     let all = points.iter().flatten();
     let x_max = headroom(all.clone().map(|p| p.0).fold(0.0, f64::max));
     let y_max = 1.3 * headroom(all.map(|p| p.1).fold(0.0, f64::max));
-    let mut chart = ChartBuilder::on(root)
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(90)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .light_line_style(WHITE)
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .x_label_formatter(&axis_label)
-        .y_label_formatter(&axis_label)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .draw()
-        .map_err(e)?;
+    let mut chart = xy_chart(root, (x_max, y_max), x_desc, y_desc)?;
     for (k, (run, p)) in runs.iter().zip(&points).enumerate() {
         let color = run_color(k);
         chart

@@ -266,6 +266,34 @@ impl Hotspot {
     }
 }
 
+/// A linear x/y chart from 0 to the maxima, with the margins and mesh every line plot shares.
+pub(super) fn xy_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    (x_max, y_max): (f64, f64),
+    x_desc: &str,
+    y_desc: &str,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, String> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mut chart = ChartBuilder::on(root)
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&axis_label)
+        .y_label_formatter(&axis_label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(e)?;
+    Ok(chart)
+}
+
 /// The hover targets a chart collects while it draws (ignored for PNG and plain SVG files).
 pub(super) type Hover = RefCell<Vec<Hotspot>>;
 
@@ -617,23 +645,7 @@ fn throughput_vs_latency<DB: DrawingBackend>(
             .fold(0.0, f64::max),
     );
     let y_max = headroom(throughput_top(rows));
-    let mut chart = ChartBuilder::on(root)
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(90)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .light_line_style(WHITE)
-        .x_desc("Latency (ms)")
-        .y_desc("Inferences/second")
-        .x_label_formatter(&axis_label)
-        .y_label_formatter(&axis_label)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .draw()
-        .map_err(e)?;
+    let mut chart = xy_chart(root, (x_max, y_max), "Latency (ms)", "Inferences/second")?;
     type Latency = fn(&ReportRow) -> f64;
     let series: [(&str, Latency, RGBColor); 2] =
         [("avg latency", |r| r.avg_us, full_palette::BLUE_600), ("p99 latency", |r| r.p99_us, LINE_COLOR)];

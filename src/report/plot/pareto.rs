@@ -7,7 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::full_palette;
 
-use super::{axis_label, draw_titles, headroom, render_to, Chart, DrawResult, Format, Hotspot, Hover, PlotError, FONT};
+use super::{draw_titles, headroom, render_to, xy_chart, Chart, DrawResult, Format, Hotspot, Hover, PlotError, FONT};
 
 /// The plot's file stem.
 pub const SEARCH_PARETO: &str = "search_pareto";
@@ -42,23 +42,8 @@ impl Chart for ParetoChart<'_> {
         let root = draw_titles(root, &heading, self.title).map_err(e)?;
         let x_max = headroom(self.points.iter().map(|p| p.latency_ms).fold(self.budget_ms, f64::max));
         let y_max = headroom(self.points.iter().map(|p| p.throughput).fold(0.0, f64::max));
-        let mut chart = ChartBuilder::on(&root)
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(90)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-            .map_err(e)?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .x_desc(format!("{} latency (ms)", self.statistic))
-            .y_desc("Inferences/second")
-            .x_label_formatter(&axis_label)
-            .y_label_formatter(&axis_label)
-            .label_style((FONT, 14))
-            .axis_desc_style((FONT, 16))
-            .draw()
-            .map_err(e)?;
+        let x_desc = format!("{} latency (ms)", self.statistic);
+        let mut chart = xy_chart(&root, (x_max, y_max), &x_desc, "Inferences/second")?;
         let red = full_palette::RED_600;
         chart
             .draw_series(LineSeries::new([(self.budget_ms, 0.0), (self.budget_ms, y_max)], red.stroke_width(2)))
