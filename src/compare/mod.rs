@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::gate::{self, GateOutcome, GateThresholds, MetricCheck};
+use crate::gate::{self, GateOutcome, GateThresholds, MetricCheck, ThresholdFlags};
 use crate::report::html::{self, HtmlTable, InlinePlot, Page};
 use crate::report::overlay::{self, RunRows};
 use crate::report::table::{pipe_table, PipeColumn};
@@ -32,15 +32,8 @@ pub struct CompareArgs {
     /// Folder for compare.md, compare.html and plots/.
     #[arg(long, short = 'o', default_value = "compare")]
     pub out: PathBuf,
-    /// Largest allowed throughput drop, percent [default: the gate's, 10].
-    #[arg(long, value_name = "PCT")]
-    pub max_throughput_drop: Option<f64>,
-    /// Largest allowed p99 latency rise, percent [default: the gate's, 15].
-    #[arg(long, value_name = "PCT")]
-    pub max_p99_rise: Option<f64>,
-    /// Largest allowed average latency rise, percent [default: the gate's, 15].
-    #[arg(long, value_name = "PCT")]
-    pub max_avg_rise: Option<f64>,
+    #[command(flatten)]
+    pub thresholds: ThresholdFlags,
 }
 
 /// One sweep of one input: its name (`offline`, `online`), rows and sidecar.
@@ -74,7 +67,7 @@ struct Section {
 }
 
 pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
-    let thresholds = thresholds(&args)?;
+    let thresholds = args.thresholds.over(GateThresholds::default())?;
     let mut paths: Vec<PathBuf> = Vec::new();
     if let Some(base) = &args.baseline {
         paths.push(base.clone());
@@ -139,21 +132,6 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     println!("{}", html_path.display());
     let passed = sections.iter().all(|s| s.outcomes.iter().all(|(_, o)| o.passed()));
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(gate::EXIT_REGRESSION) })
-}
-
-fn thresholds(args: &CompareArgs) -> anyhow::Result<GateThresholds> {
-    let mut t = GateThresholds::default();
-    for (field, flag) in [
-        (&mut t.max_throughput_drop, args.max_throughput_drop),
-        (&mut t.max_p99_rise, args.max_p99_rise),
-        (&mut t.max_avg_rise, args.max_avg_rise),
-    ] {
-        if let Some(pct) = flag {
-            *field = pct;
-        }
-    }
-    t.validate()?;
-    Ok(t)
 }
 
 fn same_path(a: &Path, b: &Path) -> bool {

@@ -17,7 +17,7 @@ use crate::results::composing_csv::{self, ComposingRow};
 
 pub use markdown::Sources;
 pub use results::read_results;
-pub use thresholds::GateThresholds;
+pub use thresholds::{GateThresholds, ThresholdFlags};
 pub use verdict::{compare, compare_composing, GateOutcome, Metric, MetricCheck, RowCheck, RowKey, Verdict};
 
 /// Exit code when at least one row regressed (bad input exits with `cli::EXIT_BAD_INPUT`, 2).
@@ -35,15 +35,8 @@ pub struct GateArgs {
     /// Take thresholds from this scenario's `[gate]` table; the flags below override it.
     #[arg(long, value_name = "SCENARIO.toml")]
     pub scenario: Option<PathBuf>,
-    /// Largest allowed throughput drop, percent [default: 10].
-    #[arg(long, value_name = "PCT")]
-    pub max_throughput_drop: Option<f64>,
-    /// Largest allowed p99 latency rise, percent [default: 15].
-    #[arg(long, value_name = "PCT")]
-    pub max_p99_rise: Option<f64>,
-    /// Largest allowed average latency rise, percent [default: 15].
-    #[arg(long, value_name = "PCT")]
-    pub max_avg_rise: Option<f64>,
+    #[command(flatten)]
+    pub thresholds: ThresholdFlags,
     /// Also gate this composing model of an ensemble (repeatable): its average server time per
     /// point, from the `composing.csv` beside each results file, under --max-avg-rise.
     #[arg(long = "composing-model", value_name = "MODEL")]
@@ -89,22 +82,11 @@ pub enum GateError {
 impl GateArgs {
     /// The scenario's `[gate]` table (or the defaults), with the flags given on top.
     pub fn thresholds(&self) -> Result<GateThresholds, GateError> {
-        let mut thresholds = match &self.scenario {
+        let base = match &self.scenario {
             Some(path) => GateThresholds::from_scenario_file(path)?,
             None => GateThresholds::default(),
         };
-        let flags = [
-            (&mut thresholds.max_throughput_drop, self.max_throughput_drop),
-            (&mut thresholds.max_p99_rise, self.max_p99_rise),
-            (&mut thresholds.max_avg_rise, self.max_avg_rise),
-        ];
-        for (field, flag) in flags {
-            if let Some(pct) = flag {
-                *field = pct;
-            }
-        }
-        thresholds.validate()?;
-        Ok(thresholds)
+        self.thresholds.over(base)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::GateError;
@@ -68,6 +69,38 @@ impl GateThresholds {
             std::fs::read_to_string(path).map_err(|source| GateError::Read { path: path.to_path_buf(), source })?;
         Self::from_scenario_toml(&text)
             .map_err(|source| GateError::Scenario { path: path.to_path_buf(), message: source.message().to_string() })
+    }
+}
+
+/// The flags that override a threshold (`perfbench gate` and `perfbench compare`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ThresholdFlags {
+    /// Largest allowed throughput drop, percent [default: 10].
+    #[arg(long, value_name = "PCT")]
+    pub max_throughput_drop: Option<f64>,
+    /// Largest allowed p99 latency rise, percent [default: 15].
+    #[arg(long, value_name = "PCT")]
+    pub max_p99_rise: Option<f64>,
+    /// Largest allowed average latency rise, percent [default: 15].
+    #[arg(long, value_name = "PCT")]
+    pub max_avg_rise: Option<f64>,
+}
+
+impl ThresholdFlags {
+    /// `base` with the flags given on top, checked.
+    pub fn over(&self, mut base: GateThresholds) -> Result<GateThresholds, GateError> {
+        let flags = [
+            (&mut base.max_throughput_drop, self.max_throughput_drop),
+            (&mut base.max_p99_rise, self.max_p99_rise),
+            (&mut base.max_avg_rise, self.max_avg_rise),
+        ];
+        for (field, flag) in flags {
+            if let Some(pct) = flag {
+                *field = pct;
+            }
+        }
+        base.validate()?;
+        Ok(base)
     }
 }
 
