@@ -129,12 +129,7 @@ pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
         None => None,
     };
     let threads = plan.sweeps.iter().map(|s| worker_threads(s, &plan.target)).max().unwrap_or(1);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .thread_name("perfbench")
-        .build()
-        .map_err(RunError::target)?;
+    let runtime = client_runtime(threads)?;
     let outcomes = runtime.block_on(execute_async(plan));
     if let (Some(whole), Some(mpi)) = (merged, mpi::world()) {
         // Every rank reaches this barrier, its sweep finished or failed, before rank 0 merges.
@@ -285,6 +280,16 @@ fn server_options(model: &Model, repository: Option<PathBuf>, also: &[String]) -
     };
     models.extend(also.iter().filter(|name| **name != model.name).cloned());
     ServerOptions { model_repository: repository, models, ..ServerOptions::default() }
+}
+
+/// The client's async runtime, on `threads` workers.
+pub fn client_runtime(threads: usize) -> Result<tokio::runtime::Runtime, RunError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .thread_name("perfbench")
+        .build()
+        .map_err(RunError::target)
 }
 
 /// The bundled server on ephemeral loopback ports, with the plan's model loaded, and the `also`

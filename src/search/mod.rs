@@ -48,12 +48,7 @@ impl ConfigOutcome {
 /// folder holds what was measured), or the failure's own.
 pub fn run(plan: &SearchPlan) -> Result<ExitCode, RunError> {
     let threads = worker_threads(&plan.sweep, &plan.target);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .thread_name("perfbench")
-        .build()
-        .map_err(RunError::target)?;
+    let runtime = crate::run::client_runtime(threads)?;
     let mut measured = execute::Measured { original: None, configs: Vec::new() };
     let outcome = runtime.block_on(execute::search(plan, &mut measured));
     // Nothing was changed when the target was refused before the first configuration.
