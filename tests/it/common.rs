@@ -2,7 +2,8 @@
 //! only part of it, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
 
 use shared_memory::{Shmem, ShmemConf};
 
@@ -13,6 +14,41 @@ pub fn perfbench(args: &[&str]) -> Output {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("runs perfbench")
+}
+
+/// `perfbench serve ARGS` in its own process on free loopback ports; killed when dropped.
+pub struct ServeProcess {
+    child: Child,
+    /// host:port of its HTTP endpoint.
+    pub http: String,
+    _stderr: BufReader<ChildStderr>,
+}
+
+impl ServeProcess {
+    pub fn start(args: &[&str]) -> ServeProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+            .args(["serve", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts perfbench serve");
+        let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+        let mut line = String::new();
+        stderr.read_line(&mut line).expect("serve says where it listens");
+        // "perfbench serve: http on 127.0.0.1:PORT, grpc on ..."
+        let http =
+            line.split("http on ").nth(1).and_then(|rest| rest.split(',').next()).unwrap_or_default().to_string();
+        assert!(!http.is_empty(), "perfbench serve {args:?}: {line}");
+        ServeProcess { child, http, _stderr: stderr }
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 pub fn stderr(out: &Output) -> String {

@@ -3,40 +3,15 @@
 //! shards count, and shards that do not belong together are refused with one line.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
-use super::common::{assert_fails, perfbench, stderr};
+use super::common::{assert_fails, perfbench, stderr, ServeProcess};
 
 /// `perfbench serve` on free loopback ports, serving the delay model; killed when dropped.
-struct Server {
-    child: Child,
-    http: String,
-    _stderr: BufReader<ChildStderr>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve() -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(["serve", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--models", "delay"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts perfbench serve");
-    let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("serve says where it listens");
-    // "perfbench serve: http on 127.0.0.1:PORT, grpc on ..."
-    let http = line.split("http on ").nth(1).and_then(|rest| rest.split(',').next()).unwrap_or_default().to_string();
-    assert!(!http.is_empty(), "{line}");
-    Server { child, http, _stderr: stderr }
+fn serve() -> ServeProcess {
+    ServeProcess::start(&["--models", "delay"])
 }
 
 /// The delay model's successful request count, from the statistics extension.
