@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::plan::scenario::Scenario;
 use crate::plan::settings::default_out;
-use crate::plan::{Gate, Plan, PlanError, Target, PLAN_FILE};
+use crate::plan::{FileKind, Gate, Plan, PlanError, Target, PLAN_FILE};
 use crate::run::{EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_TARGET};
 
 const EXIT_CODES: &str = "Exit codes: 0 ok; 1 gate regression; 2 usage or bad input; \
@@ -107,8 +107,14 @@ impl RunArgs {
         let file = self.file.as_deref().expect("clap requires FILE without --resume");
         let text = std::fs::read_to_string(file)
             .map_err(|e| PlanError::Invalid(format!("cannot read {}: {e}", file.display())))?;
-        let is_plan = toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.contains_key("sweeps"));
-        if is_plan {
+        let kind = FileKind::of(&text);
+        if kind == FileKind::SearchPlan {
+            return Err(PlanError::Invalid(format!(
+                "{} is a search plan: run it with `perfbench search {0}`",
+                file.display()
+            )));
+        }
+        if kind == FileKind::Plan {
             if self.profile.is_some() || self.out.is_some() || self.url.is_some() {
                 return Err(PlanError::Invalid(format!(
                     "{} is a plan: it runs as written (--profile, --out and -u are for scenarios)",
@@ -248,6 +254,10 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
         },
         Command::Search(args) => match args.plan() {
             Err(e) => fail(e, EXIT_BAD_INPUT),
+            Ok(plan) if args.flags.print_plan => {
+                print!("{}", plan.to_toml());
+                ExitCode::SUCCESS
+            }
             Ok(plan) => match crate::search::run(&plan) {
                 Ok(code) => code,
                 Err(e) => fail(&e, e.exit_code()),

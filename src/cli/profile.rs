@@ -124,7 +124,7 @@ impl CommonArgs {
     pub fn settings(&self) -> Settings {
         Settings {
             protocol: self.protocol.clone(),
-            shapes: Some(self.shapes.clone()),
+            shapes: (!self.shapes.is_empty()).then(|| self.shapes.clone()),
             input_data: (!self.input_data.is_empty()).then(|| self.input_data.clone()),
             shared_memory: self.shared_memory.clone(),
             measurement_interval_ms: self.measurement_interval_ms,

@@ -1,30 +1,38 @@
-//! `perfbench search`: its flags resolve into a [`SearchPlan`] (exit 2 on any bad input before
-//! anything starts): the space, the budget, and an online sweep whose measurement settings
-//! every point of the search uses.
+//! `perfbench search`: its flags, laid over a scenario's `[search]` and `[online]` tables when a
+//! FILE is given, resolve once into a [`SearchPlan`] (exit 2 on any bad input before anything
+//! starts). A search plan file (`--print-plan`) runs as written.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
 use super::profile::{target, CommonArgs};
-use crate::plan::search::{Budget, Mode, Objective, SearchPlan, SpaceSettings, IMPROVEMENT_PCT};
-use crate::plan::settings::{default_out, resolve};
-use crate::plan::{invalid, Levels, Model, PlanError, SweepKind};
+use crate::plan::scenario::Scenario;
+use crate::plan::search::{SearchPlan, SearchSettings};
+use crate::plan::settings::{default_out, Settings};
+use crate::plan::{invalid, FileKind, Model, PlanError};
 
 #[derive(Args, Debug, Clone)]
 pub struct SearchArgs {
-    /// Model whose configuration is searched.
-    #[arg(short = 'm', long = "model-name")]
-    pub model: String,
+    /// A scenario with a [search] table (its [online] settings measure each point; flags
+    /// override both), or a search plan written by --print-plan (run as written).
+    #[arg(required_unless_present = "model")]
+    pub file: Option<PathBuf>,
+    /// Model whose configuration is searched (a scenario names its own).
+    #[arg(short = 'm', long = "model-name", conflicts_with = "file")]
+    pub model: Option<String>,
+    /// A named profile of the scenario (e.g. quick), merged over its [search] and [online].
+    #[arg(long = "profile", requires = "file")]
+    pub profile: Option<String>,
     /// The latency a configuration must keep: STAT=TIME, STAT p50, p90, p95, p99 or avg (e.g. p99=20ms).
     #[arg(long = "latency-budget")]
-    pub latency_budget: String,
-    /// What ranks the configurations that meet the budget: throughput or latency.
-    #[arg(long = "objective", default_value = "throughput")]
-    pub objective: String,
-    /// quick (climb one dimension at a time while it pays) or brute (the whole grid).
-    #[arg(long = "mode", default_value = "quick")]
-    pub mode: String,
+    pub latency_budget: Option<String>,
+    /// What ranks the configurations that meet the budget: throughput (default) or latency.
+    #[arg(long = "objective")]
+    pub objective: Option<String>,
+    /// quick (default: climb one dimension at a time while it pays) or brute (the whole grid).
+    #[arg(long = "mode")]
+    pub mode: Option<String>,
     /// Most configurations tried (beside the model's own).
     #[arg(long = "max-configs")]
     pub max_configs: Option<usize>,
@@ -52,7 +60,7 @@ pub struct SearchArgs {
     /// Client batch size of each request.
     #[arg(short = 'b', long = "batch-size")]
     pub batch: Option<u64>,
-    /// Results folder (default: results/<model>-search-<timestamp>/).
+    /// Results folder (default: results/<model or scenario>-search-<timestamp>/).
     #[arg(long = "out")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
@@ -60,8 +68,14 @@ pub struct SearchArgs {
 }
 
 impl SearchArgs {
-    pub fn space(&self) -> SpaceSettings {
-        SpaceSettings {
+    /// The search flags given, as settings to lay over a file's.
+    pub fn search_settings(&self) -> SearchSettings {
+        SearchSettings {
+            latency_budget: self.latency_budget.clone(),
+            objective: self.objective.clone(),
+            mode: self.mode.clone(),
+            max_configs: self.max_configs,
+            max_minutes: self.max_minutes,
             instances: self.instances.clone(),
             max_batch_size: self.max_batch_size.clone(),
             dynamic_batching: self.dynamic_batching.clone(),
@@ -71,36 +85,71 @@ impl SearchArgs {
         }
     }
 
+    /// The measuring flags given, as online settings to lay over a scenario's `[online]`.
+    fn online_settings(&self) -> Settings {
+        Settings { batch: self.batch, ..self.flags.settings() }
+    }
+
     pub fn plan(&self) -> Result<SearchPlan, PlanError> {
-        let budget: Budget = self.latency_budget.parse()?;
-        let objective: Objective = self.objective.parse()?;
-        let mode: Mode = self.mode.parse()?;
-        if self.max_configs == Some(0) {
-            return Err(invalid("--max-configs must be at least 1"));
+        let Some(file) = &self.file else {
+            let name = self.model.clone().expect("clap requires -m without FILE");
+            let out = self.out.clone().unwrap_or_else(|| default_out(&format!("{name}-search")));
+            let model = Model { name, version: String::new(), config: None };
+            return self.resolve(model, &SearchSettings::default(), &Settings::default(), out);
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| invalid(format!("cannot read {}: {e}", file.display())))?;
+        match FileKind::of(&text) {
+            FileKind::Plan => {
+                Err(invalid(format!("{} is a plan of sweeps: run it with `perfbench run {0}`", file.display())))
+            }
+            FileKind::SearchPlan => self.search_plan(file, &text),
+            FileKind::Scenario => {
+                let scenario = Scenario::parse(&text, file).map_err(|e| invalid(e.to_string()))?;
+                let (search, online) =
+                    scenario.search(self.profile.as_deref()).map_err(|e| invalid(e.to_string()))?;
+                let out = self.out.clone().unwrap_or_else(|| {
+                    let profile = self.profile.as_deref().map(|p| format!("-{p}")).unwrap_or_default();
+                    default_out(&format!("{}{profile}-search", scenario.name))
+                });
+                let model = Model {
+                    name: scenario.model.name.clone(),
+                    version: String::new(),
+                    config: scenario.model.config.clone(),
+                };
+                self.resolve(model, &search, &online, out)
+            }
         }
-        if self.max_minutes.is_some_and(|m| m.is_nan() || m <= 0.0) {
-            return Err(invalid("--max-minutes must be > 0"));
-        }
-        let space = self.space().resolve()?;
+    }
+
+    /// The flags over the file's settings, resolved once.
+    fn resolve(
+        &self,
+        model: Model,
+        search: &SearchSettings,
+        online: &Settings,
+        out: PathBuf,
+    ) -> Result<SearchPlan, PlanError> {
         let target = target(&self.flags.url, "triton", &self.flags.model_repository)?;
-        let out = self.out.clone().unwrap_or_else(|| default_out(&format!("{}-search", self.model)));
-        let mut settings = self.flags.settings();
-        settings.batch = self.batch;
-        settings.concurrency = Some(Levels::List(space.concurrency.clone()));
-        settings.out = Some(out.clone());
-        let sweep = resolve(SweepKind::Online, &settings, &target)?;
-        Ok(SearchPlan {
-            target,
-            model: Model { name: self.model.clone(), version: String::new(), config: None },
-            sweep,
-            budget,
-            objective,
-            mode,
-            space,
-            max_configs: self.max_configs,
-            max_minutes: self.max_minutes,
-            improvement_pct: IMPROVEMENT_PCT,
-            out,
-        })
+        let search = search.merged(&self.search_settings());
+        let online = online.merged(&self.online_settings());
+        SearchPlan::resolve(target, model, &search, &online, out)
+    }
+
+    /// A plan file runs as written: a flag that would change it is refused.
+    fn search_plan(&self, file: &Path, text: &str) -> Result<SearchPlan, PlanError> {
+        let changes = self.search_settings() != SearchSettings::default()
+            || self.online_settings() != Settings::default()
+            || self.flags.url.is_some()
+            || self.flags.model_repository.is_some()
+            || self.profile.is_some()
+            || self.out.is_some();
+        if changes {
+            return Err(invalid(format!(
+                "{} is a search plan: it runs as written (flags other than --print-plan are for scenarios)",
+                file.display()
+            )));
+        }
+        SearchPlan::from_toml(text).map_err(|e| invalid(format!("search plan {}: {e}", file.display())))
     }
 }

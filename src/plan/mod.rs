@@ -547,6 +547,27 @@ pub struct Gate {
     pub thresholds: GateThresholds,
 }
 
+/// What a TOML file given to `run` or `search` holds, told by its top-level keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A plan of sweeps (`sweeps`), as `--print-plan` of a sweep writes it.
+    Plan,
+    /// A search plan (`search` and `sweep`), as `search --print-plan` writes it.
+    SearchPlan,
+    /// Anything else is read as a scenario, whose parser names what is wrong.
+    Scenario,
+}
+
+impl FileKind {
+    pub fn of(text: &str) -> FileKind {
+        match toml::from_str::<toml::Table>(text) {
+            Ok(t) if t.contains_key("sweeps") => FileKind::Plan,
+            Ok(t) if t.contains_key("sweep") && t.contains_key("search") => FileKind::SearchPlan,
+            _ => FileKind::Scenario,
+        }
+    }
+}
+
 /// Bad input found while resolving or checking a plan: exit 2, nothing started.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {

@@ -1,13 +1,16 @@
 //! Scenario files (`perfbench run SCENARIO.toml`): a model (from the zoo, or defined by its own
-//! config.pbtxt text), an `[offline]` and/or an `[online]` sweep (each a [`Settings`]), named
-//! profiles that override them, and gate thresholds. A scenario resolves into a [`Plan`] whose
-//! sweeps write `offline/` and `online/` under one folder.
+//! config.pbtxt text), an `[offline]` and/or an `[online]` sweep (each a [`Settings`]), a
+//! `[search]` table for `perfbench search SCENARIO.toml` (a [`SearchSettings`], its points
+//! measured with the `[online]` settings), named profiles that override them, and gate
+//! thresholds. A scenario resolves into a [`Plan`] whose sweeps write `offline/` and `online/`
+//! under one folder, or into the settings of a search.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::search::SearchSettings;
 use super::settings::{resolve, Settings};
 use super::{Model, Plan, PlanError, SweepKind, Target};
 use crate::gate::thresholds::GateThresholds;
@@ -26,6 +29,9 @@ pub struct Scenario {
     pub offline: Option<Settings>,
     #[serde(default)]
     pub online: Option<Settings>,
+    /// What `perfbench search FILE` searches; `perfbench run` runs the sweeps.
+    #[serde(default)]
+    pub search: Option<SearchSettings>,
     #[serde(default)]
     pub profiles: BTreeMap<String, ProfileOverride>,
     #[serde(default)]
@@ -41,12 +47,13 @@ pub struct ModelSection {
     pub config: Option<String>,
 }
 
-/// `[profiles.<name>.offline]` / `[profiles.<name>.online]`.
+/// `[profiles.<name>.offline]` / `[profiles.<name>.online]` / `[profiles.<name>.search]`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileOverride {
     pub offline: Option<Settings>,
     pub online: Option<Settings>,
+    pub search: Option<SearchSettings>,
 }
 
 /// Why a scenario cannot be used.
@@ -67,8 +74,11 @@ impl Scenario {
     pub fn parse(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
         let scenario: Scenario = toml::from_str(text)
             .map_err(|e| ScenarioError::Parse { path: path.to_path_buf(), message: e.message().replace('\n', " ") })?;
-        if scenario.offline.is_none() && scenario.online.is_none() {
-            return Err(ScenarioError::Invalid(scenario.name, "needs an [offline] or an [online] section".into()));
+        if scenario.offline.is_none() && scenario.online.is_none() && scenario.search.is_none() {
+            return Err(ScenarioError::Invalid(
+                scenario.name,
+                "needs an [offline] or an [online] section, or a [search] table".into(),
+            ));
         }
         scenario.gate.validate().map_err(|e| ScenarioError::Invalid(scenario.name.clone(), e.to_string()))?;
         Ok(scenario)
@@ -80,25 +90,49 @@ impl Scenario {
         Scenario::parse(&text, path)
     }
 
-    /// The offline and online sections with `profile`'s overrides merged in.
-    pub fn sections(&self, profile: Option<&str>) -> Result<(Option<Settings>, Option<Settings>), ScenarioError> {
-        let over = match profile {
-            None => ProfileOverride::default(),
+    fn profile(&self, profile: Option<&str>) -> Result<ProfileOverride, ScenarioError> {
+        match profile {
+            None => Ok(ProfileOverride::default()),
             Some(name) => self.profiles.get(name).cloned().ok_or_else(|| ScenarioError::UnknownProfile {
                 scenario: self.name.clone(),
                 profile: name.to_string(),
                 known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
-            })?,
-        };
+            }),
+        }
+    }
+
+    /// The offline and online sections with `profile`'s overrides merged in.
+    pub fn sections(&self, profile: Option<&str>) -> Result<(Option<Settings>, Option<Settings>), ScenarioError> {
+        let over = self.profile(profile)?;
         let merge = |base: &Option<Settings>, over: &Option<Settings>| {
             base.as_ref().map(|b| b.merged(over.as_ref().unwrap_or(&Settings::default())))
         };
         Ok((merge(&self.offline, &over.offline), merge(&self.online, &over.online)))
     }
 
+    /// What `perfbench search` takes from this scenario, `profile`'s overrides merged in: the
+    /// `[search]` table, and the `[online]` settings every point is measured with (none: the
+    /// online defaults). The flags go over both before the search resolves.
+    pub fn search(&self, profile: Option<&str>) -> Result<(SearchSettings, Settings), ScenarioError> {
+        let Some(search) = &self.search else {
+            return Err(ScenarioError::Invalid(self.name.clone(), "has no [search] table to search with".into()));
+        };
+        let over = self.profile(profile)?;
+        let search = search.merged(&over.search.unwrap_or_default());
+        let online = self.sections(profile)?.1.unwrap_or_default();
+        Ok((search, online))
+    }
+
     /// The plan of a run of this scenario: its offline and online sweeps (with `profile`'s
     /// overrides merged in), each writing under `out/offline` or `out/online`.
     pub fn plan(&self, profile: Option<&str>, target: Target, out: &Path) -> Result<Plan, ScenarioError> {
+        if self.offline.is_none() && self.online.is_none() {
+            return Err(ScenarioError::Invalid(
+                self.name.clone(),
+                "has no [offline] or [online] sweep to run; its [search] table runs with `perfbench search FILE`"
+                    .into(),
+            ));
+        }
         let (offline, online) = self.sections(profile)?;
         let invalid = |e: PlanError| ScenarioError::Invalid(self.name.clone(), e.to_string());
         let mut sweeps = Vec::new();
@@ -125,6 +159,7 @@ impl Scenario {
 mod tests {
     use super::*;
     use crate::client::shm::SharedMemoryKind;
+    use crate::plan::search::SearchPlan;
     use crate::plan::{Levels, Load};
 
     const TEXT: &str = r#"
@@ -181,7 +216,16 @@ max_throughput_drop = 20.0
                 let s = Scenario::load(&path).unwrap();
                 for profile in [None, Some("quick")] {
                     let target = Target::Embedded { model_repository: None };
-                    s.plan(profile, target, Path::new("/tmp/x")).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    if s.offline.is_some() || s.online.is_some() {
+                        s.plan(profile, target.clone(), Path::new("/tmp/x"))
+                            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    }
+                    if s.search.is_some() {
+                        let (search, online) = s.search(profile).unwrap();
+                        let model = Model { name: s.model.name.clone(), version: String::new(), config: s.model.config.clone() };
+                        SearchPlan::resolve(target, model, &search, &online, "/tmp/x".into())
+                            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    }
                 }
             }
         }

@@ -7,7 +7,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{invalid, PlanError};
+use std::path::{Path, PathBuf};
+
+use super::settings::{resolve, Settings};
+use super::{invalid, Levels, Load, Model, PlanError, Sweep, SweepKind, Target};
 use crate::results::ReportRow;
 
 /// The latency statistic a budget limits.
@@ -44,8 +47,9 @@ impl Statistic {
     }
 }
 
-/// `--latency-budget p99=20ms`: the statistic and its limit.
+/// `--latency-budget p99=20ms`: the statistic and its limit (in a plan file, that text).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Budget {
     pub statistic: Statistic,
     pub limit_us: f64,
@@ -92,8 +96,26 @@ impl FromStr for Budget {
 }
 
 impl fmt::Display for Budget {
+    /// In ms when whole, else in µs, so that the text reads back as the same budget.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}ms", self.statistic.name(), self.limit_us / 1e3)
+        if self.limit_us % 1000.0 == 0.0 {
+            write!(f, "{}={}ms", self.statistic.name(), self.limit_us / 1e3)
+        } else {
+            write!(f, "{}={}us", self.statistic.name(), self.limit_us)
+        }
+    }
+}
+
+impl From<Budget> for String {
+    fn from(b: Budget) -> String {
+        b.to_string()
+    }
+}
+
+impl TryFrom<String> for Budget {
+    type Error = PlanError;
+    fn try_from(s: String) -> Result<Budget, PlanError> {
+        s.parse()
     }
 }
 
@@ -213,40 +235,84 @@ pub const DEFAULT_INSTANCES: &str = "1,2,4";
 pub const DEFAULT_MAX_BATCH_SIZES: &str = "1,8,32,128";
 pub const DEFAULT_CONCURRENCY: &str = "1..256";
 
-/// Flags as given, before they become a [`Space`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// A search as a user gives it, every key optional: the `perfbench search` flags, or a
+/// scenario's `[search]` table (its keys are these names). [`SearchSettings::merged`] lays the
+/// flags over the file; [`SearchPlan::resolve`] fills the rest from the defaults and checks it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SpaceSettings {
+pub struct SearchSettings {
+    /// `STAT=TIME`, e.g. `p99=20ms` (required, here or as `--latency-budget`).
+    pub latency_budget: Option<String>,
+    /// `throughput` (default) or `latency`.
+    pub objective: Option<String>,
+    /// `quick` (default) or `brute`.
+    pub mode: Option<String>,
+    pub max_configs: Option<usize>,
+    pub max_minutes: Option<f64>,
+    /// A list `1,2,4` (or `[1, 2, 4]`) or a doubling range `1..8`, as each flag takes it.
+    #[serde(default, deserialize_with = "values_text::option")]
     pub instances: Option<String>,
+    #[serde(default, deserialize_with = "values_text::option")]
     pub max_batch_size: Option<String>,
     /// `on`, `off` or `on,off`.
     pub dynamic_batching: Option<String>,
+    #[serde(default, deserialize_with = "values_text::option")]
     pub queue_delay_us: Option<String>,
-    /// Each entry one preferred set (`4,8`), or `none`.
+    /// Each entry one preferred set (`4,8` or `[4, 8]`), or `none`.
+    #[serde(default, deserialize_with = "values_text::list")]
     pub preferred_batch_sizes: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "values_text::option")]
     pub concurrency: Option<String>,
 }
 
-impl SpaceSettings {
-    /// `over`'s values where it has them, these elsewhere (a scenario's `[search]` under flags).
-    pub fn merged(&self, over: &SpaceSettings) -> SpaceSettings {
-        SpaceSettings {
-            instances: over.instances.clone().or_else(|| self.instances.clone()),
-            max_batch_size: over.max_batch_size.clone().or_else(|| self.max_batch_size.clone()),
-            dynamic_batching: over.dynamic_batching.clone().or_else(|| self.dynamic_batching.clone()),
-            queue_delay_us: over.queue_delay_us.clone().or_else(|| self.queue_delay_us.clone()),
-            preferred_batch_sizes: over.preferred_batch_sizes.clone().or_else(|| self.preferred_batch_sizes.clone()),
-            concurrency: over.concurrency.clone().or_else(|| self.concurrency.clone()),
+impl SearchSettings {
+    /// `over`'s values where it has them, these elsewhere (a scenario's `[search]` under flags,
+    /// or under a profile's).
+    pub fn merged(&self, over: &SearchSettings) -> SearchSettings {
+        macro_rules! pick {
+            ($($f:ident),* $(,)?) => { SearchSettings { $($f: over.$f.clone().or_else(|| self.$f.clone()),)* } };
         }
+        pick!(
+            latency_budget,
+            objective,
+            mode,
+            max_configs,
+            max_minutes,
+            instances,
+            max_batch_size,
+            dynamic_batching,
+            queue_delay_us,
+            preferred_batch_sizes,
+            concurrency,
+        )
     }
 
-    pub fn resolve(&self) -> Result<Space, PlanError> {
+    /// These settings with the defaults filled in, checked.
+    pub fn resolve(&self) -> Result<Search, PlanError> {
+        let budget: Budget = self
+            .latency_budget
+            .as_deref()
+            .ok_or_else(|| {
+                invalid("a search needs a latency budget: --latency-budget p99=20ms (or latency_budget in [search])")
+            })?
+            .parse()?;
+        let search = Search {
+            budget,
+            objective: self.objective.as_deref().map_or(Ok(Objective::default()), str::parse)?,
+            mode: self.mode.as_deref().map_or(Ok(Mode::default()), str::parse)?,
+            max_configs: self.max_configs,
+            max_minutes: self.max_minutes,
+            improvement_pct: IMPROVEMENT_PCT,
+            space: self.space()?,
+        };
+        search.validate()?;
+        Ok(search)
+    }
+
+    fn space(&self) -> Result<Space, PlanError> {
         let instances = values("--instances", self.instances.as_deref().unwrap_or(DEFAULT_INSTANCES), 1)?;
         let max_batch_sizes =
             values("--max-batch-size", self.max_batch_size.as_deref().unwrap_or(DEFAULT_MAX_BATCH_SIZES), 0)?;
-        if instances.iter().any(|&n| n > 64) {
-            return Err(invalid("--instances: at most 64"));
-        }
         let delays = values("--queue-delay-us", self.queue_delay_us.as_deref().unwrap_or("0"), 0)?;
         let preferred: Vec<Vec<u32>> = match &self.preferred_batch_sizes {
             None => vec![Vec::new()],
@@ -291,6 +357,36 @@ impl SpaceSettings {
     }
 }
 
+/// A list of numbers as a file may write it, a string (`"1,2,4"`, `"1..8"`) or an array
+/// (`[1, 2, 4]`), read as the text the flag takes.
+mod values_text {
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Values {
+        Text(String),
+        Numbers(Vec<u64>),
+    }
+
+    impl From<Values> for String {
+        fn from(v: Values) -> String {
+            match v {
+                Values::Text(t) => t,
+                Values::Numbers(n) => n.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+            }
+        }
+    }
+
+    pub fn option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Values::deserialize(d).map(|v| Some(v.into()))
+    }
+
+    pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+        Vec::<Values>::deserialize(d).map(|sets| Some(sets.into_iter().map(String::from).collect()))
+    }
+}
+
 /// A list `1,8,32` (sorted, deduplicated) or a doubling range `1..64` (1, 2, 4, ..., 64, the
 /// end always included), each value at least `min`.
 pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
@@ -330,21 +426,142 @@ pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
 /// the run-to-run noise of a short measurement.
 pub const IMPROVEMENT_PCT: f64 = 5.0;
 
-/// A whole search: where, what model, the space, and how each point is measured (`sweep`, an
-/// online sweep whose concurrency each configuration's ramp replaces).
-#[derive(Clone, Debug, PartialEq)]
-pub struct SearchPlan {
-    pub target: super::Target,
-    pub model: super::Model,
-    pub sweep: super::Sweep,
+/// A resolved search (the `[search]` table of a plan file): the budget, the objective, how the
+/// space is walked and within what bounds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Search {
     pub budget: Budget,
     pub objective: Objective,
     pub mode: Mode,
-    pub space: Space,
+    /// Most configurations tried beside the model's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_configs: Option<usize>,
+    /// No configuration is started once this many minutes have passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_minutes: Option<f64>,
+    /// What a climb step or a concurrency step must bring to go on, in percent.
     pub improvement_pct: f64,
-    pub out: std::path::PathBuf,
+    pub space: Space,
+}
+
+impl Search {
+    fn validate(&self) -> Result<(), PlanError> {
+        if self.max_configs == Some(0) {
+            return Err(invalid("--max-configs must be at least 1"));
+        }
+        if self.max_minutes.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
+            return Err(invalid("--max-minutes must be > 0"));
+        }
+        if !(self.improvement_pct.is_finite() && self.improvement_pct >= 0.0) {
+            return Err(invalid("improvement_pct must be a percentage >= 0"));
+        }
+        if !(self.budget.limit_us.is_finite() && self.budget.limit_us > 0.0) {
+            return Err(invalid("the latency budget must be a time > 0"));
+        }
+        let space = &self.space;
+        let climbing = |flag: &str, v: &[u64], min: u64| {
+            if v.is_empty() || v[0] < min || v.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(invalid(format!("{flag}: needs values >= {min}, smallest first, each once")));
+            }
+            Ok(())
+        };
+        let wide = |v: &[u32]| v.iter().map(|&x| u64::from(x)).collect::<Vec<_>>();
+        climbing("--instances", &wide(&space.instances), 1)?;
+        climbing("--max-batch-size", &wide(&space.max_batch_sizes), 0)?;
+        climbing("--concurrency", &space.concurrency, 1)?;
+        if space.instances.iter().any(|&n| n > 64) {
+            return Err(invalid("--instances: at most 64"));
+        }
+        if space.batching.is_empty() {
+            return Err(invalid("--dynamic-batching: the space has no scheduling"));
+        }
+        Ok(())
+    }
+}
+
+/// A whole search: where, what model, the search, and how each point is measured (`sweep`, an
+/// online sweep whose concurrency each configuration's ramp replaces). `perfbench search
+/// --print-plan` prints it as TOML and `perfbench search PLAN.toml` runs it back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchPlan {
+    pub target: Target,
+    pub model: Model,
+    pub search: Search,
+    pub sweep: Sweep,
+}
+
+impl SearchPlan {
+    /// The one resolution of a search: `search` and the online settings every point is
+    /// measured with (`online`; flags already laid over a file's) into a checked plan that
+    /// writes to `out`. The ramp is the search's: `online`'s own load keys are its sweep's,
+    /// for `perfbench run`, and are set aside here.
+    pub fn resolve(
+        target: Target,
+        model: Model,
+        search: &SearchSettings,
+        online: &Settings,
+        out: PathBuf,
+    ) -> Result<SearchPlan, PlanError> {
+        let search = search.resolve()?;
+        if online.batch_sizes.as_ref().is_some_and(|b| b.max() != Some(b.first())) {
+            return Err(invalid("a search sends one client batch size: give batch (-b), not batch_sizes"));
+        }
+        let settings = Settings {
+            concurrency: Some(Levels::List(search.space.concurrency.clone())),
+            request_rate: None,
+            request_intervals: None,
+            periodic_concurrency: None,
+            latency_threshold_ms: None,
+            binary_search: None,
+            out: Some(out),
+            ..online.clone()
+        };
+        let sweep = resolve(SweepKind::Online, &settings, &target)?;
+        let plan = SearchPlan { target, model, search, sweep };
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// The results folder.
+    pub fn out(&self) -> &Path {
+        self.sweep.output.dir.as_deref().expect("a checked search plan has an output folder")
+    }
+
+    /// Reads a search plan (as `--print-plan` writes it) and checks it.
+    pub fn from_toml(text: &str) -> Result<SearchPlan, PlanError> {
+        let plan: SearchPlan = toml::from_str(text).map_err(|e| invalid(e.message().replace('\n', " ")))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a search plan is always representable as TOML")
+    }
+
+    /// Every check that does not need the server.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.model.name.trim().is_empty() {
+            return Err(invalid("-m needs a model name"));
+        }
+        match &self.target {
+            Target::InProcess { .. } => return Err(invalid("search needs a server: drop --service-kind inprocess")),
+            Target::Remote { .. } if self.model.config.is_some() => {
+                return Err(invalid("a model defined by config text needs the embedded server: drop -u"))
+            }
+            _ => {}
+        }
+        self.search.validate()?;
+        self.sweep.validate(&self.target)?;
+        if self.sweep.kind != SweepKind::Online || !matches!(self.sweep.load, Load::Concurrency { .. }) {
+            return Err(invalid("a search measures with an online sweep over concurrency"));
+        }
+        if self.sweep.batch_sizes.max() != Some(self.sweep.batch_sizes.first()) {
+            return Err(invalid("a search sends one client batch size"));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -372,15 +589,103 @@ mod tests {
         assert!(values("f", "0,1", 1).is_err());
     }
 
+    fn resolved(search: &SearchSettings, online: &Settings) -> Result<SearchPlan, PlanError> {
+        let model = Model { name: "delay".into(), version: String::new(), config: None };
+        SearchPlan::resolve(Target::Embedded { model_repository: None }, model, search, online, "out".into())
+    }
+
+    #[test]
+    fn a_search_table_takes_lists_or_text_and_flags_go_over_it() {
+        let file: SearchSettings = toml::from_str(
+            r#"
+            latency_budget = "p95=5ms"
+            mode = "brute"
+            instances = [1, 2]
+            max_batch_size = "1..16"
+            preferred_batch_sizes = [[4, 8], "none"]
+            concurrency = [1, 8]
+            max_configs = 3
+            "#,
+        )
+        .unwrap();
+        let flags = SearchSettings { instances: Some("4".into()), max_configs: Some(2), ..SearchSettings::default() };
+        let search = file.merged(&flags).resolve().unwrap();
+        assert_eq!(search.budget, Budget { statistic: Statistic::P95, limit_us: 5000.0 });
+        assert_eq!(search.mode, Mode::Brute);
+        assert_eq!(search.space.instances, [4], "the flag wins");
+        assert_eq!(search.max_configs, Some(2), "the flag wins");
+        assert_eq!(search.space.max_batch_sizes, [1, 2, 4, 8, 16], "the file's where no flag is given");
+        assert_eq!(search.space.concurrency, [1, 8]);
+        assert_eq!(
+            search.space.batching,
+            [
+                Batching::Dynamic { queue_delay_us: 0, preferred: vec![4, 8] },
+                Batching::Dynamic { queue_delay_us: 0, preferred: vec![] }
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_search_settings_say_which_key() {
+        let err = toml::from_str::<SearchSettings>("instancs = [1]").unwrap_err().to_string();
+        assert!(err.contains("instancs"), "{err}");
+        let err = SearchSettings::default().resolve().unwrap_err().to_string();
+        assert!(err.contains("latency budget"), "{err}");
+        let budget = || Some("p99=1ms".to_string());
+        for (bad, needle) in [
+            (SearchSettings { latency_budget: budget(), mode: Some("fast".into()), ..Default::default() }, "--mode"),
+            (SearchSettings { latency_budget: budget(), max_configs: Some(0), ..Default::default() }, "--max-configs"),
+            (SearchSettings { latency_budget: budget(), max_minutes: Some(-1.0), ..Default::default() }, "--max-minutes"),
+            (SearchSettings { latency_budget: budget(), instances: Some("0".into()), ..Default::default() }, "--instances"),
+            (SearchSettings { latency_budget: budget(), instances: Some("65".into()), ..Default::default() }, "--instances"),
+        ] {
+            let err = bad.resolve().unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_search_plan_round_trips_through_toml_and_sets_its_ramp() {
+        let search = SearchSettings {
+            latency_budget: Some("p99=2.5ms".into()),
+            dynamic_batching: Some("on,off".into()),
+            preferred_batch_sizes: Some(vec!["4,8".into()]),
+            concurrency: Some("2..16".into()),
+            max_minutes: Some(1.5),
+            ..SearchSettings::default()
+        };
+        // The online section's own load is its sweep's; the search ramps its own concurrency.
+        let online = Settings {
+            concurrency: Some("1..8".parse().unwrap()),
+            batch: Some(4),
+            measurement_request_count: Some(40),
+            ..Settings::default()
+        };
+        let plan = resolved(&search, &online).unwrap();
+        assert_eq!(plan.sweep.load, Load::Concurrency { levels: Levels::List(vec![2, 4, 8, 16]) });
+        assert_eq!(plan.sweep.batch_sizes, Levels::one(4));
+        assert_eq!(plan.sweep.measurement.request_count, 40);
+        assert_eq!(plan.out(), Path::new("out"));
+        let text = plan.to_toml();
+        assert!(text.contains("[search]") && text.contains("budget = \"p99=2500us\""), "{text}");
+        assert_eq!(SearchPlan::from_toml(&text).unwrap(), plan, "{text}");
+        assert_eq!(super::super::FileKind::of(&text), super::super::FileKind::SearchPlan);
+        // A plan file is checked as it is read.
+        let edited = text.replace("improvement_pct = 5.0", "improvement_pct = -1.0");
+        assert!(SearchPlan::from_toml(&edited).unwrap_err().to_string().contains("improvement_pct"), "{edited}");
+        let many = Settings { batch_sizes: Some("1,8".parse().unwrap()), ..Settings::default() };
+        assert!(resolved(&search, &many).unwrap_err().to_string().contains("one client batch size"));
+    }
+
     #[test]
     fn the_space_crosses_switches_delays_and_preferred_sets() {
-        let s = SpaceSettings {
+        let s = SearchSettings {
             dynamic_batching: Some("off,on".into()),
             queue_delay_us: Some("0,100".into()),
             preferred_batch_sizes: Some(vec!["none".into(), "4,8".into()]),
-            ..SpaceSettings::default()
+            ..SearchSettings::default()
         }
-        .resolve()
+        .space()
         .unwrap();
         assert_eq!(s.batching.len(), 5);
         assert_eq!(s.batching[4], Batching::Off);

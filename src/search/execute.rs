@@ -6,11 +6,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+
+use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::config::{apply, as_candidate, to_json, unsearchable};
-use super::strategy::{grid, ramp_goes_on, Climb};
-use super::{ConfigOutcome, SearchRow};
+use super::strategy::{ramp_goes_on, Strategy};
+use super::{ConfigOutcome, Cut, Measured, SearchRow};
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
 use crate::client::{ClientError, ClientResult, InferClient};
@@ -23,12 +25,6 @@ use crate::run::interrupt::Interrupt;
 use crate::run::session::Session;
 use crate::run::sweep::{sweep as measure_sweep, SweepError, SweepObserver, SweepPoints, Target as SweepTarget};
 use crate::run::{connect_options, load_plan, measure_settings, start_embedded, Failure, RunError};
-
-/// What a search measured: the model's original config and every configuration's outcome.
-pub struct Measured {
-    pub original: Option<ModelConfig>,
-    pub configs: Vec<ConfigOutcome>,
-}
 
 /// Runs the search; `measured` holds whatever was measured even when it fails or is
 /// interrupted, so the results are written either way.
@@ -73,7 +69,7 @@ async fn searching<C: InferClient>(
     let original_json = to_json(&original);
     measured.original = Some(original.clone());
     let walked = tokio::select! {
-        outcome = walk(plan, &original, &mut measured.configs, &connect, &control) => outcome,
+        outcome = walk(plan, &original, &mut measured.configs, &mut measured.cut, &connect, &control) => outcome,
         _ = interrupt.cancelled() => Err(RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") }),
     };
     let restored = control.repository_load(&plan.model.name, Some(&original_json)).await;
@@ -116,77 +112,101 @@ async fn check_target<C: InferClient>(control: &C, plan: &SearchPlan) -> Result<
 }
 
 /// The default configuration, then the strategy's candidates, within --max-configs and
-/// --max-minutes. Outcomes go to `configs` as they are measured, so an interrupted walk (its
-/// future dropped) leaves them there.
+/// --max-minutes (checked between configurations; `cut` says which one ended the walk).
+/// Outcomes go to `configs` as they are measured, so an interrupted walk (its future dropped)
+/// leaves them there.
 async fn walk<C: InferClient>(
     plan: &SearchPlan,
     original: &ModelConfig,
     configs: &mut Vec<ConfigOutcome>,
+    cut: &mut Option<Cut>,
     connect: &impl Fn() -> ClientResult<C>,
     control: &C,
 ) -> Result<(), RunError> {
-    let started = Instant::now();
-    let deadline = plan.max_minutes.map(|m| started + Duration::from_secs_f64(m * 60.0));
-    let all = grid(&plan.space);
-    let mut planned = match plan.mode {
-        Mode::Brute => all.len(),
-        Mode::Quick => plan.space.instances.len() + plan.space.max_batch_sizes.len() + plan.space.batching.len(),
-    };
-    if let Some(max) = plan.max_configs {
-        planned = planned.min(max);
-    }
-    let bar = progress_bar(planned as u64 + 1);
+    let search = &plan.search;
+    let deadline = search.max_minutes.map(|m| Instant::now() + Duration::from_secs_f64(m * 60.0));
+    let bound = Strategy::bound(search.mode, &search.space);
+    let planned = search.max_configs.map_or(bound, |max| bound.min(max));
+    let progress = Progress::new(planned + 1);
     let measure = |candidate: Candidate, config: ModelConfig, default: bool| {
-        let bar = bar.clone();
+        let progress = &progress;
         async move {
-            bar.set_message(candidate.to_string());
+            progress.started(&candidate);
             let outcome = measure_config(plan, control, connect, candidate, &config, default).await;
-            bar.inc(1);
+            if let Ok(outcome) = &outcome {
+                progress.done(plan, outcome);
+            }
             outcome
         }
     };
-    let default = as_candidate(original);
-    let first = measure(default, original.clone(), true).await?;
+    let first = measure(as_candidate(original), original.clone(), true).await?;
     let default_error = first.error.clone();
     configs.push(first);
     if let Some(e) = default_error {
         return Err(RunError::bad_input(anyhow!("the model's own configuration could not be measured: {e}")));
     }
-    let within =
-        |tried: usize| plan.max_configs.is_none_or(|m| tried < m) && deadline.is_none_or(|d| Instant::now() < d);
+    let mut strategy = Strategy::new(search.mode, &search.space, search.improvement_pct);
     let mut tried = 0;
-    match plan.mode {
-        Mode::Brute => {
-            for candidate in all {
-                if !within(tried) {
-                    break;
-                }
-                let outcome = measure(candidate.clone(), apply(original, &candidate), false).await?;
-                configs.push(outcome);
-                tried += 1;
-            }
+    while let Some(candidate) = strategy.propose() {
+        *cut = match (search.max_configs, deadline) {
+            (Some(max), _) if tried >= max => Some(Cut::MaxConfigs(max)),
+            (_, Some(deadline)) if Instant::now() >= deadline => search.max_minutes.map(Cut::MaxMinutes),
+            _ => None,
+        };
+        if cut.is_some() {
+            break;
         }
-        Mode::Quick => {
-            let mut climb = Climb::new(plan.space.clone(), plan.improvement_pct);
-            while within(tried) {
-                let Some(candidate) = climb.propose() else { break };
-                let outcome = measure(candidate.clone(), apply(original, &candidate), false).await?;
-                climb.score(outcome.score(plan));
-                configs.push(outcome);
-                tried += 1;
-            }
-        }
+        let outcome = measure(candidate.clone(), apply(original, &candidate), false).await?;
+        strategy.score(outcome.score(plan));
+        configs.push(outcome);
+        tried += 1;
     }
-    bar.finish_and_clear();
+    progress.finish();
     Ok(())
 }
 
-fn progress_bar(len: u64) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    let style = ProgressStyle::with_template("{bar:30} {pos}/{len} configurations, ETA {eta} | {wide_msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_style(style);
-    bar
+/// The bar over configurations, with an ETA: indicatif's on a terminal; elsewhere (a CI log, a
+/// pipe) one plain line on stderr per configuration measured, from the same bar's counts.
+struct Progress {
+    bar: ProgressBar,
+    plain: bool,
+}
+
+impl Progress {
+    fn new(planned: usize) -> Progress {
+        let plain = !std::io::stderr().is_terminal();
+        let bar = if plain {
+            ProgressBar::with_draw_target(Some(planned as u64), ProgressDrawTarget::hidden())
+        } else {
+            ProgressBar::new(planned as u64)
+        };
+        let style = ProgressStyle::with_template("{bar:30} {pos}/{len} configurations, ETA {eta} | {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        Progress { bar, plain }
+    }
+
+    fn started(&self, candidate: &Candidate) {
+        self.bar.set_message(candidate.to_string());
+    }
+
+    fn done(&self, plan: &SearchPlan, outcome: &ConfigOutcome) {
+        self.bar.inc(1);
+        if self.plain {
+            let (done, planned) = (self.bar.position(), self.bar.length().unwrap_or_default());
+            let eta = if done < planned { format!(", ETA {}", HumanDuration(self.bar.eta())) } else { String::new() };
+            let result = match (&outcome.error, outcome.best(plan)) {
+                (Some(e), _) => format!("failed: {e}"),
+                (None, Some(best)) => format!("best {:.1} infer/s within the budget", best.row.throughput),
+                (None, None) => "no point within the budget".into(),
+            };
+            eprintln!("search: {done}/{planned} configurations{eta} | {}: {result}", outcome.candidate);
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 /// Applies one configuration and ramps the client concurrency over it. A configuration the
@@ -257,7 +277,7 @@ async fn ramp<C: InferClient>(
     let settings = measure_settings(&plan.sweep, batch);
     let base = load_plan(&plan.sweep)?;
     let mut best: Option<f64> = None;
-    for &level in &plan.space.concurrency {
+    for &level in &plan.search.space.concurrency {
         let points = SweepPoints::Concurrencies(vec![level]);
         let load = crate::run::sweep::LoadPlan { points, latency_threshold_us: None, ..base.clone() };
         let results = measure_sweep(&target, &load, &settings, &mut Quiet).await.map_err(|e| match e {
@@ -266,10 +286,10 @@ async fn ramp<C: InferClient>(
             SweepError::Output(e) => RunError::bad_input(e),
         })?;
         let Some(point) = results.into_iter().next() else { break };
-        let met = plan.budget.met_by(&point.row);
+        let met = plan.search.budget.met_by(&point.row);
         let throughput = point.row.throughput;
         outcome.rows.push(SearchRow { row: point.row, met });
-        if !ramp_goes_on(plan.mode == Mode::Quick, met, throughput, best, plan.improvement_pct) {
+        if !ramp_goes_on(plan.search.mode == Mode::Quick, met, throughput, best, plan.search.improvement_pct) {
             break;
         }
         best = Some(best.map_or(throughput, |b| b.max(throughput)));
@@ -293,9 +313,9 @@ impl SweepObserver for Quiet {
 impl ConfigOutcome {
     /// The climb's score: the best objective over the points that met the budget.
     pub fn score(&self, plan: &SearchPlan) -> Option<f64> {
-        self.best(plan).map(|r| match plan.objective {
+        self.best(plan).map(|r| match plan.search.objective {
             Objective::Throughput => r.row.throughput,
-            Objective::Latency => -plan.budget.statistic.of(&r.row),
+            Objective::Latency => -plan.search.budget.statistic.of(&r.row),
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod strategy;
 use std::process::ExitCode;
 
 use crate::plan::search::{Candidate, Objective, SearchPlan};
+use crate::proto::inference::ModelConfig;
 use crate::results::ReportRow;
 use crate::run::{worker_threads, RunError};
 
@@ -36,12 +37,45 @@ pub struct ConfigOutcome {
 impl ConfigOutcome {
     /// Its best point under the budget by the objective.
     pub fn best(&self, plan: &SearchPlan) -> Option<&SearchRow> {
-        let key = |r: &SearchRow| match plan.objective {
+        let key = |r: &SearchRow| match plan.search.objective {
             Objective::Throughput => r.row.throughput,
-            Objective::Latency => -plan.budget.statistic.of(&r.row),
+            Objective::Latency => -plan.search.budget.statistic.of(&r.row),
         };
         self.rows.iter().filter(|r| r.met).max_by(|a, b| key(a).total_cmp(&key(b)))
     }
+}
+
+/// What cut a search short while its strategy still had configurations to try.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cut {
+    /// `--max-configs N`: N configurations were tried beside the model's own.
+    MaxConfigs(usize),
+    /// `--max-minutes M` had passed when the next configuration was due.
+    MaxMinutes(f64),
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cut::MaxConfigs(n) => write!(
+                f,
+                "Stopped early: --max-configs {n} reached after {n} configurations beside the default, with more left to try."
+            ),
+            Cut::MaxMinutes(m) => write!(
+                f,
+                "Stopped early: --max-minutes {m} had passed, so no further configuration was started."
+            ),
+        }
+    }
+}
+
+/// What a search measured: the model's original config, every configuration's outcome, and
+/// what cut it short, if anything did.
+#[derive(Default)]
+pub struct Measured {
+    pub original: Option<ModelConfig>,
+    pub configs: Vec<ConfigOutcome>,
+    pub cut: Option<Cut>,
 }
 
 /// Runs the search, writes its folder, and returns the exit code: 0, 130 when interrupted (the
@@ -49,15 +83,13 @@ impl ConfigOutcome {
 pub fn run(plan: &SearchPlan) -> Result<ExitCode, RunError> {
     let threads = worker_threads(&plan.sweep, &plan.target);
     let runtime = crate::run::client_runtime(threads)?;
-    let mut measured = execute::Measured { original: None, configs: Vec::new() };
+    let mut measured = Measured::default();
     let outcome = runtime.block_on(execute::search(plan, &mut measured));
     // Nothing was changed when the target was refused before the first configuration.
-    if let Some(original) = &measured.original {
-        if !measured.configs.is_empty() {
-            let summary = output::write(plan, original, &measured.configs).map_err(RunError::bad_input)?;
-            println!("{summary}");
-            println!("Results: {}", plan.out.display());
-        }
+    if measured.original.is_some() && !measured.configs.is_empty() {
+        let summary = output::write(plan, &measured).map_err(RunError::bad_input)?;
+        println!("{summary}");
+        println!("Results: {}", plan.out().display());
     }
     outcome.map(|()| ExitCode::SUCCESS)
 }

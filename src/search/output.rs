@@ -8,9 +8,8 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::config::{apply, to_pbtxt};
-use super::{ConfigOutcome, SearchRow};
+use super::{ConfigOutcome, Measured, SearchRow};
 use crate::plan::search::{Batching, Candidate, SearchPlan};
-use crate::proto::inference::ModelConfig;
 use crate::report::plot::pareto::{render_pareto, ParetoChart, ParetoPoint};
 use crate::results::csv::report_csv;
 use crate::results::LoadPoint;
@@ -50,7 +49,7 @@ pub fn search_csv(configs: &[ConfigOutcome]) -> anyhow::Result<String> {
 /// or (none met it) its lowest-latency point.
 fn representative<'a>(plan: &SearchPlan, config: &'a ConfigOutcome) -> Option<&'a SearchRow> {
     config.best(plan).or_else(|| {
-        let stat = |r: &&SearchRow| plan.budget.statistic.of(&r.row);
+        let stat = |r: &&SearchRow| plan.search.budget.statistic.of(&r.row);
         config.rows.iter().min_by(|a, b| stat(a).total_cmp(&stat(b)))
     })
 }
@@ -83,11 +82,13 @@ fn concurrency(row: &SearchRow) -> u64 {
 }
 
 /// Writes the folder; returns a short summary for the terminal.
-pub fn write(plan: &SearchPlan, original: &ModelConfig, configs: &[ConfigOutcome]) -> anyhow::Result<String> {
-    let dir = &plan.out;
+pub fn write(plan: &SearchPlan, measured: &Measured) -> anyhow::Result<String> {
+    let dir = plan.out();
+    let configs = &measured.configs;
+    let original = measured.original.as_ref().context("the model's own config was never read")?;
     std::fs::create_dir_all(dir.join("plots")).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join("search.csv"), search_csv(configs)?).context("writing search.csv")?;
-    let stat = plan.budget.statistic;
+    let stat = plan.search.budget.statistic;
     // One point per configuration that has one.
     let shown: Vec<(&ConfigOutcome, &SearchRow)> =
         configs.iter().filter_map(|c| representative(plan, c).map(|r| (c, r))).collect();
@@ -105,9 +106,9 @@ pub fn write(plan: &SearchPlan, original: &ModelConfig, configs: &[ConfigOutcome
             default: c.default,
         })
         .collect();
-    let title = format!("{} · budget {} · {:?} mode", plan.model.name, plan.budget, plan.mode).to_lowercase();
+    let title = format!("{} · budget {} · {:?} mode", plan.model.name, plan.search.budget, plan.search.mode).to_lowercase();
     let chart =
-        ParetoChart { points: &points, statistic: stat.name(), budget_ms: plan.budget.limit_us / 1e3, title: &title };
+        ParetoChart { points: &points, statistic: stat.name(), budget_ms: plan.search.budget.limit_us / 1e3, title: &title };
     render_pareto(&dir.join("plots"), &chart)?;
     let best = winner(plan, configs);
     if let Some((config, _)) = best {
@@ -116,15 +117,19 @@ pub fn write(plan: &SearchPlan, original: &ModelConfig, configs: &[ConfigOutcome
         std::fs::write(best_dir.join("config.pbtxt"), to_pbtxt(&apply(original, &config.candidate)))
             .context("writing the best config.pbtxt")?;
     }
-    let markdown = search_md(plan, configs, &shown, &front);
+    let markdown = search_md(plan, measured, &shown, &front);
     std::fs::write(dir.join("search.md"), &markdown).context("writing search.md")?;
-    Ok(summary(plan, configs, best))
+    let summary = summary(plan, configs, best);
+    Ok(match measured.cut {
+        Some(cut) => format!("{summary}\n{cut}"),
+        None => summary,
+    })
 }
 
 fn summary(plan: &SearchPlan, configs: &[ConfigOutcome], best: Option<(&ConfigOutcome, &SearchRow)>) -> String {
     let default = configs.iter().find(|c| c.default).and_then(|c| c.best(plan));
     match best {
-        None => format!("No configuration of '{}' met the budget {}.", plan.model.name, plan.budget),
+        None => format!("No configuration of '{}' met the budget {}.", plan.model.name, plan.search.budget),
         Some((config, row)) => {
             let gain = default
                 .filter(|d| d.row.throughput > 0.0)
@@ -138,8 +143,8 @@ fn summary(plan: &SearchPlan, configs: &[ConfigOutcome], best: Option<(&ConfigOu
                 config.candidate,
                 concurrency(row),
                 row.row.throughput,
-                plan.budget.statistic.name(),
-                plan.budget.statistic.of(&row.row) / 1e3,
+                plan.search.budget.statistic.name(),
+                plan.search.budget.statistic.of(&row.row) / 1e3,
             )
         }
     }
@@ -156,7 +161,7 @@ fn table_row(plan: &SearchPlan, rank: &str, config: &ConfigOutcome, row: &Search
         if cells[5].is_empty() { "-" } else { &cells[5] },
         concurrency(row),
         row.row.throughput,
-        plan.budget.statistic.of(&row.row) / 1e3,
+        plan.search.budget.statistic.of(&row.row) / 1e3,
         if row.met { "yes" } else { "no" },
     )
 }
@@ -165,33 +170,37 @@ fn table_head(plan: &SearchPlan) -> String {
     format!(
         "| # | Instances | Max batch size | Dynamic batching | Queue delay (us) | Preferred sizes | Concurrency | \
          Infer/s | {} (ms) | Meets budget |\n|---|---|---|---|---|---|---|---|---|---|\n",
-        plan.budget.statistic.name()
+        plan.search.budget.statistic.name()
     )
 }
 
 fn search_md(
     plan: &SearchPlan,
-    configs: &[ConfigOutcome],
+    measured: &Measured,
     shown: &[(&ConfigOutcome, &SearchRow)],
     front: &[usize],
 ) -> String {
+    let configs = &measured.configs;
     let mut md = String::new();
     let points: usize = configs.iter().map(|c| c.rows.len()).sum();
     let _ = writeln!(md, "# Search: {}\n", plan.model.name);
     let _ = writeln!(
         md,
         "Budget {} · objective {:?} · mode {:?} · {} configurations, {} points measured.\n",
-        plan.budget,
-        plan.objective,
-        plan.mode,
+        plan.search.budget,
+        plan.search.objective,
+        plan.search.mode,
         configs.len(),
         points
     );
     let _ = writeln!(md, "{}\n", summary(plan, configs, winner(plan, configs)));
+    if let Some(cut) = measured.cut {
+        let _ = writeln!(md, "{cut}\n");
+    }
     if winner(plan, configs).is_some() {
         let _ = writeln!(md, "The winner's config: `best/{}/config.pbtxt`.\n", plan.model.name);
     }
-    let _ = writeln!(md, "## Top 5 by {:?}\n", plan.objective);
+    let _ = writeln!(md, "## Top 5 by {:?}\n", plan.search.objective);
     let mut ranked: Vec<(&ConfigOutcome, &SearchRow)> =
         configs.iter().filter_map(|c| c.best(plan).map(|r| (c, r))).collect();
     ranked.sort_by(|a, b| b.0.score(plan).unwrap_or(f64::MIN).total_cmp(&a.0.score(plan).unwrap_or(f64::MIN)));
@@ -204,11 +213,11 @@ fn search_md(
         "\n## Pareto front: throughput against {} latency\n\nEach configuration at its best concurrency \
          under the budget (or its lowest latency when none met it); no other configuration is both faster and \
          lower in latency. Plot: `plots/search_pareto.png`.\n",
-        plan.budget.statistic.name()
+        plan.search.budget.statistic.name()
     );
     md.push_str(&table_head(plan));
     let mut on_front: Vec<&(&ConfigOutcome, &SearchRow)> = front.iter().map(|&i| &shown[i]).collect();
-    on_front.sort_by(|a, b| plan.budget.statistic.of(&a.1.row).total_cmp(&plan.budget.statistic.of(&b.1.row)));
+    on_front.sort_by(|a, b| plan.search.budget.statistic.of(&a.1.row).total_cmp(&plan.search.budget.statistic.of(&b.1.row)));
     for (c, r) in on_front {
         let _ = writeln!(md, "{}", table_row(plan, "", c, r));
     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use crate::plan::search::{Candidate, Space};
+use crate::plan::search::{Candidate, Mode, Space};
 
 /// The dimensions in climbing order: batching pays first, then its delay, then instances.
 const DIMS: usize = 3;
@@ -131,6 +131,52 @@ impl Climb {
     }
 }
 
+/// The most configurations a climb over `space` tries: its start, then at most one step to
+/// each further value of each dimension.
+pub fn climb_bound(space: &Space) -> usize {
+    1 + lens(space).iter().map(|len| len.saturating_sub(1)).sum::<usize>()
+}
+
+/// The walk of one mode: every configuration of the grid in turn (brute), or the climb
+/// (quick), which goes where the scores lead.
+#[derive(Debug)]
+pub enum Strategy {
+    Grid(std::vec::IntoIter<Candidate>),
+    Climb(Climb),
+}
+
+impl Strategy {
+    pub fn new(mode: Mode, space: &Space, threshold_pct: f64) -> Strategy {
+        match mode {
+            Mode::Brute => Strategy::Grid(grid(space).into_iter()),
+            Mode::Quick => Strategy::Climb(Climb::new(space.clone(), threshold_pct)),
+        }
+    }
+
+    /// The most configurations this walk may try.
+    pub fn bound(mode: Mode, space: &Space) -> usize {
+        match mode {
+            Mode::Brute => grid(space).len(),
+            Mode::Quick => climb_bound(space),
+        }
+    }
+
+    /// The next configuration, or `None` when the walk is over.
+    pub fn propose(&mut self) -> Option<Candidate> {
+        match self {
+            Strategy::Grid(rest) => rest.next(),
+            Strategy::Climb(climb) => climb.propose(),
+        }
+    }
+
+    /// The score of the configuration last proposed (the grid does not need it).
+    pub fn score(&mut self, score: Option<f64>) {
+        if let Strategy::Climb(climb) = self {
+            climb.score(score);
+        }
+    }
+}
+
 /// Configurations of `mode` in the order tried, for a climb driven by `score`: the whole
 /// search when the scores are known in advance (tests, and the planned count of brute).
 pub fn simulate(space: &Space, threshold_pct: f64, mut score: impl FnMut(&Candidate) -> Option<f64>) -> Vec<Candidate> {
@@ -158,18 +204,20 @@ pub fn ramp_goes_on(quick: bool, met: bool, throughput: f64, best_before: Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::search::{Batching, SpaceSettings};
+    use crate::plan::search::{Batching, SearchSettings};
 
     fn space() -> Space {
-        SpaceSettings {
+        SearchSettings {
+            latency_budget: Some("p99=20ms".into()),
             instances: Some("1,2,4,8".into()),
             max_batch_size: Some("1,2,4,8,16,32,64,128".into()),
             dynamic_batching: Some("off,on".into()),
             queue_delay_us: Some("0,100,500".into()),
-            ..SpaceSettings::default()
+            ..SearchSettings::default()
         }
         .resolve()
         .unwrap()
+        .space
     }
 
     /// A delay-like model: a fixed cost per execution, a cost per item, a bounded pool of
@@ -207,6 +255,32 @@ mod tests {
     }
 
     #[test]
+    fn a_climb_never_tries_more_than_its_bound() {
+        let space = space();
+        let bound = climb_bound(&space);
+        assert_eq!(bound, 1 + 7 + 3 + 3);
+        let scores: [&dyn Fn(&Candidate) -> Option<f64>; 4] = [
+            &throughput,
+            &|c| Some(f64::from(c.instances) * c.max_batch_size as f64),
+            &|_| None,
+            &|c| (c.max_batch_size >= 64).then_some(1.0),
+        ];
+        for score in scores {
+            let tried = simulate(&space, 5.0, score);
+            assert!(tried.len() <= bound, "{} > {bound}", tried.len());
+        }
+        // Everything pays: the climb walks every dimension to its end, exactly the bound.
+        let all_pay = simulate(&space, 5.0, |c| {
+            let delay = match c.batching {
+                Batching::Dynamic { queue_delay_us, .. } => queue_delay_us as f64,
+                Batching::Off => 1000.0,
+            };
+            Some(f64::from(c.instances) * c.max_batch_size as f64 * (1.0 + delay))
+        });
+        assert_eq!(all_pay.len(), bound);
+    }
+
+    #[test]
     fn the_climb_stops_a_dimension_when_it_stops_paying() {
         let space = space();
         // Only instances matter, up to 2.
@@ -224,15 +298,17 @@ mod tests {
 
     #[test]
     fn grid_skips_batchers_that_do_not_fit() {
-        let space = SpaceSettings {
+        let space = SearchSettings {
+            latency_budget: Some("p99=20ms".into()),
             max_batch_size: Some("0,4".into()),
             instances: Some("1".into()),
             dynamic_batching: Some("off,on".into()),
             preferred_batch_sizes: Some(vec!["8".into(), "none".into()]),
-            ..SpaceSettings::default()
+            ..SearchSettings::default()
         }
         .resolve()
-        .unwrap();
+        .unwrap()
+        .space;
         // 0: off only; 4: off and on without preferred sizes (8 does not fit).
         assert_eq!(grid(&space).len(), 3);
     }

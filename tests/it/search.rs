@@ -1,6 +1,8 @@
 //! `perfbench search`: finds that batching pays on the `delay` model, writes its folder, leaves
 //! the model's config as it was (at the end and on Ctrl-C), and refuses a target that refuses
-//! loads without changing anything.
+//! loads without changing anything; a scenario's `[search]` table does what the flags do, the
+//! flags going over it; `--max-configs` and `--max-minutes` cut a search short and say so; the
+//! progress counts configurations.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 use perfbench::server::serve::{start, RunningServer, ServeConfig};
 use perfbench::server::ServerOptions;
 
-use super::common::{perfbench, stderr};
+use super::common::{assert_fails, perfbench, stderr};
 
 /// A fixed cost of 2 ms and 50 µs per item, unbatched, one instance: batching must pay.
 const DELAY: &str = r#"
@@ -101,7 +103,8 @@ fn search_finds_that_batching_pays_on_the_delay_model_and_writes_its_folder() {
     for plot in ["search_pareto.png", "search_pareto.svg"] {
         assert!(std::fs::metadata(dir.join("plots").join(plot)).unwrap().len() > 1000, "{plot}");
     }
-    assert!(String::from_utf8_lossy(&run.stdout).contains("Best of"), "{}", String::from_utf8_lossy(&run.stdout));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(stdout.contains("Best of") && !stdout.contains("Stopped early"), "{stdout}");
 }
 
 fn serve(repo: &Path, options: ServerOptions) -> (tokio::runtime::Runtime, RunningServer) {
@@ -186,3 +189,198 @@ fn ctrl_c_restores_the_original_config_and_exits_130() {
     assert!(dir.join("search.csv").is_file(), "the measured rows are written: {err}");
     runtime.block_on(server.shutdown());
 }
+
+/// A scenario of the delay model above, with `search` as its `[search]` table and short count
+/// windows in `[online]`, written into `dir`.
+fn scenario(dir: &Path, search: &str) -> std::path::PathBuf {
+    let path = dir.join("search.toml");
+    let text = format!(
+        "name = \"s\"\n[model]\nname = \"delay\"\nconfig = '''{DELAY}'''\n[online]\n\
+         measurement_mode = \"count_windows\"\nmeasurement_request_count = 40\nstability_percentage = 30.0\n\
+         max_trials = 6\n[search]\n{search}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn printed_plan(args: &[&str]) -> perfbench::plan::search::SearchPlan {
+    let run = perfbench(&[args, &["--print-plan"]].concat());
+    assert_eq!(run.status.code(), Some(0), "{args:?}: {}", stderr(&run));
+    perfbench::plan::search::SearchPlan::from_toml(&String::from_utf8_lossy(&run.stdout)).unwrap()
+}
+
+#[test]
+fn a_scenario_search_table_does_what_the_flags_do_and_flags_go_over_it() {
+    let file = printed_plan(&["search", "scenarios/delay_batching.toml", "--out", "x"]);
+    let flags = printed_plan(&[
+        "search",
+        "-m",
+        "delay_batching",
+        "--latency-budget",
+        "p99=20ms",
+        "--objective",
+        "throughput",
+        "--mode",
+        "quick",
+        "--instances",
+        "1,2",
+        "--max-batch-size",
+        "1,8,32,128",
+        "--dynamic-batching",
+        "on",
+        "--queue-delay-us",
+        "0,500",
+        "--concurrency",
+        "1..64",
+        "--max-minutes",
+        "10",
+        "--measurement-request-count",
+        "100",
+        "--out",
+        "x",
+    ]);
+    assert_eq!(file.search, flags.search);
+    assert_eq!(file.sweep, flags.sweep, "the points are measured with [online]'s settings");
+    assert!(file.model.config.as_deref().is_some_and(|c| c.contains("delay_per_item_us")));
+    // The profile over the file, the flags over both.
+    let over = printed_plan(&[
+        "search",
+        "scenarios/delay_batching.toml",
+        "--profile",
+        "quick",
+        "--mode",
+        "brute",
+        "--max-configs",
+        "2",
+    ]);
+    assert_eq!(over.search.mode, perfbench::plan::search::Mode::Brute);
+    assert_eq!(over.search.max_configs, Some(2), "the flag, not the profile's 4");
+    assert_eq!(over.search.space.instances, [1], "the profile's");
+    assert_eq!(over.search.max_minutes, Some(10.0), "the file's");
+    assert_eq!(over.search.space.concurrency, [1, 8, 32]);
+    assert_eq!(over.sweep.measurement.request_count, 40, "the profile's [online]");
+    let out = over.out().to_string_lossy();
+    assert!(out.starts_with("results/delay_batching-quick-search-"), "{out}");
+    // The printed plan runs as written: printed back the same, refused with a flag, and not
+    // taken by `run`, which still runs the scenario's own sweep.
+    let dir = tempfile::tempdir().unwrap();
+    let plan_file = dir.path().join("plan.toml");
+    std::fs::write(&plan_file, file.to_toml()).unwrap();
+    let plan_path = plan_file.to_str().unwrap();
+    assert_eq!(printed_plan(&["search", plan_path]), file);
+    assert_fails(&["search", plan_path, "--instances", "4"], 2, "runs as written");
+    assert_fails(&["run", plan_path], 2, "perfbench search");
+    let run = perfbench(&["run", "scenarios/delay_batching.toml", "--print-plan"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+}
+
+#[test]
+fn a_bad_search_table_gets_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = "latency_budget = \"p99=20ms\"\n";
+    for (table, needle) in [
+        (format!("{budget}instances = \"x\""), "--instances"),
+        (format!("{budget}colour = 1"), "colour"),
+        (format!("{budget}mode = \"fast\""), "--mode"),
+        (format!("{budget}max_configs = 0"), "--max-configs"),
+        (format!("{budget}max_batch_size = \"8..1\""), "--max-batch-size"),
+        ("mode = \"brute\"".to_string(), "latency budget"),
+    ] {
+        let file = scenario(dir.path(), &table);
+        assert_fails(&["search", file.to_str().unwrap()], 2, needle);
+    }
+    // A scenario with only a [search] table is not a run; one without it is not a search.
+    let file = scenario(dir.path(), budget);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("[online]", "[profiles.x.online]")).unwrap();
+    assert_fails(&["run", file.to_str().unwrap()], 2, "perfbench search");
+    assert_fails(&["search", "scenarios/fastpitch.toml"], 2, "no [search] table");
+    assert_fails(&["search", "scenarios/delay_batching.toml", "--profile", "slow"], 2, "no profile 'slow'");
+}
+
+/// Each distinct configuration of a search.csv, in order: (default?, instances, max batch size).
+fn configurations(csv: &str) -> Vec<(bool, String, String)> {
+    let mut seen = Vec::new();
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let key = (f[0] == "true", f[1].to_string(), f[2].to_string());
+        if !seen.contains(&key) {
+            seen.push(key);
+        }
+    }
+    seen
+}
+
+#[test]
+fn max_configs_stops_after_exactly_n_configurations_says_so_and_the_progress_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // The grid has 4 configurations and the file allows 3; the flag allows 2.
+    let file = scenario(
+        dir.path(),
+        "latency_budget = \"p99=1s\"\nmode = \"brute\"\ninstances = [1, 2]\nmax_batch_size = [4, 8]\n\
+         concurrency = [1, 2]\nmax_configs = 3",
+    );
+    let out = dir.path().join("s");
+    let run = perfbench(&["search", file.to_str().unwrap(), "--max-configs", "2", "--out", out.to_str().unwrap()]);
+    let (stdout, err) = (String::from_utf8_lossy(&run.stdout), stderr(&run));
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    let configs = configurations(&std::fs::read_to_string(out.join("search.csv")).unwrap());
+    assert_eq!(configs.iter().filter(|c| c.0).count(), 1, "the default: {configs:?}");
+    assert_eq!(configs.iter().filter(|c| !c.0).count(), 2, "exactly two beside it: {configs:?}");
+    let said = "Stopped early: --max-configs 2 reached after 2 configurations";
+    assert!(stdout.contains(said), "{stdout}");
+    assert!(std::fs::read_to_string(out.join("search.md")).unwrap().contains(said));
+    // Off a terminal the progress bar is a line per configuration: done/planned, planned being
+    // the default and the two --max-configs allows.
+    let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("search: ")).collect();
+    assert_eq!(progress.len(), 3, "{err}");
+    for (i, line) in progress.iter().enumerate() {
+        assert!(line.starts_with(&format!("search: {}/3 configurations", i + 1)), "{line}");
+    }
+    assert!(progress[0].contains("ETA") && progress[0].contains("instances=1 max_batch_size=0"), "{}", progress[0]);
+    assert!(progress[1].contains("instances=1 max_batch_size=4"), "{}", progress[1]);
+}
+
+#[test]
+fn max_minutes_stops_between_configurations_and_restores_the_config() {
+    let repo = repository();
+    let (runtime, server) = serve(repo.path(), ServerOptions::default());
+    let before = config_json(&server);
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("s");
+    let url = server.http_addr.to_string();
+    // 6 ms: over before the model's own configuration is measured, so no candidate starts.
+    let args = [
+        "search",
+        "-m",
+        "delay",
+        "-u",
+        &url,
+        "--latency-budget",
+        "p99=1s",
+        "--mode",
+        "brute",
+        "--max-batch-size",
+        "4,8",
+        "--instances",
+        "1",
+        "--concurrency",
+        "1",
+        "--max-minutes",
+        "0.0001",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let run = perfbench(&[&args[..], &WINDOWS[..]].concat());
+    let (stdout, err) = (String::from_utf8_lossy(&run.stdout), stderr(&run));
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    let configs = configurations(&std::fs::read_to_string(dir.join("search.csv")).unwrap());
+    assert_eq!(configs, [(true, "1".to_string(), "0".to_string())], "only the default was measured");
+    let said = "Stopped early: --max-minutes 0.0001 had passed";
+    assert!(stdout.contains(said), "{stdout}");
+    assert!(std::fs::read_to_string(dir.join("search.md")).unwrap().contains(said));
+    assert_eq!(err.lines().filter(|l| l.starts_with("search: 1/3 configurations")).count(), 1, "{err}");
+    assert_eq!(config_json(&server), before);
+    runtime.block_on(server.shutdown());
+}
+
