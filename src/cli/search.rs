@@ -97,8 +97,8 @@ impl SearchArgs {
             let model = Model { name, version: String::new(), config: None };
             return self.resolve(model, &SearchSettings::default(), &Settings::default(), out);
         };
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| invalid(format!("cannot read {}: {e}", file.display())))?;
+        let text =
+            std::fs::read_to_string(file).map_err(|e| invalid(format!("cannot read {}: {e}", file.display())))?;
         match FileKind::of(&text) {
             FileKind::Plan => {
                 Err(invalid(format!("{} is a plan of sweeps: run it with `perfbench run {0}`", file.display())))
@@ -106,8 +106,7 @@ impl SearchArgs {
             FileKind::SearchPlan => self.search_plan(file, &text),
             FileKind::Scenario => {
                 let scenario = Scenario::parse(&text, file).map_err(|e| invalid(e.to_string()))?;
-                let (search, online) =
-                    scenario.search(self.profile.as_deref()).map_err(|e| invalid(e.to_string()))?;
+                let (search, online) = scenario.search(self.profile.as_deref()).map_err(|e| invalid(e.to_string()))?;
                 let out = self.out.clone().unwrap_or_else(|| {
                     let profile = self.profile.as_deref().map(|p| format!("-{p}")).unwrap_or_default();
                     default_out(&format!("{}{profile}-search", scenario.name))

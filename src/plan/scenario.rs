@@ -222,7 +222,11 @@ max_throughput_drop = 20.0
                     }
                     if s.search.is_some() {
                         let (search, online) = s.search(profile).unwrap();
-                        let model = Model { name: s.model.name.clone(), version: String::new(), config: s.model.config.clone() };
+                        let model = Model {
+                            name: s.model.name.clone(),
+                            version: String::new(),
+                            config: s.model.config.clone(),
+                        };
                         SearchPlan::resolve(target, model, &search, &online, "/tmp/x".into())
                             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                     }

@@ -635,9 +635,18 @@ mod tests {
         for (bad, needle) in [
             (SearchSettings { latency_budget: budget(), mode: Some("fast".into()), ..Default::default() }, "--mode"),
             (SearchSettings { latency_budget: budget(), max_configs: Some(0), ..Default::default() }, "--max-configs"),
-            (SearchSettings { latency_budget: budget(), max_minutes: Some(-1.0), ..Default::default() }, "--max-minutes"),
-            (SearchSettings { latency_budget: budget(), instances: Some("0".into()), ..Default::default() }, "--instances"),
-            (SearchSettings { latency_budget: budget(), instances: Some("65".into()), ..Default::default() }, "--instances"),
+            (
+                SearchSettings { latency_budget: budget(), max_minutes: Some(-1.0), ..Default::default() },
+                "--max-minutes",
+            ),
+            (
+                SearchSettings { latency_budget: budget(), instances: Some("0".into()), ..Default::default() },
+                "--instances",
+            ),
+            (
+                SearchSettings { latency_budget: budget(), instances: Some("65".into()), ..Default::default() },
+                "--instances",
+            ),
         ] {
             let err = bad.resolve().unwrap_err().to_string();
             assert!(err.contains(needle), "{needle}: {err}");

@@ -106,9 +106,14 @@ pub fn write(plan: &SearchPlan, measured: &Measured) -> anyhow::Result<String> {
             default: c.default,
         })
         .collect();
-    let title = format!("{} · budget {} · {:?} mode", plan.model.name, plan.search.budget, plan.search.mode).to_lowercase();
-    let chart =
-        ParetoChart { points: &points, statistic: stat.name(), budget_ms: plan.search.budget.limit_us / 1e3, title: &title };
+    let title =
+        format!("{} · budget {} · {:?} mode", plan.model.name, plan.search.budget, plan.search.mode).to_lowercase();
+    let chart = ParetoChart {
+        points: &points,
+        statistic: stat.name(),
+        budget_ms: plan.search.budget.limit_us / 1e3,
+        title: &title,
+    };
     render_pareto(&dir.join("plots"), &chart)?;
     let best = winner(plan, configs);
     if let Some((config, _)) = best {
@@ -217,7 +222,9 @@ fn search_md(
     );
     md.push_str(&table_head(plan));
     let mut on_front: Vec<&(&ConfigOutcome, &SearchRow)> = front.iter().map(|&i| &shown[i]).collect();
-    on_front.sort_by(|a, b| plan.search.budget.statistic.of(&a.1.row).total_cmp(&plan.search.budget.statistic.of(&b.1.row)));
+    on_front.sort_by(|a, b| {
+        plan.search.budget.statistic.of(&a.1.row).total_cmp(&plan.search.budget.statistic.of(&b.1.row))
+    });
     for (c, r) in on_front {
         let _ = writeln!(md, "{}", table_row(plan, "", c, r));
     }

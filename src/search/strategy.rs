@@ -142,14 +142,14 @@ pub fn climb_bound(space: &Space) -> usize {
 #[derive(Debug)]
 pub enum Strategy {
     Grid(std::vec::IntoIter<Candidate>),
-    Climb(Climb),
+    Climb(Box<Climb>),
 }
 
 impl Strategy {
     pub fn new(mode: Mode, space: &Space, threshold_pct: f64) -> Strategy {
         match mode {
             Mode::Brute => Strategy::Grid(grid(space).into_iter()),
-            Mode::Quick => Strategy::Climb(Climb::new(space.clone(), threshold_pct)),
+            Mode::Quick => Strategy::Climb(Box::new(Climb::new(space.clone(), threshold_pct))),
         }
     }
 
@@ -259,12 +259,10 @@ mod tests {
         let space = space();
         let bound = climb_bound(&space);
         assert_eq!(bound, 1 + 7 + 3 + 3);
-        let scores: [&dyn Fn(&Candidate) -> Option<f64>; 4] = [
-            &throughput,
-            &|c| Some(f64::from(c.instances) * c.max_batch_size as f64),
-            &|_| None,
-            &|c| (c.max_batch_size >= 64).then_some(1.0),
-        ];
+        type Score<'a> = &'a dyn Fn(&Candidate) -> Option<f64>;
+        let products = |c: &Candidate| Some(f64::from(c.instances) * c.max_batch_size as f64);
+        let large_only = |c: &Candidate| (c.max_batch_size >= 64).then_some(1.0);
+        let scores: [Score; 4] = [&throughput, &products, &|_| None, &large_only];
         for score in scores {
             let tried = simulate(&space, 5.0, score);
             assert!(tried.len() <= bound, "{} > {bound}", tried.len());
