@@ -438,7 +438,11 @@ async fn drive<C: InferClient>(
                     check_fatal: !sweep.validate_outputs,
                     sequences: requests.sequences,
                 };
-                let settings = MeasureSettings { keep_windows: shard.is_some(), ..measure_settings(sweep, batch) };
+                let settings = MeasureSettings {
+                    keep_windows: shard.is_some(),
+                    windows_on_offsets: slots.is_some(),
+                    ..measure_settings(sweep, batch)
+                };
                 let plan = LoadPlan {
                     time_bank: time_bank.clone(),
                     shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
@@ -557,6 +561,7 @@ pub fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
         request_count: m.total_requests,
         batch,
         keep_windows: false,
+        windows_on_offsets: false,
     }
 }
 

@@ -479,16 +479,17 @@ async fn sleep_until_epoch(at_ns: u64) -> u64 {
     epoch_ns()
 }
 
-/// When a time window that began the point's measuring at `origin` ends: on the next multiple
-/// of `step` from `origin` that is still ahead, so windows keep fixed offsets from the point's
-/// start (and line up across shards) however long each end's reading took.
+/// When a time window of a point lined up by `--start-at` ends, its measuring having begun at
+/// `origin`: on a multiple of `step` from `origin`, so windows keep fixed offsets from the
+/// point's start (and line up across shards) however long each end's reading took. A window
+/// that would last less than half a step (the reading overran) ends on the offset after.
 fn window_end(origin: Instant, step: Duration, trial: usize, now: Instant) -> Instant {
-    let due = origin + step * (trial as u32 + 1);
-    if due > now || step.is_zero() {
-        return due;
+    if step.is_zero() {
+        return now;
     }
-    let passed = ((now - origin).as_nanos() / step.as_nanos()) as u32;
-    origin + step * (passed + 1)
+    let ahead = now.saturating_duration_since(origin) + step / 2;
+    let offsets = (trial as u32 + 1).max((ahead.as_nanos() / step.as_nanos()) as u32 + 1);
+    origin + step * offsets
 }
 
 /// Warm-up under the interval rule: at least `min_requests`, then windows (sized as the
@@ -592,9 +593,13 @@ pub async fn measure_point<C: InferClient>(
         match (settings.request_count, settings.window, window_cap) {
             (Some(n), _, _) => load.wait_completed(n).await?,
             (None, WindowMode::Time(span), cap) => {
-                let now = Instant::now();
-                let end = window_end(origin, cap.map_or(span, |cap| span.min(cap)), trial, now);
-                load.wait_for(end - now).await?
+                let span = cap.map_or(span, |cap| span.min(cap));
+                if settings.windows_on_offsets {
+                    let now = Instant::now();
+                    load.wait_for(window_end(origin, span, trial, now) - now).await?
+                } else {
+                    load.wait_for(span).await?
+                }
             }
             (None, WindowMode::Count(n), None) => {
                 load.wait_completed(load.completed() + window_requests(n, in_flight)).await?
@@ -755,7 +760,8 @@ mod tests {
         assert_eq!(window_end(origin, ms(250), 0, origin + ms(3)), origin + ms(250));
         // Reading the server's counters after a window does not push the next one later.
         assert_eq!(window_end(origin, ms(250), 1, origin + ms(260)), origin + ms(500));
-        // A window that ended far too late: the next ends on the next offset still ahead.
+        // A reading that overran: the next window ends on an offset at least half a step ahead.
+        assert_eq!(window_end(origin, ms(250), 1, origin + ms(400)), origin + ms(750));
         assert_eq!(window_end(origin, ms(250), 1, origin + ms(520)), origin + ms(750));
         assert_eq!(window_end(origin, ms(250), 1, origin + ms(500)), origin + ms(750));
     }
