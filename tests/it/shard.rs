@@ -323,6 +323,9 @@ fn the_kubernetes_indexed_job_parses_and_its_indexes_are_the_shards() {
     assert_eq!(count.parse::<u64>().unwrap(), n, "PERFBENCH_SHARDS = completions");
     let command = container["args"][0].as_str().unwrap();
     assert!(command.contains("--out /results/shard-$JOB_COMPLETION_INDEX"), "{command}");
+    // One start instant for every pod, set at submission, not computed by each pod.
+    assert!(command.contains("--start-at $START_AT_MS") && !command.contains("date"), "{command}");
+    assert!(env.iter().any(|e| e["name"] == "START_AT_MS"), "{env:?}");
     let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
     let merge = docs("merge-job.yaml");
     let merge_args = merge[0]["spec"]["template"]["spec"]["containers"][0]["args"][0].as_str().unwrap();
