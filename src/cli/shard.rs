@@ -18,21 +18,41 @@ pub struct ShardArgs {
     /// The shard count beside JOB_COMPLETION_INDEX (default: $PERFBENCH_SHARDS).
     #[arg(long = "shards", value_name = "N", global = true)]
     pub shards: Option<u64>,
-    /// Start the load at this wall-clock time (ms since the epoch), the same on every shard;
-    /// needs synchronised clocks. A shard that starts later than that says so.
+    /// Start every load point on a clock grid from this wall-clock time (ms since the epoch),
+    /// the same on every shard; needs synchronised clocks. Point k starts at EPOCH_MS plus k
+    /// slots; a shard that starts a point late says so.
     #[arg(long = "start-at", value_name = "EPOCH_MS", global = true)]
     pub start_at: Option<u64>,
+    /// With --start-at: each point's slot in ms (default: the plan's bound on one point plus a
+    /// margin; needed when nothing bounds a point: --request-count, or count windows with the
+    /// stable rule).
+    #[arg(long = "point-slot", value_name = "MS", global = true)]
+    pub point_slot: Option<u64>,
 }
 
 impl ShardArgs {
     /// `plan` as this process's shard runs it (unchanged when it is not a shard).
     pub fn apply(&self, plan: Result<Plan, PlanError>) -> Result<Plan, PlanError> {
         let mut plan = plan?;
-        plan.shard = Shard::resolve(self.shard.as_deref(), self.shards, |name| std::env::var(name).ok())?;
-        match (&mut plan.shard, self.start_at) {
-            (Some(shard), at) => shard.start_at_ms = at,
-            (None, Some(_)) => return Err(PlanError::Invalid("--start-at lines up shards: give --shard K/N".into())),
-            (None, None) => {}
+        // A plan that is already a shard (`run --resume` of a shard's folder, a printed plan)
+        // stays one unless the flag or the engine names another.
+        let resolved = Shard::resolve(self.shard.as_deref(), self.shards, |name| std::env::var(name).ok())?;
+        plan.shard = resolved.or(plan.shard);
+        match &mut plan.shard {
+            Some(shard) => {
+                shard.start_at_ms = self.start_at.or(shard.start_at_ms);
+                shard.point_slot_ms = self.point_slot.or(shard.point_slot_ms);
+                if shard.point_slot_ms.is_some() && shard.start_at_ms.is_none() {
+                    return Err(PlanError::Invalid("--point-slot is the slot of --start-at: give --start-at".into()));
+                }
+                if shard.point_slot_ms == Some(0) {
+                    return Err(PlanError::Invalid("--point-slot must be at least 1 ms".into()));
+                }
+            }
+            None if self.start_at.is_some() || self.point_slot.is_some() => {
+                return Err(PlanError::Invalid("--start-at lines up shards: give --shard K/N".into()))
+            }
+            None => {}
         }
         if let (Some(shard), false) = (plan.shard, matches!(plan.target, Target::Remote { .. })) {
             return Err(PlanError::Invalid(format!(
@@ -49,7 +69,7 @@ impl ShardArgs {
 
     /// Whether any sharding flag was given (only measuring commands take them).
     pub fn given(&self) -> bool {
-        self.shard.is_some() || self.shards.is_some() || self.start_at.is_some()
+        self.shard.is_some() || self.shards.is_some() || self.start_at.is_some() || self.point_slot.is_some()
     }
 }
 

@@ -78,6 +78,9 @@ pub struct MeasureSettings {
     pub batch: u64,
     /// Hand the merged windows out with the row (`PointDetail::windows`), for a shard's files.
     pub keep_windows: bool,
+    /// Time windows end on fixed offsets from the point's start (`--start-at`: they line up
+    /// across shards), rather than a window's length after the previous one's reading.
+    pub windows_on_offsets: bool,
 }
 
 impl Default for MeasureSettings {
@@ -91,6 +94,7 @@ impl Default for MeasureSettings {
             request_count: None,
             batch: 1,
             keep_windows: false,
+            windows_on_offsets: false,
         }
     }
 }

@@ -355,6 +355,7 @@ pub fn derive_point(
         requests: std::mem::take(&mut client.log),
         gpu: None,
         windows: Default::default(),
+        slot: None,
     };
     PointResult { row, detail }
 }

@@ -599,10 +599,14 @@ impl Plan {
         toml::to_string(self).expect("a plan is always representable as TOML")
     }
 
-    /// What every shard of one run shares: the plan without its shard, results folders or
-    /// resume flag, hashed ([`shard::identity`]). `merge` refuses shards whose identities differ.
+    /// What every shard of one run shares: the plan without its shard, results folders, resume
+    /// flag or server address (each machine may reach the server by a name of its own), hashed
+    /// ([`shard::identity`]). `merge` refuses shards whose identities differ.
     pub fn identity(&self) -> String {
         let mut same = Plan { shard: None, resume: false, gate: None, ..self.clone() };
+        if let Target::Remote { url } = &mut same.target {
+            url.clear();
+        }
         for sweep in &mut same.sweeps {
             sweep.output.dir = None;
             sweep.output.latency_report_file = None;

@@ -19,9 +19,14 @@ pub const SHARDS_ENV: &str = "PERFBENCH_SHARDS";
 pub struct Shard {
     pub index: u64,
     pub count: u64,
-    /// `--start-at`: the shards start their load at this wall-clock time (ms since the epoch).
+    /// `--start-at`: the shards start their points on slots from this wall-clock time (ms since
+    /// the epoch; `run::grid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_at_ms: Option<u64>,
+    /// `--point-slot`: each point's slot under `--start-at`, in ms (default: the plan's bound on
+    /// one point, plus a margin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_slot_ms: Option<u64>,
 }
 
 impl FromStr for Shard {
@@ -30,7 +35,7 @@ impl FromStr for Shard {
         let bad = |why: &str| format!("bad --shard '{text}': {why}");
         let (k, n) = text.split_once('/').ok_or_else(|| bad("expected K/N, e.g. 0/2"))?;
         let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad("K and N must be whole numbers"));
-        let shard = Shard { index: num(k)?, count: num(n)?, start_at_ms: None };
+        let shard = Shard::new(num(k)?, num(n)?);
         shard.check().map_err(|why| bad(&why))?;
         Ok(shard)
     }
@@ -43,6 +48,11 @@ impl fmt::Display for Shard {
 }
 
 impl Shard {
+    /// Shard `index` of `count`, not lined up by the clock.
+    pub fn new(index: u64, count: u64) -> Shard {
+        Shard { index, count, start_at_ms: None, point_slot_ms: None }
+    }
+
     fn check(&self) -> Result<(), String> {
         if self.count == 0 {
             return Err("N must be at least 1".into());
@@ -72,7 +82,7 @@ impl Shard {
         let pairs = [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")];
         for (rank, size) in pairs {
             if let (Some(index), Some(count)) = (num(rank)?, num(size)?) {
-                let shard = Shard { index, count, start_at_ms: None };
+                let shard = Shard::new(index, count);
                 shard.check().map_err(|why| invalid(format!("bad {rank}/{size}: {why}")))?;
                 return Ok((count > 1).then_some(shard));
             }
@@ -86,7 +96,7 @@ impl Shard {
                     ))
                 })?,
             };
-            let shard = Shard { index, count, start_at_ms: None };
+            let shard = Shard::new(index, count);
             shard.check().map_err(|why| invalid(format!("bad JOB_COMPLETION_INDEX {index} of {count}: {why}")))?;
             return Ok(Some(shard));
         }
@@ -170,18 +180,15 @@ mod tests {
 
     #[test]
     fn parts_add_up_with_the_remainder_on_the_lowest_shards() {
-        let parts: Vec<u64> = (0..3).map(|k| Shard { index: k, count: 3, start_at_ms: None }.part(8)).collect();
+        let parts: Vec<u64> = (0..3).map(|k| Shard::new(k, 3).part(8)).collect();
         assert_eq!(parts, [3, 3, 2]);
-        let starts: Vec<u64> = (0..3).map(|k| Shard { index: k, count: 3, start_at_ms: None }.part_start(8)).collect();
+        let starts: Vec<u64> = (0..3).map(|k| Shard::new(k, 3).part_start(8)).collect();
         assert_eq!(starts, [0, 3, 6]);
     }
 
     #[test]
     fn the_flag_wins_and_bad_shards_are_refused() {
-        assert_eq!(
-            Shard::resolve(Some("1/2"), None, env(&[])).unwrap(),
-            Some(Shard { index: 1, count: 2, start_at_ms: None })
-        );
+        assert_eq!(Shard::resolve(Some("1/2"), None, env(&[])).unwrap(), Some(Shard::new(1, 2)));
         let e = Shard::resolve(Some("3/2"), None, env(&[])).unwrap_err().to_string();
         assert!(e.contains("bad --shard '3/2'") && !e.contains('\n'), "{e}");
         assert!("0/0".parse::<Shard>().is_err() && "1".parse::<Shard>().is_err());
@@ -200,8 +207,7 @@ mod tests {
             ..Default::default()
         };
         let sweep = resolve(SweepKind::Online, &settings, &Target::Remote { url: "localhost:1".into() }).unwrap();
-        let parts: Vec<Sweep> =
-            (0..2).map(|index| Shard { index, count: 2, start_at_ms: None }.sweep_part(&sweep)).collect();
+        let parts: Vec<Sweep> = (0..2).map(|index| Shard::new(index, 2).sweep_part(&sweep)).collect();
         let of = |f: &dyn Fn(&Sweep) -> u64| parts.iter().map(f).collect::<Vec<_>>();
         assert_eq!(of(&|p| p.measurement.total_requests.unwrap()), [5, 4]);
         assert_eq!(of(&|p| p.measurement.warmup_requests), [3, 2]);
@@ -213,13 +219,13 @@ mod tests {
     #[test]
     fn engines_name_the_shard_through_the_environment() {
         let mpi = env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")]);
-        assert_eq!(Shard::resolve(None, None, mpi).unwrap(), Some(Shard { index: 1, count: 4, start_at_ms: None }));
+        assert_eq!(Shard::resolve(None, None, mpi).unwrap(), Some(Shard::new(1, 4)));
         let pmi = env(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
-        assert_eq!(Shard::resolve(None, None, pmi).unwrap(), Some(Shard { index: 0, count: 2, start_at_ms: None }));
+        assert_eq!(Shard::resolve(None, None, pmi).unwrap(), Some(Shard::new(0, 2)));
         let k8s = env(&[("JOB_COMPLETION_INDEX", "2"), (SHARDS_ENV, "3")]);
-        assert_eq!(Shard::resolve(None, None, k8s).unwrap(), Some(Shard { index: 2, count: 3, start_at_ms: None }));
+        assert_eq!(Shard::resolve(None, None, k8s).unwrap(), Some(Shard::new(2, 3)));
         let k8s = env(&[("JOB_COMPLETION_INDEX", "2")]);
-        assert_eq!(Shard::resolve(None, Some(4), &k8s).unwrap(), Some(Shard { index: 2, count: 4, start_at_ms: None }));
+        assert_eq!(Shard::resolve(None, Some(4), &k8s).unwrap(), Some(Shard::new(2, 4)));
         assert!(Shard::resolve(None, None, &k8s).is_err(), "an index without a count");
         assert_eq!(Shard::resolve(None, None, env(&[])).unwrap(), None);
     }

@@ -14,6 +14,6 @@ pub mod server_stats;
 pub mod shard;
 
 pub use client_load::ClientLoad;
-pub use point::{GpuFigures, PointDetail, PointResult, RequestRecord, ResponseRecord};
+pub use point::{GpuFigures, PointDetail, PointResult, PointSlot, RequestRecord, ResponseRecord};
 pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
 pub use server_stats::{ComposingModel, ComposingStats, EnsembleTimes, ServerStats, StageTotal};

@@ -60,9 +60,20 @@ pub struct PointDetail {
     pub requests: Vec<RequestRecord>,
     /// GPU gauges scraped while the point ran (`--collect-metrics`).
     pub gpu: Option<GpuFigures>,
-    /// The windows the row merges, raw, for a shard's interval log and sidecar (a sharded run
-    /// only; shared, not copied, and dropped once written).
+    /// The point's windows, raw, for a shard's interval log and sidecar (a sharded run only;
+    /// shared, not copied, and dropped once written).
     pub windows: std::sync::Arc<[super::shard::ShardWindow]>,
+    /// `--start-at`: the slot the point started on.
+    pub slot: Option<PointSlot>,
+}
+
+/// When a point of a run lined up by `--start-at` was due, and how late it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PointSlot {
+    /// The instant every shard starts the point (ns since the epoch).
+    pub start_ns: u64,
+    /// How long after it this shard started the point's load.
+    pub late: Duration,
 }
 
 /// One measured sweep point: the row every report reads, and the extra detail.

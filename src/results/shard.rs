@@ -67,7 +67,22 @@ pub struct ShardPoint {
     pub stable: bool,
     /// The point's interval log, relative to the shard's folder.
     pub log: String,
+    /// Every window the shard measured at the point (under the stable rule more than its row
+    /// merges, so the merge can take the last ones all shards measured together).
     pub windows: Vec<WindowCounts>,
+    /// When the shard's measuring of the point began and ended (ns since the epoch; a settling
+    /// window included). 0 in a sidecar written before these were kept.
+    #[serde(default)]
+    pub started_ns: u64,
+    #[serde(default)]
+    pub ended_ns: u64,
+    /// `--start-at`: the instant every shard was to start the point (ns since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_ns: Option<u64>,
+    /// `--start-at`: how long after its slot this shard started the point (ms). Beyond the
+    /// tolerance (100 ms) the point is misaligned with the other shards', and the shard said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_ms: Option<u64>,
 }
 
 /// `shard.json`.

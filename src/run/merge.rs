@@ -6,7 +6,8 @@
 //!
 //! Shards that do not belong together are refused with one line: a different plan, a shard
 //! given twice or missing, windows that never overlapped. A point some shard lacks (its target
-//! died after the points it finished) is named with the shard and left out.
+//! died after the points it finished) is named with the shard and left out; the points all
+//! shards have are merged, over the time every shard measured them.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +18,8 @@ use super::sweep::SweepObserver;
 use crate::measure::shards::merge_shards;
 use crate::measure::window::derive_point;
 use crate::measure::Window;
-use crate::plan::{Plan, Protocol, Sweep, Target, PLAN_FILE};
+use crate::measure::STABLE_WINDOWS;
+use crate::plan::{Plan, Protocol, StopWhen, Sweep, Target, PLAN_FILE};
 use crate::report::pa_summary::Wire;
 use crate::report::RunConfig;
 use crate::results::shard::{read_log, ShardWindow, Sidecar, SIDECAR};
@@ -167,10 +169,13 @@ fn merge_sweep(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     if complete.is_empty() {
         bail!("the shards have no point in common: nothing to merge");
     }
+    let stable_rule =
+        sweep.measurement.total_requests.is_none() && matches!(sweep.measurement.stop_when, StopWhen::Stable);
     let folder = FolderStart { plan: merged_plan.to_toml(), kept: Vec::new(), shard: None };
     let mut recorder = Recorder::create(&sweep, wire, service_kind, ModelTraits::default(), "", folder)?;
     for (batch, load) in complete {
         let mut per_shard = Vec::new();
+        let mut starts = Vec::new();
         let mut stable = true;
         for s in &shards {
             let point = s.sidecar.points.iter().find(|p| p.batch == batch && p.load == load).expect("complete");
@@ -185,6 +190,12 @@ fn merge_sweep(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
                 );
             }
             stable &= point.stable;
+            // When the shard started the point (older sidecars: its first kept window).
+            starts.push(if point.started_ns > 0 {
+                point.started_ns
+            } else {
+                point.windows.first().map_or(0, |w| w.start_ns)
+            });
             let windows = histograms
                 .into_iter()
                 .zip(&point.windows)
@@ -192,16 +203,27 @@ fn merge_sweep(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
                 .collect();
             per_shard.push(windows);
         }
-        let starts: Vec<u64> = per_shard.iter().filter_map(|w: &Vec<Window>| w.first().map(|w| w.start_ns)).collect();
         let apart_ms = (starts.iter().max().unwrap_or(&0) - starts.iter().min().unwrap_or(&0)) / 1_000_000;
         if apart_ms > ALIGN_TOLERANCE_MS {
             eprintln!(
-                "merge: point {}: misaligned: the shards' first windows start up to {apart_ms} ms apart (tolerance \
+                "merge: point {}: misaligned: the shards started it up to {apart_ms} ms apart (tolerance \
                  {ALIGN_TOLERANCE_MS} ms; line them up with --start-at or mpirun)",
                 describe(batch, load)
             );
         }
-        let windows = merge_shards(per_shard).map_err(|e| anyhow!("point {}: {e}", describe(batch, load)))?;
+        let merged = merge_shards(per_shard).map_err(|e| anyhow!("point {}: {e}", describe(batch, load)))?;
+        if merged.left_out > 0 {
+            eprintln!(
+                "merge: point {}: {} window(s) outside the time every shard measured left out",
+                describe(batch, load),
+                merged.left_out
+            );
+        }
+        let mut windows = merged.windows;
+        if stable_rule {
+            // As one process's row: the last windows, here the last all shards measured.
+            windows = windows.split_off(windows.len().saturating_sub(STABLE_WINDOWS));
+        }
         let mut result = derive_point(&windows, batch, load, stable, sweep.measurement.percentile);
         result.detail.window_boundaries_ns =
             windows.first().map(|w| w.start_ns).into_iter().chain(windows.iter().map(|w| w.end_ns)).collect();

@@ -4,6 +4,7 @@
 //! result. Errors carry the exit code they end the process with.
 
 pub mod composing;
+pub mod grid;
 pub mod interrupt;
 pub mod merge;
 pub mod mpi;
@@ -189,7 +190,18 @@ enum Endpoint {
 pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     // The plan each results folder keeps, its paths absolute so `run --resume` works anywhere.
     let here = std::env::current_dir().map_err(RunError::bad_input)?;
-    let folder_plan = Plan { resume: false, ..plan.anchored(&here) }.to_toml();
+    // `--start-at` belongs to this run only: a resumed shard is lined up anew, or not at all.
+    let shard = plan.shard.map(|shard| Shard { start_at_ms: None, ..shard });
+    let folder_plan = Plan { resume: false, shard, ..plan.anchored(&here) }.to_toml();
+    // Every sweep's slots on one clock grid, checked before anything starts.
+    let grid = plan.shard.and_then(|s| s.start_at_ms).map(|at| Arc::new(grid::PointGrid::new(at)));
+    let mut slots = Vec::new();
+    for sweep in &plan.sweeps {
+        slots.push(match &grid {
+            Some(grid) => Some(sweep_slots(sweep, grid, plan.shard).map_err(RunError::bad_input)?),
+            None => None,
+        });
+    }
     // Read before anything starts: a folder that cannot be resumed costs no server start.
     let mut kept = Vec::new();
     for sweep in &plan.sweeps {
@@ -231,12 +243,8 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     };
     let mut outcomes = Vec::new();
     let mut failure = None;
-    for (i, (sweep, kept)) in plan.sweeps.iter().zip(kept).enumerate() {
-        // `--start-at` lines up the first sweep; the later ones follow it.
-        let shard = plan.shard.map(|shard| shard::ShardStart {
-            shard: Shard { start_at_ms: shard.start_at_ms.filter(|_| i == 0), ..shard },
-            identity: plan.identity(),
-        });
+    for ((sweep, kept), slots) in plan.sweeps.iter().zip(kept).zip(slots) {
+        let shard = plan.shard.map(|shard| shard::ShardStart { shard, identity: plan.identity(), slots });
         let folder = FolderStart { plan: folder_plan.clone(), kept, shard };
         match run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await {
             Ok(outcome) => outcomes.push(outcome),
@@ -253,6 +261,21 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
         Some(e) => Err(e),
         None => Ok(outcomes),
     }
+}
+
+/// A sweep's slots on the run's `--start-at` grid: from the plan's bounds on one point and on
+/// its warm-up, or `--point-slot`.
+fn sweep_slots(sweep: &Sweep, grid: &Arc<grid::PointGrid>, shard: Option<Shard>) -> anyhow::Result<grid::SweepSlots> {
+    let point_slot = shard.and_then(|s| s.point_slot_ms).map(Duration::from_millis);
+    let parts = grid::SlotParts::new(observe::point_bound(sweep), observe::warm_up_bound(sweep), point_slot)
+        .ok_or_else(|| {
+            anyhow!(
+                "--start-at: nothing bounds how long a point of {} takes (--request-count, or count windows under \
+                 the stable rule): give each point's slot with --point-slot MS",
+                sweep.kind.name()
+            )
+        })?;
+    Ok(grid::SweepSlots { grid: grid.clone(), parts })
 }
 
 /// The rows an interrupted run left in `sweep`'s report.csv (none when it had not started).
@@ -384,7 +407,8 @@ async fn drive<C: InferClient>(
     let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, traits, context.metrics, folder)
         .map_err(RunError::bad_input)?;
     if let (Some(start), Some(dir)) = (&shard, &sweep.output.dir) {
-        recorder.log_shard(shard::ShardLog::new(dir.clone(), start, &config));
+        let log = shard::ShardLog::open(dir.clone(), start, &config, &recorder.rows()).map_err(RunError::bad_input)?;
+        recorder.log_shard(log);
     }
     if let Load::Periodic(periodic) = &sweep.load {
         let outcome = tokio::select! {
@@ -394,11 +418,10 @@ async fn drive<C: InferClient>(
         session.close().await;
         return outcome.map(|()| SweepOutcome { kind: sweep.kind, rows: Vec::new(), dir: sweep.output.dir.clone() });
     }
-    if let Some(start) = &shard {
-        shard::wait_for_start(&start.shard).await;
-    }
+    let slots = shard.as_ref().and_then(|s| s.slots.clone());
     let mut step_inputs = Vec::new();
-    let time_bank = time_bank(sweep);
+    // On a clock grid a point keeps to its slot: none borrows time from the next.
+    let time_bank = if slots.is_some() { None } else { time_bank(sweep) };
     let measured = {
         let batches = async {
             for batch in sweep.batch_sizes.values(MAX_OPEN_CONCURRENCY) {
@@ -415,10 +438,15 @@ async fn drive<C: InferClient>(
                     check_fatal: !sweep.validate_outputs,
                     sequences: requests.sequences,
                 };
-                let settings = MeasureSettings { keep_windows: shard.is_some(), ..measure_settings(sweep, batch) };
+                let settings = MeasureSettings {
+                    keep_windows: shard.is_some(),
+                    windows_on_offsets: slots.is_some(),
+                    ..measure_settings(sweep, batch)
+                };
                 let plan = LoadPlan {
                     time_bank: time_bank.clone(),
                     shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
+                    slots: slots.clone(),
                     ..load_plan(sweep)?
                 };
                 let measured = match mpi::world().filter(|_| shard.is_some()) {
@@ -533,6 +561,7 @@ pub fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
         request_count: m.total_requests,
         batch,
         keep_windows: false,
+        windows_on_offsets: false,
     }
 }
 
@@ -578,6 +607,7 @@ pub fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
         log_requests: sweep.output.profile_export_file.is_some(),
         time_bank: None,
         shard: None,
+        slots: None,
     })
 }
 

@@ -129,6 +129,9 @@ impl<O: SweepObserver> SweepObserver for LinedUp<'_, O> {
     fn warm_up_started(&mut self, mode: &LoadMode) {
         self.inner.warm_up_started(mode)
     }
+    fn point_late(&mut self, mode: &LoadMode, late: std::time::Duration) {
+        self.inner.point_late(mode, late)
+    }
     fn point_started(&mut self, mode: &LoadMode) {
         // The load is stopped here: blocking this thread holds up nothing but this rank.
         self.mpi.barrier();

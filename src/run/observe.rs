@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::grid::{WarmUpBound, START_TOLERANCE};
 use super::sweep::{SweepObserver, WindowProgress, WARMUP_MAX};
 use crate::load::LoadMode;
 use crate::measure::gpu_metrics::GpuCollector;
@@ -233,6 +234,17 @@ impl SweepObserver for Recorder {
         self.progress.set_message(format!("warming up at {}{}", point_label(mode), self.eta()));
     }
 
+    fn point_late(&mut self, mode: &LoadMode, late: Duration) {
+        let shard = self.shard_log.as_ref().map(|log| format!("shard {}: ", log.shard())).unwrap_or_default();
+        let line = format!(
+            "{shard}{}: misaligned: started {} ms after its --start-at slot (tolerance {} ms)",
+            point_label(mode),
+            late.as_millis(),
+            START_TOLERANCE.as_millis()
+        );
+        self.progress.suspend(|| eprintln!("{line}"));
+    }
+
     fn point_started(&mut self, mode: &LoadMode) {
         self.label = point_label(mode);
         if let Some(n) = self.planned {
@@ -432,8 +444,18 @@ pub(super) fn planned_points(sweep: &Sweep) -> Option<usize> {
     Some(levels * sweep.batch_sizes.values(0).len())
 }
 
+/// How long a sweep's warm-up may take (`--start-at` leaves it a part of the slots).
+pub(super) fn warm_up_bound(sweep: &Sweep) -> WarmUpBound {
+    match (stop_rule(sweep), sweep.measurement.warmup_requests) {
+        // Settling gives up after WARMUP_MAX, its first requests included (run::sweep::settle).
+        (Stop::Intervals { .. }, _) => WarmUpBound::AtMost(WARMUP_MAX),
+        (Stop::Stable, 0) => WarmUpBound::None,
+        (Stop::Stable, _) => WarmUpBound::Requests,
+    }
+}
+
 /// The longest one point may take, when the rule bounds it.
-fn point_bound(sweep: &Sweep) -> Option<Duration> {
+pub(super) fn point_bound(sweep: &Sweep) -> Option<Duration> {
     let m = &sweep.measurement;
     if m.total_requests.is_some() {
         return None;

@@ -13,6 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+use super::grid::{SweepSlots, START_TOLERANCE};
 use crate::client::{within_stall_timeout, ClientError, InferClient};
 use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, ResponseCheck, RunningLoad, Schedule};
 use crate::measure::window::overloaded;
@@ -21,7 +22,9 @@ use crate::measure::{
     WindowMode, STABLE_WINDOWS,
 };
 use crate::plan::MAX_OPEN_CONCURRENCY;
-use crate::results::{min_requests_for, ComposingModel, ComposingStats, LoadPoint, PointResult, ServerStats};
+use crate::results::{
+    min_requests_for, ComposingModel, ComposingStats, LoadPoint, PointResult, PointSlot, ServerStats,
+};
 
 /// The interval rule looks at a point only after this many windows (after the settling one):
 /// batch means need about ten batches for Student's t to stand on, and checking earlier would
@@ -117,6 +120,8 @@ pub struct LoadPlan {
     /// This process is shard `index` of `count`: it applies its part of each point's load
     /// ([`LoadMode::shard_part`]); the rows keep the level asked of all shards.
     pub shard: Option<(u64, u64)>,
+    /// `--start-at`: each point starts on its slot of the run's clock grid.
+    pub slots: Option<SweepSlots>,
 }
 
 /// What a sweep talks to.
@@ -163,6 +168,8 @@ pub struct WindowProgress {
 pub trait SweepObserver {
     fn warm_up_started(&mut self, _mode: &LoadMode) {}
     fn point_started(&mut self, _mode: &LoadMode) {}
+    /// The point starts past its `--start-at` slot by more than [`super::grid::START_TOLERANCE`].
+    fn point_late(&mut self, _mode: &LoadMode, _late: Duration) {}
     fn window_done(&mut self, _window: &WindowProgress) {}
     /// A row is measured; writers persist it here. An error ends the sweep.
     fn point_done(&mut self, result: &PointResult) -> std::io::Result<()>;
@@ -192,6 +199,8 @@ struct Sweeper<'a, C: InferClient, O> {
     results: Vec<PointResult>,
     /// The warm-up ran: it comes before the first point that is measured, not kept from disk.
     warmed: bool,
+    /// A point was visited (measured or kept): the first one's slot holds the warm-up part.
+    visited: bool,
 }
 
 impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
@@ -241,6 +250,9 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
     /// Measures one point and hands it to the observer (or keeps the observer's row of it from
     /// an earlier run); returns whether it stayed under `-l`.
     async fn measure(&mut self, mode: LoadMode) -> Result<bool, SweepError> {
+        // A kept point takes its slot too, so every shard's point k keeps slot k.
+        let slot = self.plan.slots.as_ref().map(|s| s.grid.next(s.parts, !self.visited));
+        self.visited = true;
         if let Some(kept) = self.observer.measured_before(self.settings.batch, mode.point()) {
             tracing::debug!(?mode, "point kept from an earlier run");
             if let Some(bank) = &self.plan.time_bank {
@@ -250,8 +262,21 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         }
         if !self.warmed {
             self.warmed = true;
+            if let Some(slot) = &slot {
+                sleep_until_epoch(slot.warm_up_ns).await;
+            }
             self.warm_up(mode.clone()).await?;
         }
+        let point_slot = match &slot {
+            Some(slot) => {
+                let late = Duration::from_nanos(sleep_until_epoch(slot.start_ns).await.saturating_sub(slot.start_ns));
+                if late > START_TOLERANCE {
+                    self.observer.point_late(&mode, late);
+                }
+                Some(PointSlot { start_ns: slot.start_ns, late })
+            }
+            None => None,
+        };
         self.observer.point_started(&mode);
         let spec = LoadSpec { request_budget: self.settings.request_count, ..self.spec(mode.clone()) };
         let load = RunningLoad::start_checked(
@@ -280,6 +305,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         tracing::debug!(completed = load.completed(), "point measured, stopping its load");
         load.stop().await;
         let mut result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
+        result.detail.slot = point_slot;
         self.observer.point_done(&result)?;
         result.detail.windows = Default::default();
         Ok(self.keep(result))
@@ -372,7 +398,7 @@ pub async fn sweep<C: InferClient, O: SweepObserver>(
     settings: &MeasureSettings,
     observer: &mut O,
 ) -> Result<Vec<PointResult>, SweepError> {
-    let mut sweeper = Sweeper { target, plan, settings, observer, results: Vec::new(), warmed: false };
+    let mut sweeper = Sweeper { target, plan, settings, observer, results: Vec::new(), warmed: false, visited: false };
     sweeper.run().await?;
     Ok(sweeper.results)
 }
@@ -442,6 +468,28 @@ fn check_composing_versions(
 
 fn epoch_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
+}
+
+/// Sleeps until the wall clock reads `at_ns` (ns since the epoch); returns the time it woke.
+async fn sleep_until_epoch(at_ns: u64) -> u64 {
+    let now = epoch_ns();
+    if at_ns > now {
+        tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
+    }
+    epoch_ns()
+}
+
+/// When a time window of a point lined up by `--start-at` ends, its measuring having begun at
+/// `origin`: on a multiple of `step` from `origin`, so windows keep fixed offsets from the
+/// point's start (and line up across shards) however long each end's reading took. A window
+/// that would last less than half a step (the reading overran) ends on the offset after.
+fn window_end(origin: Instant, step: Duration, trial: usize, now: Instant) -> Instant {
+    if step.is_zero() {
+        return now;
+    }
+    let ahead = now.saturating_duration_since(origin) + step / 2;
+    let offsets = (trial as u32 + 1).max((ahead.as_nanos() / step.as_nanos()) as u32 + 1);
+    origin + step * offsets
 }
 
 /// Warm-up under the interval rule: at least `min_requests`, then windows (sized as the
@@ -528,6 +576,7 @@ pub async fn measure_point<C: InferClient>(
         LoadPoint::RequestRate(_) => f64::NAN,
     };
     let mut started = (Instant::now(), epoch_ns());
+    let origin = started.0;
     let mut cpu_started_ns = crate::measure::cpu::process_cpu_ns();
     let mut boundaries = vec![started.1];
     let mut windows: Vec<Window> = Vec::new();
@@ -543,8 +592,15 @@ pub async fn measure_point<C: InferClient>(
     while trial < trials {
         match (settings.request_count, settings.window, window_cap) {
             (Some(n), _, _) => load.wait_completed(n).await?,
-            (None, WindowMode::Time(span), None) => load.wait_for(span).await?,
-            (None, WindowMode::Time(span), Some(cap)) => load.wait_for(span.min(cap)).await?,
+            (None, WindowMode::Time(span), cap) => {
+                let span = cap.map_or(span, |cap| span.min(cap));
+                if settings.windows_on_offsets {
+                    let now = Instant::now();
+                    load.wait_for(window_end(origin, span, trial, now) - now).await?
+                } else {
+                    load.wait_for(span).await?
+                }
+            }
             (None, WindowMode::Count(n), None) => {
                 load.wait_completed(load.completed() + window_requests(n, in_flight)).await?
             }
@@ -595,8 +651,9 @@ pub async fn measure_point<C: InferClient>(
             None => {
                 windows.push(window);
                 // The row merges the last STABLE_WINDOWS: a long point holds no more than those
-                // (each keeps a latency histogram of about 188 KB).
-                if windows.len() > STABLE_WINDOWS {
+                // (each keeps a latency histogram of about 188 KB). A shard keeps them all, so
+                // the merge can take the last ones every shard measured together.
+                if windows.len() > STABLE_WINDOWS && !settings.keep_windows {
                     windows.remove(0);
                 }
                 figures.push(window_figures);
@@ -625,13 +682,17 @@ pub async fn measure_point<C: InferClient>(
         started = ended;
         cpu_started_ns = cpu_ended_ns;
     }
-    let merged = match target_pct {
-        None => windows.split_off(windows.len().saturating_sub(STABLE_WINDOWS)),
+    let all = match target_pct {
+        None => windows,
         Some(_) => batches.into_windows(),
     };
-    let mut result = derive_point(&merged, settings.batch, point, stable, settings.percentile);
+    let merged = match target_pct {
+        None => &all[all.len().saturating_sub(STABLE_WINDOWS)..],
+        Some(_) => &all[..],
+    };
+    let mut result = derive_point(merged, settings.batch, point, stable, settings.percentile);
     if settings.keep_windows {
-        result.detail.windows = merged.iter().map(Window::to_shard).collect();
+        result.detail.windows = all.iter().map(Window::to_shard).collect();
     }
     result.detail.trials = trial;
     result.detail.window_boundaries_ns = boundaries;
@@ -692,6 +753,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn time_windows_end_on_fixed_offsets_from_the_point_start() {
+        let origin = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(window_end(origin, ms(250), 0, origin + ms(3)), origin + ms(250));
+        // Reading the server's counters after a window does not push the next one later.
+        assert_eq!(window_end(origin, ms(250), 1, origin + ms(260)), origin + ms(500));
+        // A reading that overran: the next window ends on an offset at least half a step ahead.
+        assert_eq!(window_end(origin, ms(250), 1, origin + ms(400)), origin + ms(750));
+        assert_eq!(window_end(origin, ms(250), 1, origin + ms(520)), origin + ms(750));
+        assert_eq!(window_end(origin, ms(250), 1, origin + ms(500)), origin + ms(750));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_grid_each_point_starts_on_its_slot_and_a_kept_point_keeps_its_own() {
+        use crate::run::grid::{PointGrid, SlotParts};
+        let t = target(FakeClient::with_latency(Duration::from_millis(1)));
+        let start_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + 200;
+        let parts = SlotParts { warm_up: Duration::ZERO, point: Duration::from_millis(400) };
+        let slots = SweepSlots { grid: Arc::new(PointGrid::new(start_at_ms)), parts };
+        let p = LoadPlan { slots: Some(slots), ..plan(SweepPoints::Concurrencies(vec![1, 2, 3])) };
+        let kept = PointResult { row: ReportRow::zeroed(LoadPoint::Concurrency(2)), detail: PointDetail::default() };
+        let mut seen = Collect { kept: vec![kept], ..Collect::default() };
+        sweep(&t, &p, &count_windows(20), &mut seen).await.unwrap();
+        let slot_ms: Vec<u64> =
+            seen.rows.iter().map(|r| r.detail.slot.expect("on a slot").start_ns / 1_000_000 - start_at_ms).collect();
+        assert_eq!(slot_ms, [0, 800], "concurrency 2 was kept in slot 1");
+        for r in &seen.rows {
+            let slot = r.detail.slot.unwrap();
+            assert!(r.detail.window_boundaries_ns[0] >= slot.start_ns, "no point starts before its slot");
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kept_points_are_not_measured_and_the_warm_up_comes_before_the_first_measured() {
         let t = target(FakeClient::with_latency(Duration::from_millis(1)));
@@ -741,6 +835,7 @@ mod tests {
             log_requests: false,
             time_bank: None,
             shard: None,
+            slots: None,
         }
     }
 

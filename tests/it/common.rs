@@ -26,8 +26,14 @@ pub struct ServeProcess {
 
 impl ServeProcess {
     pub fn start(args: &[&str]) -> ServeProcess {
+        ServeProcess::start_on("0", args)
+    }
+
+    /// The same with its HTTP front end on `http_port` ("0": a free one), e.g. to restart a
+    /// server where its clients expect it.
+    pub fn start_on(http_port: &str, args: &[&str]) -> ServeProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-            .args(["serve", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"])
+            .args(["serve", "--http-port", http_port, "--grpc-port", "0", "--metrics-port", "0"])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -11,7 +11,12 @@ use super::common::{assert_fails, perfbench, stderr, ServeProcess};
 
 /// `perfbench serve` on free loopback ports, serving the delay model; killed when dropped.
 fn serve() -> ServeProcess {
-    ServeProcess::start(&["--models", "delay"])
+    serve_on("0")
+}
+
+/// `perfbench serve` with its HTTP front end on `http_port` (0: a free one).
+fn serve_on(http_port: &str) -> ServeProcess {
+    ServeProcess::start_on(http_port, &["--models", "delay"])
 }
 
 /// The delay model's successful request count, from the statistics extension.
@@ -99,10 +104,15 @@ fn two_shards_merged_agree_with_one_process_and_write_its_folder() {
     args.extend(["--out", single.to_str().unwrap()]);
     let out = perfbench(&args);
     assert!(out.status.success(), "{}", stderr(&out));
-    let [s0, s1] = run_two_shards(&online, dir.path());
+    // The shards start their point together on the --start-at clock (as on Kubernetes), so a
+    // busy machine that starts one process seconds after the other does not part them.
+    let start_at = (now_ms() + 3000).to_string();
+    let sharded: Vec<&str> = online.iter().copied().chain(["--start-at", start_at.as_str()]).collect();
+    let [s0, s1] = run_two_shards(&sharded, dir.path());
     let merged = dir.path().join("merged");
     let out = merge(&[&s1, &s0], &merged);
     assert!(out.status.success(), "{}", stderr(&out));
+    let merge_said = stderr(&out);
 
     assert_eq!(files(&merged), files(&single), "the merged folder is a single run's");
     let header = |d: &Path| std::fs::read_to_string(d.join("report.csv")).unwrap().lines().next().unwrap().to_string();
@@ -110,7 +120,15 @@ fn two_shards_merged_agree_with_one_process_and_write_its_folder() {
     let (one, all) = (row(&single.join("report.csv")), row(&merged.join("report.csv")));
     let (k0, k1) = (row(&s0.join("report.csv")), row(&s1.join("report.csv")));
     assert_eq!(all["Concurrency"], 8.0, "the merged row is at the level asked of both shards");
-    assert_eq!(all["Requests"], k0["Requests"] + k1["Requests"], "every shard's request counts once");
+    // Every shard's request counts once, over the time both measured: a window one shard
+    // measured while the other had stopped its load (they end points by their own rule) is
+    // left out, and the merge says so.
+    let both = k0["Requests"] + k1["Requests"];
+    if merge_said.contains("window(s) outside the time every shard measured left out") {
+        assert!(all["Requests"] < both, "{} of {both}", all["Requests"]);
+    } else {
+        assert_eq!(all["Requests"], both, "{merge_said}");
+    }
     // Throughput, p50 and p99 within the noise of one process's runs on a loaded machine (other
     // tests run beside these): wide, yet a merge that double-counts or halves a shard fails.
     let agree = |name: &str, share: f64| {
@@ -186,6 +204,14 @@ fn bad_shards_are_refused_with_one_line() {
     assert_fails(&["online", "-m", "delay", "--shard", "0/2", "--out", out], 2, "give the server's address (-u)");
     assert_fails(&["serve", "--shard", "0/2"], 2, "--shard and --shards apply to");
     assert_fails(&["online", "-m", "delay", "--start-at", "1", "--out", out], 2, "give --shard K/N");
+    // A point nothing bounds has no slot of its own on the --start-at grid.
+    let unbounded = ["--concurrency", "8", "--measurement-mode", "count_windows", "--stop-when", "stable"];
+    let mut line = args(&unbounded);
+    line.extend(["--shard", "0/2", "--start-at", "1"]);
+    assert_fails(&line, 2, "give each point's slot with --point-slot MS");
+    let mut line = args(&unbounded);
+    line.extend(["--shard", "0/2", "--point-slot", "5000"]);
+    assert_fails(&line, 2, "--point-slot is the slot of --start-at");
 }
 
 #[test]
@@ -235,7 +261,14 @@ fn mpirun_ranks_are_shards_and_rank_0_merges_by_itself() {
     assert!(out.status.success(), "mpirun: {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     let all = row(&merged.join("report.csv"));
     let (k0, k1) = (row(&merged.join("shard-0/report.csv")), row(&merged.join("shard-1/report.csv")));
-    assert_eq!(all["Requests"], k0["Requests"] + k1["Requests"]);
+    // The ranks start the point together but end it by their own rule: what one measured after
+    // the other stopped is left out, and the merge says so.
+    let both = k0["Requests"] + k1["Requests"];
+    if stderr(&out).contains("window(s) outside the time every shard measured left out") {
+        assert!(all["Requests"] < both, "{} of {both}", all["Requests"]);
+    } else {
+        assert_eq!(all["Requests"], both, "{}", stderr(&out));
+    }
     assert_eq!(all["Concurrency"], 8.0);
     assert!(all["Inferences/Second"] > 1.4 * k0["Inferences/Second"].max(k1["Inferences/Second"]));
     let names: Vec<String> = files(&merged).into_iter().filter(|n| !n.starts_with("shard-")).collect();
@@ -265,6 +298,9 @@ fn the_kubernetes_indexed_job_parses_and_its_indexes_are_the_shards() {
     assert_eq!(count.parse::<u64>().unwrap(), n, "PERFBENCH_SHARDS = completions");
     let command = container["args"][0].as_str().unwrap();
     assert!(command.contains("--out /results/shard-$JOB_COMPLETION_INDEX"), "{command}");
+    // One start instant for every pod, set at submission, not computed by each pod.
+    assert!(command.contains("--start-at $START_AT_MS") && !command.contains("date"), "{command}");
+    assert!(env.iter().any(|e| e["name"] == "START_AT_MS"), "{env:?}");
     let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
     let merge = docs("merge-job.yaml");
     let merge_args = merge[0]["spec"]["template"]["spec"]["containers"][0]["args"][0].as_str().unwrap();
@@ -292,4 +328,217 @@ fn the_kubernetes_indexed_job_parses_and_its_indexes_are_the_shards() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains(&format!("[shard]\nindex = {k}\ncount = {n}\n")), "{text}{}", stderr(&out));
     }
+}
+
+/// Milliseconds since the epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// A short sweep against `url` whose every point is exactly three 250 ms time windows (the
+/// stable rule at most three windows), so it takes as long on every shard.
+fn short_sweep(url: &str, levels: &str) -> Vec<String> {
+    let args = ["online", "-u", url, "-m", "delay", "--concurrency", levels, "--measurement-mode", "time_windows"];
+    let more = ["-p", "250", "-r", "3", "--stop-when", "stable", "--warmup-request-count", "0"];
+    args.iter().chain(&more).map(|a| a.to_string()).collect()
+}
+
+/// The slot of [`short_sweep`]'s points under --start-at: its bound (3 × 250 ms) plus the
+/// margin (1 s and a tenth of the bound).
+const SHORT_SLOT_NS: u64 = 1_825_000_000;
+
+/// Starts `args` as shard `k` of 2 into `out`.
+fn spawn_shard(args: &[String], k: u64, out: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(args)
+        .args(["--shard", &format!("{k}/2"), "--out", out.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts a shard")
+}
+
+/// The points of a shard folder's shard.json (none before its first point).
+fn sidecar_points(dir: &Path) -> Vec<serde_json::Value> {
+    let Ok(text) = std::fs::read_to_string(dir.join("shard.json")) else {
+        return Vec::new();
+    };
+    let json: serde_json::Value = serde_json::from_str(&text).expect("shard.json is JSON");
+    json["points"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until each of `dirs` has finished at least `points` points.
+fn wait_for_points(dirs: &[&Path], points: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    while dirs.iter().any(|d| sidecar_points(d).len() < points) {
+        assert!(std::time::Instant::now() < deadline, "no shard finished {points} point(s) in 3 minutes");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn u64_of(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// The rows of a report.csv.
+fn row_count(report: &Path) -> usize {
+    std::fs::read_to_string(report).map_or(0, |t| t.lines().count().saturating_sub(1))
+}
+
+#[test]
+fn start_at_starts_every_point_of_every_shard_on_the_same_slot() {
+    let server = serve();
+    let dir = tempfile::tempdir().unwrap();
+    let start_at = now_ms() + 4000;
+    let mut args = short_sweep(&server.http, "2,4,6");
+    args.extend(["--start-at".to_string(), start_at.to_string()]);
+    let outs = [dir.path().join("s0"), dir.path().join("s1")];
+    let children: Vec<Child> = (0..2).map(|k| spawn_shard(&args, k, &outs[k as usize])).collect();
+    let errs: Vec<String> = children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "shard failed: {}", stderr(&out));
+            stderr(&out)
+        })
+        .collect();
+    let points: Vec<Vec<serde_json::Value>> = outs.iter().map(|d| sidecar_points(d)).collect();
+    assert_eq!((points[0].len(), points[1].len()), (3, 3));
+    let mut any_late = false;
+    for (k, (p0, p1)) in points[0].iter().zip(&points[1]).enumerate() {
+        let pair = [p0, p1];
+        // Point k's slot: k slots after --start-at, the same on both shards.
+        for p in pair {
+            assert_eq!(u64_of(p, "slot_ns"), start_at * 1_000_000 + k as u64 * SHORT_SLOT_NS, "point {k}: {p}");
+            assert_eq!(p["windows"].as_array().unwrap().len(), 3, "-r 3: three windows each");
+        }
+        for (shard, p) in pair.iter().enumerate() {
+            let (slot, started, late_ms) = (u64_of(p, "slot_ns"), u64_of(p, "started_ns"), u64_of(p, "late_ms"));
+            assert!(started >= slot, "shard {shard} started point {k} before its slot");
+            // On time, or the shard said it was not (a machine too busy to wake it on time).
+            let late = late_ms > 100;
+            assert!(!late || errs[shard].contains("misaligned"), "shard {shard}, point {k}: {}", errs[shard]);
+            any_late |= late;
+        }
+        // The shards' recorded starts of the point's load agree within the tolerance. (Their
+        // first windows begin a little later: after starting the load, and on shard 0 after
+        // reading the server's counters, which a busy machine can stretch.)
+        let apart_ms = u64_of(pair[0], "late_ms").abs_diff(u64_of(pair[1], "late_ms"));
+        assert!(apart_ms <= 100 || any_late, "point {k}: the shards started {apart_ms} ms apart");
+    }
+    let merged = dir.path().join("merged");
+    let out = merge(&[&outs[0], &outs[1]], &merged);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(row_count(&merged.join("report.csv")), 3);
+}
+
+#[test]
+fn a_shard_whose_target_dies_keeps_its_points_and_the_merge_names_what_it_lacks() {
+    let (alive, dying) = (serve(), serve());
+    let dir = tempfile::tempdir().unwrap();
+    let start_at = (now_ms() + 4000).to_string();
+    let outs = [dir.path().join("s0"), dir.path().join("s1")];
+    let levels = [2, 4, 6, 8];
+    let children: Vec<Child> = [&alive, &dying]
+        .iter()
+        .enumerate()
+        .map(|(k, server)| {
+            let mut args = short_sweep(&server.http, "2,4,6,8");
+            args.extend(["--start-at".to_string(), start_at.clone()]);
+            spawn_shard(&args, k as u64, &outs[k])
+        })
+        .collect();
+    // Shard 1's server dies once shard 1 has finished a point.
+    wait_for_points(&[&outs[1]], 1);
+    drop(dying);
+    let [c0, c1]: [Child; 2] = children.try_into().unwrap();
+    let out1 = c1.wait_with_output().unwrap();
+    let err1 = stderr(&out1);
+    assert_eq!(out1.status.code(), Some(3), "{err1}");
+    let errors: Vec<&str> = err1.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "one line of reason: {err1}");
+    assert_eq!(err1.lines().last(), Some(errors[0]), "{err1}");
+    let out0 = c0.wait_with_output().unwrap();
+    assert!(out0.status.success(), "{}", stderr(&out0));
+
+    // The dying shard keeps what it finished: its sidecar, interval logs and rows.
+    let kept = sidecar_points(&outs[1]);
+    assert!((1..levels.len()).contains(&kept.len()), "{kept:?}");
+    for p in &kept {
+        assert!(outs[1].join(p["log"].as_str().unwrap()).exists(), "{p}");
+    }
+    assert_eq!(row_count(&outs[1].join("report.csv")), kept.len());
+    assert_eq!(sidecar_points(&outs[0]).len(), levels.len());
+
+    // The merge merges the points both shards have and names each one shard 1 lacks.
+    let merged = dir.path().join("merged");
+    let out = merge(&[&outs[0], &outs[1]], &merged);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    for c in &levels[kept.len()..] {
+        let line = format!("shard 1 ({}) has no point batch 1 concurrency {c}", outs[1].display());
+        assert!(err.contains(&line), "{line} in: {err}");
+    }
+    for c in &levels[..kept.len()] {
+        assert!(!err.contains(&format!("has no point batch 1 concurrency {c}:")), "{err}");
+    }
+    assert_eq!(row_count(&merged.join("report.csv")), kept.len());
+}
+
+#[test]
+fn a_resumed_shard_keeps_its_finished_points_and_measures_the_rest() {
+    let server = serve();
+    let address = server.http.clone();
+    let port = address.rsplit(':').next().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = short_sweep(&address, "2,4,6");
+    args.extend(["--start-at".to_string(), (now_ms() + 4000).to_string()]);
+    let outs = [dir.path().join("s0"), dir.path().join("s1")];
+    let children: Vec<Child> = (0..2).map(|k| spawn_shard(&args, k, &outs[k as usize])).collect();
+    // The server dies after both shards finished their first point (a slot before the next).
+    wait_for_points(&[&outs[0], &outs[1]], 1);
+    drop(server);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    }
+    let before: Vec<Vec<serde_json::Value>> = outs.iter().map(|d| sidecar_points(d)).collect();
+    assert_eq!(before[0].len(), before[1].len(), "both shards died in the same slot");
+    let finished = before[0].len();
+    assert!(finished < 3);
+
+    // The server is back at the address the folders' plans name: both shards resume.
+    let _server = serve_on(&port);
+    let start_at = now_ms() + 3000;
+    let children: Vec<Child> = outs
+        .iter()
+        .map(|out| {
+            Command::new(env!("CARGO_BIN_EXE_perfbench"))
+                .args(["run", "--resume", out.to_str().unwrap(), "--start-at", &start_at.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "resume: {}", stderr(&out));
+    }
+    for (out, before) in outs.iter().zip(&before) {
+        let after = sidecar_points(out);
+        assert_eq!(after.len(), 3, "{after:?}");
+        // The finished points are kept as they were measured, not measured again.
+        assert_eq!(&after[..finished], &before[..], "{}", out.display());
+        // The rest keep their slots on the new grid: a kept point still takes its slot.
+        for (k, p) in after.iter().enumerate().skip(finished) {
+            assert_eq!(u64_of(p, "slot_ns"), start_at * 1_000_000 + k as u64 * SHORT_SLOT_NS, "{p}");
+        }
+        assert_eq!(row_count(&out.join("report.csv")), 3);
+    }
+    let merged = dir.path().join("merged");
+    let out = merge(&[&outs[0], &outs[1]], &merged);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("has no point"), "{}", stderr(&out));
+    assert_eq!(row_count(&merged.join("report.csv")), 3);
 }
