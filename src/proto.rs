@@ -22,17 +22,32 @@ pub fn install_crypto_provider() {
 }
 
 /// The codec of the generated services: prost, with undecodable messages answered as
-/// INVALID_ARGUMENT. tonic's `ProstCodec` calls them INTERNAL, which reads as a server fault.
+/// INVALID_ARGUMENT (tonic's `ProstCodec` calls them INTERNAL, which reads as a server fault),
+/// and small starting buffers.
 pub mod codec {
+    use std::marker::PhantomData;
+
     use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
     use tonic::Status;
     use tonic_prost::{ProstCodec, ProstDecoder};
 
-    pub struct ProtoCodec<T, U>(ProstCodec<T, U>);
+    /// Each call's encode and decode buffers start at 1 KiB and grow to the message's length,
+    /// instead of tonic's 8 KiB each held while the call is in flight: at concurrency 256 those
+    /// were megabytes of mostly empty heap that came and went with the load (issue 13's soak).
+    pub const BUFFER_START: usize = 1024;
+    /// tonic's default: how many encoded bytes a streaming body gathers before sending them (a
+    /// unary call sends its one message at once).
+    pub const YIELD_THRESHOLD: usize = 32 * 1024;
+
+    pub fn buffers() -> BufferSettings {
+        BufferSettings::new(BUFFER_START, YIELD_THRESHOLD)
+    }
+
+    pub struct ProtoCodec<T, U>(PhantomData<(T, U)>);
 
     impl<T, U> Default for ProtoCodec<T, U> {
         fn default() -> Self {
-            ProtoCodec(ProstCodec::default())
+            ProtoCodec(PhantomData)
         }
     }
 
@@ -47,11 +62,11 @@ pub mod codec {
         type Decoder = ProtoDecoder<U>;
 
         fn encoder(&mut self) -> Self::Encoder {
-            self.0.encoder()
+            ProstCodec::<T, U>::raw_encoder(buffers())
         }
 
         fn decoder(&mut self) -> Self::Decoder {
-            ProtoDecoder(self.0.decoder())
+            ProtoDecoder(ProstCodec::<T, U>::raw_decoder(buffers()))
         }
     }
 

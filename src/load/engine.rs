@@ -319,7 +319,14 @@ impl RunningLoad {
 
     /// Swaps out every worker's recorder and returns their merged observations.
     pub fn take_window(&self) -> WindowRecorder {
-        let mut merged = WindowRecorder::default();
+        self.take_window_into(WindowRecorder::default())
+    }
+
+    /// [`take_window`](Self::take_window), merged into `spare` (emptied first): the recorder of
+    /// a window the caller no longer needs. A long point that recycles its dropped windows
+    /// allocates no histograms (about 208 KB a window) once it holds all it keeps.
+    pub fn take_window_into(&self, mut merged: WindowRecorder) -> WindowRecorder {
+        merged.clear();
         for shard in &self.shared.recorders {
             // Merged and emptied in place (the workers wait that long), rather than swapped for a
             // fresh recorder, which allocated a new histogram per shard per window.
@@ -509,5 +516,29 @@ fn end_sequences<C: InferClient>(
             return;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::RequestTiming;
+    use crate::load::fake::FakeClient;
+
+    /// A recycled recorder comes back holding the new window's requests and nothing of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recycled_recorder_holds_only_the_new_window() {
+        let client = Arc::new(FakeClient::with_latency(Duration::from_millis(1)));
+        let spec = LoadSpec { request_budget: Some(20), ..LoadSpec::new(LoadMode::Concurrency(2)) };
+        let load = RunningLoad::start(client, vec![(); 1].into(), &spec).unwrap();
+        load.wait_completed(20).await.unwrap();
+        let mut spare = WindowRecorder::default();
+        spare.record_ok(Duration::from_secs(9), RequestTiming::default());
+        spare.record_failed(&"an earlier window's failure");
+        let window = load.take_window_into(spare);
+        load.stop().await;
+        assert_eq!((window.ok, window.failed, window.latency_us.len()), (20, 0, 20));
+        assert!(window.first_error.is_none());
+        assert!(window.latency_us.max() < 9_000_000, "the spare's 9 s request is gone");
     }
 }

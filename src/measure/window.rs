@@ -204,13 +204,21 @@ pub struct Batches {
 }
 
 impl Batches {
-    pub fn push(&mut self, window: Window) {
+    /// Adds the next window; returns its recorder when it was absorbed into the open batch, for
+    /// the next window to reuse.
+    pub fn push(&mut self, window: Window) -> Option<WindowRecorder> {
         self.windows += 1;
         self.open_windows += 1;
-        match &mut self.open {
-            Some(open) => open.absorb(&window),
-            None => self.open = Some(window),
-        }
+        let spent = match &mut self.open {
+            Some(open) => {
+                open.absorb(&window);
+                Some(window.client)
+            }
+            None => {
+                self.open = Some(window);
+                None
+            }
+        };
         if self.open_windows >= self.per_batch.max(1) {
             self.done.extend(self.open.take());
             self.open_windows = 0;
@@ -226,6 +234,7 @@ impl Batches {
                 self.per_batch = self.per_batch.max(1) * 2;
             }
         }
+        spent
     }
 
     /// Windows pushed so far.
@@ -456,10 +465,14 @@ mod tests {
     #[test]
     fn batches_stay_few_and_equal() {
         let mut batches = Batches::default();
+        let mut spent = 0;
         for _ in 0..70 {
-            batches.push(window(1000, 10, 0, 0.1));
+            spent += usize::from(batches.push(window(1000, 10, 0, 0.1)).is_some());
         }
         assert_eq!(batches.windows(), 70);
+        // A window absorbed into an open batch hands its recorder back; the 50 that opened a
+        // batch (32 of 1, 16 of 2, 2 of 4) are kept.
+        assert_eq!(spent, 20);
         // 32 → 16 batches of 2 at window 32; 32 again at window 64 → 16 of 4; then 6 more windows:
         // one full batch of 4 and a partial one of 2.
         let sizes: Vec<u64> = batches.iter().map(|w| w.client.ok).collect();

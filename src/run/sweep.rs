@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::grid::{SweepSlots, START_TOLERANCE};
 use crate::client::{within_stall_timeout, ClientError, InferClient};
 use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, ResponseCheck, RunningLoad, Schedule};
+use crate::measure::recorder::WindowRecorder;
 use crate::measure::window::overloaded;
 use crate::measure::{
     derive_point, is_stable, window_requests, Batches, Intervals, MeasureSettings, Stop, Window, WindowFigures,
@@ -512,7 +513,7 @@ async fn settle(
         LoadMode::Concurrency(c) => *c as f64,
         LoadMode::Schedule(_) => f64::NAN,
     };
-    drop(load.take_window());
+    let mut window = load.take_window();
     let mut previous: Option<f64> = None;
     let mut started = Instant::now();
     while Instant::now() < deadline {
@@ -522,7 +523,7 @@ async fn settle(
         if span < MIN_WINDOW_TIME {
             load.wait_for(MIN_WINDOW_TIME - span).await?;
         }
-        let window = load.take_window();
+        window = load.take_window_into(window);
         let ended = Instant::now();
         let throughput = window.ok as f64 / (ended - started).as_secs_f64().max(1e-9);
         started = ended;
@@ -557,17 +558,31 @@ pub async fn measure_point<C: InferClient>(
 ) -> Result<PointResult, ClientError> {
     let begun = Instant::now();
     let mut before = stats.read().await?;
-    if settings.request_count.is_none() {
-        // Whatever finished before the first boundary belongs to no window. With a request
-        // count every request belongs to the one window.
-        drop(load.take_window());
-    }
     let (deadline, target_pct) = match settings.stop {
         Stop::Intervals { half_width_pct, max } if settings.request_count.is_none() => {
             (Some(begun + max), Some(half_width_pct))
         }
         _ => (None, None),
     };
+    let trials = match (settings.request_count, target_pct) {
+        (Some(_), _) => 1,
+        (None, Some(_)) => usize::MAX,
+        (None, None) => settings.max_trials.max(1),
+    };
+    // Recorders of windows no longer needed, each merged into again by a later window, so a
+    // long point allocates no histograms (about 208 KB a window) as it goes. Under the stable
+    // rule a point holds at most STABLE_WINDOWS windows plus the one being taken: all of them
+    // are made here, and its memory is flat from its first window on.
+    let mut spares: Vec<WindowRecorder> = match target_pct {
+        None => (0..trials.min(STABLE_WINDOWS + 1)).map(|_| WindowRecorder::default()).collect(),
+        Some(_) => Vec::new(),
+    };
+    if settings.request_count.is_none() {
+        // Whatever finished before the first boundary belongs to no window. With a request
+        // count every request belongs to the one window.
+        let unwanted = load.take_window_into(spares.pop().unwrap_or_default());
+        spares.push(unwanted);
+    }
     // Under the interval rule no window outlasts a share of the time allowed, so even a slow
     // model gets the windows its intervals need before the deadline.
     let window_cap = deadline.map(|d| (d - begun) / (MIN_INTERVAL_WINDOWS as u32 + 2));
@@ -582,11 +597,6 @@ pub async fn measure_point<C: InferClient>(
     let mut windows: Vec<Window> = Vec::new();
     let mut batches = Batches::default();
     let mut figures: Vec<WindowFigures> = Vec::new();
-    let trials = match (settings.request_count, target_pct) {
-        (Some(_), _) => 1,
-        (None, Some(_)) => usize::MAX,
-        (None, None) => settings.max_trials.max(1),
-    };
     let mut stable = false;
     let mut trial = 0;
     while trial < trials {
@@ -615,11 +625,10 @@ pub async fn measure_point<C: InferClient>(
         }
         tracing::debug!(trial, completed = load.completed(), "window ends: reading server statistics");
         let after = stats.read().await?;
-        let mut client = load.take_window();
+        let mut client = load.take_window_into(spares.pop().unwrap_or_default());
         let ended = (Instant::now(), epoch_ns());
         let cpu_ended_ns = crate::measure::cpu::process_cpu_ns();
         client.cpu_ns = cpu_ended_ns.saturating_sub(cpu_started_ns);
-        return_freed_memory();
         let (server, composing) = match (&before, &after) {
             (Some(b), Some(a)) => (Some(a.0.since(&b.0)), ComposingStats::since(&a.1, &b.1)),
             _ => (None, Vec::new()),
@@ -651,19 +660,23 @@ pub async fn measure_point<C: InferClient>(
             None => {
                 windows.push(window);
                 // The row merges the last STABLE_WINDOWS: a long point holds no more than those
-                // (each keeps a latency histogram of about 188 KB). A shard keeps them all, so
-                // the merge can take the last ones every shard measured together.
+                // (each keeps a latency histogram of about 188 KB), and the next window reuses
+                // the one it lets go. A shard keeps them all, so the merge can take the last
+                // ones every shard measured together.
                 if windows.len() > STABLE_WINDOWS && !settings.keep_windows {
-                    windows.remove(0);
+                    spares.push(windows.remove(0).client);
                 }
                 figures.push(window_figures);
                 stable = settings.request_count.is_some() || is_stable(&figures, settings.stability_pct);
                 progress.stable = stable;
             }
-            Some(_) if trial == 0 => progress.settling = true,
+            Some(_) if trial == 0 => {
+                progress.settling = true;
+                spares.push(window.client);
+            }
             Some(target) => {
                 let ok: u64 = batches.iter().map(|w| w.client.ok).sum::<u64>() + window.client.ok;
-                batches.push(window);
+                spares.extend(batches.push(window));
                 if batches.windows() >= MIN_INTERVAL_WINDOWS && ok >= min_requests_for(99.0) {
                     let widest = Intervals::of(batches.iter(), settings.batch).widest_pct();
                     progress.widest_pct = Some(widest);
@@ -672,6 +685,8 @@ pub async fn measure_point<C: InferClient>(
                 }
             }
         }
+        // After the window let go, so its pages are among those handed back.
+        return_freed_memory();
         on_window(&progress);
         trial += 1;
         let out_of_time = deadline.is_some_and(|d| Instant::now() >= d) && batches.windows() > 0;
@@ -1079,6 +1094,35 @@ mod tests {
         let took = started.elapsed();
         load.stop().await;
         (result, took)
+    }
+
+    /// A long point recycles the recorders of the windows it lets go: its row still holds
+    /// exactly its last three windows, nothing of the earlier ones.
+    #[test]
+    fn a_long_point_merges_only_its_last_three_windows() {
+        let settings = MeasureSettings {
+            window: WindowMode::Time(Duration::from_secs(1)),
+            stability_pct: 0.0,
+            max_trials: 8,
+            ..Default::default()
+        };
+        on_virtual_time(async {
+            let t = steady(3);
+            let spec = LoadSpec::new(LoadMode::Concurrency(STEADY_CONCURRENCY));
+            let load = RunningLoad::start(t.client.clone(), t.requests.clone(), &spec).unwrap();
+            load.wait_completed(100).await.unwrap();
+            let stats = StatsSource { client: &*t.client, model: Some(("m", "")), composing: &[] };
+            let point = LoadPoint::Concurrency(STEADY_CONCURRENCY);
+            // Windows of exactly 1 s of virtual time: throughput is the window's request count.
+            let mut per_window = Vec::new();
+            let result = measure_point(&load, &stats, &settings, point, |w| per_window.push(w.figures.throughput))
+                .await
+                .unwrap();
+            load.stop().await;
+            assert_eq!((per_window.len(), result.detail.trials, result.row.stable), (8, 8, false));
+            let last_three: f64 = per_window[5..].iter().sum();
+            assert_eq!(result.row.requests as f64, last_three, "windows {per_window:?}");
+        });
     }
 
     fn widest_pct(r: &PointResult) -> f64 {

@@ -248,6 +248,9 @@ mod own_server {
 
     async fn all_checks<C: InferClient>(client: &C) {
         identity_round_trip(client, "identity", "INPUT0:16", 4).await;
+        // 256 KiB each way: past the gRPC client's request-sized and 1 KiB response buffers,
+        // and across many HTTP/2 frames.
+        identity_round_trip(client, "identity", "INPUT0:65536", 1).await;
         identity_round_trip(client, "identity_fp16", "INPUT0:7", 1).await;
         identity_round_trip(client, "identity_bytes", "INPUT0:3", 2).await;
         shm_round_trip(client, "identity", "INPUT0:16", 2).await;
