@@ -54,7 +54,7 @@ STAGE_BUDGET_S = 1200
 
 # The zoo models the serve stage loads (the same names and signatures as tests/interop/models).
 ZOO_MODELS = ["identity", "identity_bytes", "identity_fp16", "identity_nobatch", "var_shape", "add_sub", "accumulate",
-              "optional", "repeat", "ensemble"]
+              "optional", "repeat", "ensemble", "bls"]
 
 NOISE = ("stable measurement", "no valid requests recorded")
 
