@@ -440,16 +440,17 @@ impl ProfileArgs {
                 return Err(invalid("Failed to parse --request-period. The value must be > 0"));
             }
         }
-        let other_modes = [
-            self.concurrency_range.is_some() || self.concurrency.is_some(),
-            self.request_rate_range.is_some(),
-            self.request_intervals.is_some(),
-        ];
+        let deprecated = self.deprecated_concurrency()?;
+        let other_modes =
+            [self.concurrency_range.is_some(), self.request_rate_range.is_some(), self.request_intervals.is_some()];
         if self.periodic_concurrency_range.is_some() && other_modes.contains(&true) {
             return Err(invalid(TWO_LOAD_MODES));
         }
+        // perf_analyzer 2.50 lets the deprecated -t/-c/-d win over --periodic-concurrency-range:
+        // the run is their concurrency sweep, though the periodic range's own checks still hold.
+        let periodic = periodic.filter(|_| deprecated.is_none());
         let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
-        let concurrency = match (self.deprecated_concurrency()?, &self.concurrency_range) {
+        let concurrency = match (deprecated, &self.concurrency_range) {
             (Some(levels), _) => Some(levels),
             (None, Some(text)) => {
                 Some(Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))?)
@@ -499,6 +500,7 @@ impl ProfileArgs {
             sweep.bls_composing_models = bls_composing_models(text, &model)?;
         }
         if self.periodic_concurrency_range.is_some() {
+            sweep.output.no_closing_report = true;
             if !sweep.call.streaming {
                 return Err(invalid("The --periodic-concurrency-range option requires bi-directional gRPC streaming."));
             }
@@ -598,6 +600,17 @@ mod tests {
         let plan =
             resolve("-m r -i grpc --streaming --periodic-concurrency-range 1:3 --profile-export-file x").unwrap();
         assert_eq!(plan.sweeps[0].load, Load::Periodic(Periodic { start: 1, end: 3, step: 1, request_period: 10 }));
+        assert!(plan.sweeps[0].output.no_closing_report);
+    }
+
+    #[test]
+    fn deprecated_t_overrides_the_periodic_range_as_in_perf_analyzer() {
+        let line = "-m r -i grpc --streaming --periodic-concurrency-range 1:4 --profile-export-file x -f p.csv -t 3";
+        let sweep = &resolve(line).unwrap().sweeps[0];
+        assert_eq!(sweep.load, Load::Concurrency { levels: Levels::parse_colon("3:1").unwrap() });
+        // perf_analyzer still writes no closing list or CSV for such a line.
+        assert!(sweep.output.no_closing_report);
+        assert!(!resolve("-m r --concurrency-range 2 -f p.csv").unwrap().sweeps[0].output.no_closing_report);
     }
 
     #[test]
@@ -761,7 +774,11 @@ mod tests {
             ("-m m --periodic-concurrency-range 3:2", "The <start> must be <= <end>."),
             ("-m m --periodic-concurrency-range 1:4:2", "The <step> value must be a factor of the range size"),
             ("-m m --request-period 0", "Failed to parse --request-period. The value must be > 0"),
-            ("-m m --periodic-concurrency-range 1:2 -t 2", "--periodic-concurrency-range, --request-rate-range"),
+            (
+                "-m m --periodic-concurrency-range 1:2 --concurrency-range 2",
+                "--periodic-concurrency-range, --request-rate-range",
+            ),
+            ("-m m --periodic-concurrency-range 1:2 -t 2", "requires bi-directional gRPC streaming."),
             ("-m m --periodic-concurrency-range 1:2", "requires bi-directional gRPC streaming."),
             ("-m m -i grpc --streaming --periodic-concurrency-range 1:2", "Must provide --profile-export-file"),
             (
