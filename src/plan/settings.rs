@@ -300,7 +300,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     tls.check().map_err(PlanError::Invalid)?;
     let collect = s.collect_metrics.unwrap_or(false);
     if s.metrics_url.is_some() && !collect {
-        return Err(invalid("--metrics-url needs --collect-metrics"));
+        return Err(invalid("Must specify --collect-metrics when using the --metrics-url option."));
     }
     if collect && s.metrics_url.is_none() && matches!(target, Target::InProcess { .. }) {
         return Err(invalid("--collect-metrics needs --metrics-url with --service-kind inprocess"));
