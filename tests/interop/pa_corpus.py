@@ -158,6 +158,9 @@ PA_SKIP = [
     r"^Failed to maintain requested inference load",
     r"^Failed to retrieve results from inference request",
     r"^Failed to obtain stable measurement\.$",
+    # rapidjson's error code and offset, printed before the reason for a JSON file that does not parse
+    r"^cb::Error\s*:",
+    r"^Offset\s*:",
 ]
 
 
