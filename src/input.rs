@@ -654,7 +654,7 @@ fn location(file: &str, stream: usize, step: usize) -> String {
 
 impl DataReader<'_, '_> {
     /// A directory: one raw file per input, named after it; raw little-endian values, or for
-    /// BYTES one string per line. A file named after an output is its expected value.
+    /// BYTES one string per line. A file may also be named after an output.
     fn read_dir(&mut self, dir: &Path) -> Result<(), InputError> {
         let shown = dir.display().to_string();
         let entries =
@@ -664,8 +664,8 @@ impl DataReader<'_, '_> {
             let name = entry.file_name().to_string_lossy().to_string();
             if !self.inputs.iter().any(|i| i.meta.name == name) && !self.outputs.iter().any(|o| o.name == name) {
                 return Err(InputError::Data(format!(
-                    "Provided data file '{name}' does not correspond to a valid model input. (in {shown}; model '{}' \
-                     has inputs {})",
+                    "Provided data file '{name}' does not correspond to a valid model input or output. (in {shown}; \
+                     model '{}' has inputs {})",
                     self.model,
                     self.inputs.iter().map(|i| i.meta.name.as_str()).collect::<Vec<_>>().join(", ")
                 )));
@@ -700,13 +700,8 @@ impl DataReader<'_, '_> {
             }
             step.inputs.push((name.clone(), Tensor { dtype: input.dtype, shape: dims, data: data.into() }));
         }
-        for output in self.outputs {
-            let path = dir.join(&output.name);
-            if path.is_file() {
-                let (data, _) = read_raw(&path, output.dtype)?;
-                step.outputs.push((output.name.clone(), data.into()));
-            }
-        }
+        // A file named after an output is allowed but, as in perf_analyzer 2.50 (which reads it
+        // and never compares it), not checked: expected outputs come from validation_data.
         self.steps.push(step);
         self.streams += 1;
         Ok(())
@@ -810,7 +805,7 @@ impl DataReader<'_, '_> {
                 }
                 return Err(InputError::Data(format!("missing tensor {name} {place}")));
             };
-            let (shape, data, count) =
+            let (shape, data, _) =
                 tensor_value(input.dtype, entry, place).map_err(|e| self.value_error(e, name, place))?;
             let shape = match shape {
                 Some(s) => {
@@ -827,7 +822,8 @@ impl DataReader<'_, '_> {
                     }
                     s
                 }
-                None => infer_shape(input, &data, count).ok_or_else(|| variable_sized(name, &input.dims, place))?,
+                // As in perf_analyzer, data without a shape takes the model's (with --shape).
+                None => known_dims(&input.dims).ok_or_else(|| variable_sized(name, &input.dims, place))?,
             };
             let expected = element_count(&shape).unwrap_or(usize::MAX);
             match input.dtype.element_size() {
@@ -954,25 +950,6 @@ fn tensor_value(dtype: DataType, entry: &Value, place: &str) -> Result<TensorVal
         }
         _ => Err("Input data file is malformed.".into()),
     }
-}
-
-/// Fills the single unknown dim from the element count of flat data (perf_analyzer asks for
-/// `--shape` here; this is lenient where it is unambiguous).
-fn infer_shape(input: &InputSpec<'_>, data: &[u8], count: Option<usize>) -> Option<Vec<i64>> {
-    if let Some(dims) = known_dims(&input.dims) {
-        return Some(dims);
-    }
-    let count = match (count, input.dtype.element_size()) {
-        (Some(c), _) => c,
-        (None, Some(size)) => data.len() / size,
-        (None, None) => return None,
-    };
-    let unknown = input.dims.iter().filter(|&&d| d < 0).count();
-    let known: usize = input.dims.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
-    if unknown != 1 || known == 0 || count % known != 0 {
-        return None;
-    }
-    Some(input.dims.iter().map(|&d| if d < 0 { (count / known) as i64 } else { d }).collect())
 }
 
 #[cfg(test)]
@@ -1112,7 +1089,7 @@ mod tests {
             dir.path(),
             "data.json",
             &format!(
-                r#"{{"data":[{{"INPUT0":[1,2,3]}},{{"INPUT0":{{"content":[[4,5],[6,7]],"shape":[4]}}}},{{"INPUT0":{{"b64":"{raw}"}}}}]}}"#
+                r#"{{"data":[{{"INPUT0":{{"content":[1,2,3],"shape":[3]}}}},{{"INPUT0":{{"content":[[4,5],[6,7]],"shape":[4]}}}},{{"INPUT0":{{"b64":"{raw}","shape":[2]}}}}]}}"#
             ),
         );
         let opts = InputOptions { data: files(&[&path]), ..Default::default() };
@@ -1124,7 +1101,16 @@ mod tests {
         assert_eq!(inline(&specs[2]).to_i32(), vec![1, 2]);
         assert_eq!(specs[2].model_version, "1");
 
+        // As in perf_analyzer, a bare array takes the model's shape, so a variable one needs --shape.
         let m = meta("INT32", vec![-1, -1]);
+        std::fs::write(&path, r#"{"data":[{"INPUT0":[1,2,3]}]}"#).unwrap();
+        let e = error(&m, &config(4), &opts);
+        assert!(
+            e.starts_with("The variable-sized tensor \"INPUT0\" with model shape [-1] needs to have its shape"),
+            "{e}"
+        );
+        let shaped = InputOptions { shapes: vec!["INPUT0:3".parse().unwrap()], ..opts.clone() };
+        assert_eq!(inline(&build_requests(&m, &config(4), &shaped, "").unwrap()[0]).shape, vec![1, 3]);
         std::fs::write(&path, r#"{"data":[{"INPUT0":[1.5]}]}"#).unwrap();
         let e = error(&m, &config(4), &opts);
         assert!(e.contains("INPUT0") && e.contains("not an integer"), "{e}");
@@ -1281,7 +1267,10 @@ mod tests {
         assert_eq!(&t.data[..14], b"\x0a\0\0\0first line");
         std::fs::write(text.path().join("NOPE"), "x").unwrap();
         let e = error(&meta("BYTES", vec![-1]), &config(0), &opts);
-        assert!(e.starts_with("Provided data file 'NOPE' does not correspond to a valid model input."), "{e}");
+        assert!(
+            e.starts_with("Provided data file 'NOPE' does not correspond to a valid model input or output."),
+            "{e}"
+        );
     }
 
     fn add_sub() -> (ModelMetadataResponse, ModelConfig) {
@@ -1371,7 +1360,7 @@ mod tests {
         let path = write(
             dir.path(),
             "var.json",
-            r#"{"data":[{"INPUT0":[1,2]}],"validation_data":[{"OUTPUT0":{"content":[1,2],"shape":[2]}}]}"#,
+            r#"{"data":[{"INPUT0":{"content":[1,2],"shape":[2]}}],"validation_data":[{"OUTPUT0":{"content":[1,2],"shape":[2]}}]}"#,
         );
         let opts = InputOptions { data: files(&[&path]), ..Default::default() };
         let e = error(&meta("INT32", vec![-1, -1]), &config(8), &opts);

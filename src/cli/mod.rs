@@ -244,6 +244,11 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
         Command::Gate(args) => other(crate::gate::run(&args).map_err(Into::into)),
         Command::Report(args) => other(crate::report::command::run(args)),
         Command::Compare(args) => other(crate::compare::run(args)),
+        Command::Profile(args) if args.version => {
+            // perf_analyzer's `--version` prints its version and exits, whatever else is given.
+            println!("perfbench {} (perf_analyzer 2.50 command line)", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
         Command::Profile(args) => plan_or_run(shard(args.plan()), args.common.print_plan),
         Command::Offline(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),
         Command::Online(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),

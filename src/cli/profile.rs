@@ -61,23 +61,23 @@ pub struct CommonArgs {
     #[arg(long = "shared-memory")]
     pub shared_memory: Option<String>,
     /// Window length in ms (time_windows).
-    #[arg(short = 'p', long = "measurement-interval")]
+    #[arg(short = 'p', long = "measurement-interval", value_parser = pa_number::<u64>("-p"))]
     pub measurement_interval_ms: Option<u64>,
     /// time_windows or count_windows.
     #[arg(long = "measurement-mode")]
     pub measurement_mode: Option<String>,
     /// Requests per window (count_windows).
-    #[arg(long = "measurement-request-count")]
+    #[arg(long = "measurement-request-count", value_parser = pa_number::<u64>("--measurement-request-count"))]
     pub measurement_request_count: Option<u64>,
     /// When a point ends: `stable` (three windows within -s, perf_analyzer's rule) or
     /// `ci=P%[,max=T]` (95% intervals of throughput, p50 and p99 within ±P%, at most T).
     #[arg(long = "stop-when")]
     pub stop_when: Option<String>,
     /// Windows agree when within this percentage.
-    #[arg(short = 's', long = "stability-percentage")]
+    #[arg(short = 's', long = "stability-percentage", value_parser = pa_number::<f64>("-s"))]
     pub stability_percentage: Option<f64>,
     /// Most windows measured per point.
-    #[arg(short = 'r', long = "max-trials")]
+    #[arg(short = 'r', long = "max-trials", value_parser = pa_number::<usize>("-r"))]
     pub max_trials: Option<usize>,
     /// Stabilise and threshold on this latency percentile instead of the average.
     #[arg(long = "percentile", allow_negative_numbers = true)]
@@ -87,7 +87,7 @@ pub struct CommonArgs {
     pub warmup_request_count: Option<u64>,
     /// Client worker threads, at most one per core (default: one per 16 concurrent requests
     /// against a remote server; every core with the bundled server).
-    #[arg(long = "max-threads")]
+    #[arg(long = "max-threads", value_parser = pa_number::<usize>("--max-threads"))]
     pub max_threads: Option<usize>,
     /// Model repository of the bundled server (default: its model zoo).
     #[arg(long = "model-repository")]
@@ -157,24 +157,20 @@ impl CommonArgs {
     }
 }
 
-/// perf_analyzer's flags that perfbench does not implement. Each is accepted by name, so the
-/// user gets "not supported: --flag" instead of a parse error or silence.
-#[derive(Args, Debug, Default, Clone)]
-pub struct UnsupportedFlags {
-    #[arg(long = "data-directory", hide = true, num_args = 0..=1)]
-    data_directory: Option<Option<String>>,
-    #[arg(long = "triton-server-directory", hide = true, num_args = 0..=1)]
-    triton_server_directory: Option<Option<String>>,
+/// A clap parser for a perf_analyzer number: a value that does not parse is refused in
+/// perf_analyzer's words ("Failed to parse -p. Invalid value provided: abc").
+fn pa_number<T: std::str::FromStr + Clone + Send + Sync + 'static>(
+    flag: &'static str,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static {
+    move |text| text.trim().parse().map_err(|_| format!("Failed to parse {flag}. Invalid value provided: {text}"))
 }
 
-impl UnsupportedFlags {
-    /// The first unsupported flag given, spelled as the user would have typed it.
-    fn first_given(&self) -> Option<&'static str> {
-        let given: &[(&'static str, bool)] = &[
-            ("--data-directory", self.data_directory.is_some()),
-            ("--triton-server-directory", self.triton_server_directory.is_some()),
-        ];
-        given.iter().find(|(_, set)| *set).map(|(name, _)| *name)
+/// `-b`: a negative batch size reads as 0, which the plan refuses in perf_analyzer's words
+/// ("The value must be > 0"), as it refuses 0.
+fn pa_batch_size(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) => Ok(n.max(0) as u64),
+        Err(_) => Err(format!("Failed to parse -b. Invalid value provided: {text}")),
     }
 }
 
@@ -190,7 +186,7 @@ pub struct ProfileArgs {
     #[arg(short = 'x', long = "model-version", default_value = "")]
     pub model_version: String,
     /// Batch size of each request.
-    #[arg(short = 'b', long = "batch-size")]
+    #[arg(short = 'b', long = "batch-size", allow_negative_numbers = true, value_parser = pa_batch_size)]
     pub batch_size: Option<u64>,
     /// Closed loop: start:end:step concurrencies (end 0 with -l: until the limit).
     #[arg(long = "concurrency-range")]
@@ -207,17 +203,20 @@ pub struct ProfileArgs {
     /// Same as --input-data zero.
     #[arg(short = 'z', long = "zero-input")]
     pub zero_input: bool,
+    /// perf_analyzer's deprecated spelling of --input-data DIR.
+    #[arg(long = "data-directory", hide = true)]
+    pub data_directory: Option<String>,
     /// Bytes reserved per batch item for each output of unknown size with shared memory.
     #[arg(long = "output-shared-memory-size")]
     pub output_shared_memory_size: Option<u64>,
     /// Latency limit in ms: stop the sweep once exceeded (0: none).
-    #[arg(short = 'l', long = "latency-threshold")]
+    #[arg(short = 'l', long = "latency-threshold", value_parser = pa_number::<f64>("-l"))]
     pub latency_threshold_ms: Option<f64>,
     /// Search the range for the largest value under -l.
     #[arg(long = "binary-search")]
     pub binary_search: bool,
     /// Measure exactly this many requests per point (one window, no stability check).
-    #[arg(long = "request-count")]
+    #[arg(long = "request-count", value_parser = pa_number::<u64>("--request-count"))]
     pub request_count: Option<u64>,
     /// TensorFlow Serving's signature name: accepted and ignored, as perf_analyzer ignores it
     /// for a Triton server.
@@ -248,8 +247,16 @@ pub struct ProfileArgs {
     #[arg(long = "profile-export-file")]
     pub profile_export_file: Option<PathBuf>,
     /// triton (a KServe v2 server) or inprocess (the bundled server, called directly).
+    /// perf_analyzer's other kinds (tfserving, torchserve, triton_c_api, openai) get its checks,
+    /// then "not supported".
     #[arg(long = "service-kind", default_value = "triton")]
     pub service_kind: String,
+    /// The Triton install of `--service-kind triton_c_api` (not supported).
+    #[arg(long = "triton-server-directory", hide = true)]
+    pub triton_server_directory: Option<String>,
+    /// Print the version and exit, as perf_analyzer's `--version`.
+    #[arg(long = "version")]
+    pub version: bool,
     /// Seed of the Poisson schedule.
     #[arg(long = "seed")]
     pub seed: Option<u64>,
@@ -298,8 +305,6 @@ pub struct ProfileArgs {
     /// as an ensemble's composing models are.
     #[arg(long = "bls-composing-models", value_name = "model[:version],...")]
     pub bls_composing_models: Option<String>,
-    #[command(flatten)]
-    pub unsupported: UnsupportedFlags,
 }
 
 /// `--bls-composing-models a:3,b` read as perf_analyzer reads it: spaces dropped, one model per
@@ -379,6 +384,30 @@ fn atoi(text: &str) -> u64 {
 /// perf_analyzer 2.50's `--request-period` when none is given.
 const DEFAULT_REQUEST_PERIOD: u64 = 10;
 
+/// `--concurrency-range start[:end[:step]]`, its malformed values refused in perf_analyzer's words.
+fn concurrency_range(text: &str) -> Result<Levels, PlanError> {
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() > 3 {
+        return Err(invalid("Failed to parse --concurrency-range. The value does not match <start:end:step>."));
+    }
+    if parts.iter().any(|p| p.trim().parse::<u64>().is_err()) {
+        return Err(invalid(format!("Failed to parse --concurrency-range. Invalid value provided: {text}")));
+    }
+    Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))
+}
+
+/// perf_analyzer's binary search refuses a range whose end (other than 0, refused on its own
+/// when the plan is checked) is below its start; a plain sweep measures the start alone.
+fn check_binary_search_range(text: Option<&str>) -> Result<(), PlanError> {
+    let values: Vec<f64> = text.unwrap_or("").split(':').map(|p| p.trim().parse().unwrap_or(f64::NAN)).collect();
+    match values.as_slice() {
+        [start, end, ..] if *end != 0.0 && end < start => {
+            Err(invalid("The end of the range can not be less than start of the range for binary search mode."))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `-u`, `--service-kind` and `--model-repository` as a target.
 pub fn target(url: &Option<String>, service_kind: &str, repository: &Option<PathBuf>) -> Result<Target, PlanError> {
     match (service_kind, url) {
@@ -419,18 +448,116 @@ impl ProfileArgs {
         Ok(Some(levels))
     }
 
+    /// `--input-data` values, then `--data-directory` (perf_analyzer's older spelling).
+    fn input_data(&self) -> Vec<String> {
+        self.common.input_data.iter().chain(&self.data_directory).cloned().collect()
+    }
+
+    /// perf_analyzer 2.50's checks of `--request-count` against the load range, in its words.
+    fn check_request_count(&self) -> Result<(), PlanError> {
+        let Some(count) = self.request_count.filter(|&n| n > 0) else {
+            return Ok(());
+        };
+        let bounds = |text: &str| -> (f64, f64) {
+            let mut parts = text.split(':').map(|p| p.trim().parse::<f64>().unwrap_or(0.0));
+            let start = parts.next().unwrap_or(1.0);
+            (start, parts.next().unwrap_or(1.0))
+        };
+        for (text, what) in [(&self.concurrency_range, "concurrency"), (&self.request_rate_range, "request-rate")] {
+            let Some((start, end)) = text.as_deref().map(bounds) else {
+                continue;
+            };
+            if (count as f64) < start.trunc() {
+                return Err(invalid(format!("request-count can not be less than {what}")));
+            }
+            if start < end {
+                return Err(invalid(format!("request-count not supported with multiple {what} values in one run")));
+            }
+        }
+        Ok(())
+    }
+
+    /// perf_analyzer's checks for the service kinds perfbench does not speak, in its words, so
+    /// a line that perf_analyzer refuses is refused for the same reason; one that passes them
+    /// is "not supported" here.
+    fn check_service_kind(&self, user_data: bool) -> Result<(), PlanError> {
+        let grpc = self.common.protocol.as_deref().is_some_and(|p| p.eq_ignore_ascii_case("grpc"));
+        let streaming = self.common.call.streaming;
+        let why = match self.service_kind.as_str() {
+            "triton" | "inprocess" => None,
+            "tfserving" if !grpc => Some("perf_analyzer supports only grpc protocol for TensorFlow Serving."),
+            "tfserving" if streaming => Some("perf_analyzer does not support streaming for TensorFlow Serving."),
+            "tfserving" if self.asynchronous => {
+                Some("perf_analyzer does not support async API for TensorFlow Serving.")
+            }
+            "torchserve" if !user_data => {
+                Some("--input-data should be provided with a json file with input data for torchserve.")
+            }
+            "triton_c_api" if self.common.model_repository.is_none() => {
+                Some("--model-repository should not be empty when using service-kind=triton_c_api.")
+            }
+            "triton_c_api"
+                if self.asynchronous
+                    && streaming
+                    && self.common.shared_memory.as_deref().is_some_and(|m| m != "none") =>
+            {
+                Some(
+                    "Cannot use --shared-memory=system or --shared-memory=cuda with --service-kind=triton_c_api and \
+                     --async and --streaming.",
+                )
+            }
+            "openai" if !user_data => Some("Must supply --input-data for OpenAI service kind."),
+            "openai" if self.endpoint.is_none() => {
+                Some("Must supply --endpoint for OpenAI service kind. For example, \"v1/chat/completions\".")
+            }
+            "openai" if !self.asynchronous => Some("Only async mode is currently supported for OpenAI service-kind"),
+            "openai" if self.batch_size.is_some_and(|b| b != 1) => {
+                Some("Batching is not currently supported with OpenAI service-kind")
+            }
+            "tfserving" | "torchserve" | "triton_c_api" | "openai" if self.common.call.collect_metrics => {
+                Some("Server-side metric collection is only supported with Triton client backend.")
+            }
+            "tfserving" | "torchserve" | "triton_c_api" | "openai" => None,
+            other => {
+                return Err(invalid(format!(
+                    "Failed to parse --service-kind. Unsupported type provided: '{other}'. The available options are \
+                     'triton', 'tfserving', 'torchserve', or 'triton_c_api' (and perfbench's 'inprocess')."
+                )))
+            }
+        };
+        match why {
+            Some(why) => Err(invalid(why)),
+            None => Ok(()),
+        }
+    }
+
     /// Resolves the flags into a one-sweep plan. No file is created and no socket opened,
     /// except reading the `--request-intervals` trace.
     pub fn plan(&self) -> Result<Plan, PlanError> {
-        if let Some(flag) = self.unsupported.first_given() {
-            return Err(PlanError::NotSupported(flag.to_string()));
+        let Some(model) = self.model.clone() else {
+            return Err(invalid("Failed to parse -m (model name). The value must be specified."));
+        };
+        let input_data = self.input_data();
+        // perf_analyzer's "user data": files and folders, as opposed to zero or random.
+        let user_data = input_data.iter().any(|d| d != "zero" && d != "random");
+        if (self.zero_input || input_data.iter().any(|d| d == "zero")) && user_data {
+            return Err(invalid("The -z flag cannot be set when --data-directory is provided."));
         }
         if self.asynchronous && self.sync {
             return Err(invalid("Cannot specify --async and --sync simultaneously."));
         }
-        let Some(model) = self.model.clone() else {
-            return Err(invalid("Failed to parse -m (model name). The value must be specified."));
-        };
+        self.check_request_count()?;
+        if self.binary_search {
+            check_binary_search_range(self.concurrency_range.as_deref())?;
+            check_binary_search_range(self.request_rate_range.as_deref())?;
+        }
+        self.check_service_kind(user_data)?;
+        if self.metrics_interval_ms.is_some() && !self.common.call.collect_metrics {
+            return Err(invalid("Must specify --collect-metrics when using the --metrics-interval option."));
+        }
+        if self.common.call.streaming && self.sync {
+            return Err(invalid("can not use streaming with synchronous API"));
+        }
         let periodic = match &self.periodic_concurrency_range {
             Some(range) => Some(check_periodic(range, self.request_period.as_deref())?),
             None => None,
@@ -440,20 +567,19 @@ impl ProfileArgs {
                 return Err(invalid("Failed to parse --request-period. The value must be > 0"));
             }
         }
-        let other_modes = [
-            self.concurrency_range.is_some() || self.concurrency.is_some(),
-            self.request_rate_range.is_some(),
-            self.request_intervals.is_some(),
-        ];
+        let deprecated = self.deprecated_concurrency()?;
+        let other_modes =
+            [self.concurrency_range.is_some(), self.request_rate_range.is_some(), self.request_intervals.is_some()];
         if self.periodic_concurrency_range.is_some() && other_modes.contains(&true) {
             return Err(invalid(TWO_LOAD_MODES));
         }
+        // perf_analyzer 2.50 lets the deprecated -t/-c/-d win over --periodic-concurrency-range:
+        // the run is their concurrency sweep, though the periodic range's own checks still hold.
+        let periodic = periodic.filter(|_| deprecated.is_none());
         let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
-        let concurrency = match (self.deprecated_concurrency()?, &self.concurrency_range) {
+        let concurrency = match (deprecated, &self.concurrency_range) {
             (Some(levels), _) => Some(levels),
-            (None, Some(text)) => {
-                Some(Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))?)
-            }
+            (None, Some(text)) => Some(concurrency_range(text)?),
             (None, None) => None,
         };
         let mut trace = Vec::new();
@@ -480,7 +606,11 @@ impl ProfileArgs {
             latency_threshold_ms: self.latency_threshold_ms,
             binary_search: Some(self.binary_search),
             output_shared_memory_size: self.output_shared_memory_size,
-            input_data: if self.zero_input { Some(vec!["zero".into()]) } else { common.input_data.clone() },
+            input_data: if self.zero_input {
+                Some(vec!["zero".into()])
+            } else {
+                (!input_data.is_empty()).then_some(input_data)
+            },
             request_count: self.request_count,
             asynchronous: if self.sync { Some(false) } else { self.asynchronous.then_some(true) },
             metrics_interval_ms: self.metrics_interval_ms,
@@ -499,6 +629,7 @@ impl ProfileArgs {
             sweep.bls_composing_models = bls_composing_models(text, &model)?;
         }
         if self.periodic_concurrency_range.is_some() {
+            sweep.output.no_closing_report = true;
             if !sweep.call.streaming {
                 return Err(invalid("The --periodic-concurrency-range option requires bi-directional gRPC streaming."));
             }
@@ -598,6 +729,17 @@ mod tests {
         let plan =
             resolve("-m r -i grpc --streaming --periodic-concurrency-range 1:3 --profile-export-file x").unwrap();
         assert_eq!(plan.sweeps[0].load, Load::Periodic(Periodic { start: 1, end: 3, step: 1, request_period: 10 }));
+        assert!(plan.sweeps[0].output.no_closing_report);
+    }
+
+    #[test]
+    fn deprecated_t_overrides_the_periodic_range_as_in_perf_analyzer() {
+        let line = "-m r -i grpc --streaming --periodic-concurrency-range 1:4 --profile-export-file x -f p.csv -t 3";
+        let sweep = &resolve(line).unwrap().sweeps[0];
+        assert_eq!(sweep.load, Load::Concurrency { levels: Levels::parse_colon("3:1").unwrap() });
+        // perf_analyzer still writes no closing list or CSV for such a line.
+        assert!(sweep.output.no_closing_report);
+        assert!(!resolve("-m r --concurrency-range 2 -f p.csv").unwrap().sweeps[0].output.no_closing_report);
     }
 
     #[test]
@@ -674,10 +816,15 @@ mod tests {
         assert!(plan.sweeps[0].call.tls.grpc.use_ssl);
         let e = resolve("-m m -u h:1 --ssl-https-private-key-file k.pem").unwrap_err().to_string();
         assert!(e.contains("go together"), "{e}");
-        assert_eq!(
-            resolve("-m m --service-kind openai").unwrap_err().to_string(),
-            "not supported: --service-kind openai"
-        );
+        // A line that passes perf_analyzer's checks of another service kind is not supported.
+        for line in [
+            "-m m --service-kind openai --input-data d.json --endpoint v1/chat/completions -a",
+            "-m m --service-kind tfserving -i grpc -u h:1",
+            "-m m --service-kind triton_c_api --triton-server-directory /opt/tritonserver --model-repository r",
+        ] {
+            let kind = line.split_whitespace().nth(3).unwrap();
+            assert_eq!(resolve(line).unwrap_err().to_string(), format!("not supported: --service-kind {kind}"));
+        }
         assert!(resolve("-m m --streaming")
             .unwrap_err()
             .to_string()
@@ -720,7 +867,24 @@ mod tests {
     fn bad_values_are_one_line_errors() {
         for (line, needle) in [
             ("-m m --concurrency-range 0:4", "The start of the search range must be > 0"),
-            ("-m m --concurrency-range a:2", "not a whole number"),
+            ("-m m --concurrency-range a:2", "Failed to parse --concurrency-range. Invalid value provided: a:2"),
+            ("-m m --concurrency-range 1:2:3:4", "The value does not match <start:end:step>."),
+            ("-m m -b -1", "Failed to parse -b (batch size). The value must be > 0."),
+            ("-m m -z --input-data d.json", "The -z flag cannot be set when --data-directory is provided."),
+            ("-m m --input-data zero --data-directory d", "The -z flag cannot be set when --data-directory"),
+            ("-m m --request-count 10 --concurrency-range 1:2", "not supported with multiple concurrency values"),
+            ("-m m --request-count 1 --concurrency-range 2", "request-count can not be less than concurrency"),
+            ("-m m --request-count 5 --request-rate-range 10", "request-count can not be less than request-rate"),
+            ("-m m --binary-search --concurrency-range 4:1 -l 5", "can not be less than start of the range"),
+            ("-m m -i grpc --streaming --sync", "can not use streaming with synchronous API"),
+            ("-m m --metrics-interval 100", "Must specify --collect-metrics when using the --metrics-interval"),
+            ("-m m --metrics-url h:1", "Must specify --collect-metrics when using the --metrics-url option."),
+            ("-m m --service-kind tfserving", "perf_analyzer supports only grpc protocol for TensorFlow Serving."),
+            ("-m m --service-kind tfserving -i grpc -a", "does not support async API for TensorFlow Serving."),
+            ("-m m --service-kind torchserve", "--input-data should be provided with a json file"),
+            ("-m m --service-kind triton_c_api", "--model-repository should not be empty"),
+            ("-m m --service-kind openai --input-data d.json", "Must supply --endpoint for OpenAI service kind."),
+            ("-m m --service-kind bogus", "Failed to parse --service-kind. Unsupported type provided: 'bogus'."),
             ("-m m --concurrency-range 4:0", "needs -l"),
             ("-m m -i udp", "Failed to parse -i (protocol)"),
             ("-m m --measurement-mode both", "Failed to parse --measurement-mode"),
@@ -761,7 +925,11 @@ mod tests {
             ("-m m --periodic-concurrency-range 3:2", "The <start> must be <= <end>."),
             ("-m m --periodic-concurrency-range 1:4:2", "The <step> value must be a factor of the range size"),
             ("-m m --request-period 0", "Failed to parse --request-period. The value must be > 0"),
-            ("-m m --periodic-concurrency-range 1:2 -t 2", "--periodic-concurrency-range, --request-rate-range"),
+            (
+                "-m m --periodic-concurrency-range 1:2 --concurrency-range 2",
+                "--periodic-concurrency-range, --request-rate-range",
+            ),
+            ("-m m --periodic-concurrency-range 1:2 -t 2", "requires bi-directional gRPC streaming."),
             ("-m m --periodic-concurrency-range 1:2", "requires bi-directional gRPC streaming."),
             ("-m m -i grpc --streaming --periodic-concurrency-range 1:2", "Must provide --profile-export-file"),
             (

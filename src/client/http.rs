@@ -229,12 +229,24 @@ impl HttpClient {
             }
             path.extend(tail);
         }
-        url
+        self.keep_trailing_slash(url)
     }
 
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = Url::parse(&self.base).expect("checked in new");
         url.path_segments_mut().expect("http URLs have a path").pop_if_empty().extend(segments);
+        self.keep_trailing_slash(url)
+    }
+
+    /// A base that ends in '/' keeps it: its paths begin with "//", as perf_analyzer's do
+    /// (Triton answers them 404 Not Found).
+    fn keep_trailing_slash(&self, mut url: Url) -> Url {
+        if self.base.ends_with('/') {
+            let base = Url::parse(&self.base).map_or(0, |b| b.path().trim_end_matches('/').len());
+            let (prefix, rest) = url.path().split_at(base);
+            let path = format!("{prefix}/{rest}");
+            url.set_path(&path);
+        }
         url
     }
 
@@ -772,12 +784,19 @@ mod tests {
 
     #[test]
     fn urls_encode_the_model_name() {
-        let c = HttpClient::new("localhost:1/", &ConnectOptions::default()).unwrap();
+        let c = HttpClient::new("localhost:1", &ConnectOptions::default()).unwrap();
         assert_eq!(
             c.model_url("my model", "2", &["infer"]).as_str(),
             "http://localhost:1/v2/models/my%20model/versions/2/infer"
         );
         assert_eq!(c.url(&["v2", "models", "stats"]).as_str(), "http://localhost:1/v2/models/stats");
+        let prefixed = HttpClient::new("http://localhost:1/triton", &ConnectOptions::default()).unwrap();
+        assert_eq!(prefixed.url(&["v2", "health", "ready"]).as_str(), "http://localhost:1/triton/v2/health/ready");
+        // A trailing '/' stays, as in perf_analyzer's URLs.
+        let slash = HttpClient::new("localhost:1/", &ConnectOptions::default()).unwrap();
+        assert_eq!(slash.url(&["v2", "models", "stats"]).as_str(), "http://localhost:1//v2/models/stats");
+        let slash = HttpClient::new("localhost:1/triton/", &ConnectOptions::default()).unwrap();
+        assert_eq!(slash.model_url("m", "", &["ready"]).as_str(), "http://localhost:1/triton//v2/models/m/ready");
     }
 
     #[test]

@@ -141,9 +141,11 @@ pub fn parse_request_parameters(texts: &[String]) -> Result<Vec<RequestParameter
     Ok(out)
 }
 
-/// `localhost:8000` or `http://localhost:8000` → `http://localhost:8000` (no trailing slash).
+/// `localhost:8000` or `http://localhost:8000` → `http://localhost:8000`.
 pub fn base_url(url: &str) -> String {
-    let url = url.trim().trim_end_matches('/');
+    // A trailing '/' is kept, as perf_analyzer keeps it: the paths then begin with "//", which
+    // Triton answers with 404 Not Found, so such a -u fails here as it fails there.
+    let url = url.trim();
     if url.contains("://") {
         url.to_string()
     } else {

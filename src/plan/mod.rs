@@ -536,6 +536,11 @@ pub struct Output {
     /// `-v`: print each measurement pass.
     #[serde(default)]
     pub verbose: u8,
+    /// perf_analyzer's closing list and `-f` CSV are left out: perf_analyzer skips both whenever
+    /// `--periodic-concurrency-range` is given, also when `-t` turns the run into a concurrency
+    /// sweep.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_closing_report: bool,
 }
 
 /// `--gate BASELINE`: a baseline run folder (with one subfolder per sweep) or a report.csv.

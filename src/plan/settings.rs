@@ -300,7 +300,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     tls.check().map_err(PlanError::Invalid)?;
     let collect = s.collect_metrics.unwrap_or(false);
     if s.metrics_url.is_some() && !collect {
-        return Err(invalid("--metrics-url needs --collect-metrics"));
+        return Err(invalid("Must specify --collect-metrics when using the --metrics-url option."));
     }
     if collect && s.metrics_url.is_none() && matches!(target, Target::InProcess { .. }) {
         return Err(invalid("--collect-metrics needs --metrics-url with --service-kind inprocess"));
@@ -361,6 +361,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             verbose_csv: s.verbose_csv.unwrap_or(false),
             profile_export_file: s.profile_export_file.clone(),
             verbose: s.verbose.unwrap_or(0),
+            no_closing_report: false,
         },
         trace: s.trace.clone().unwrap_or_default(),
         sequences: sequences(s, d)?,

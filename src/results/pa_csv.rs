@@ -140,6 +140,12 @@ pub struct PaCsvWriter {
 
 impl PaCsvWriter {
     pub fn create(path: &Path, first: LoadPoint, columns: CsvColumns) -> io::Result<PaCsvWriter> {
+        // perf_analyzer runs on when -f names a missing folder (it writes nothing there); the
+        // folder is made instead, so the run keeps its verdict and the CSV is written.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot create '{}': {e}", parent.display())))?;
+        }
         let file = File::create(path)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot create '{}': {e}", path.display())))?;
         let mut writer = PaCsvWriter { out: BufWriter::new(file), columns };

@@ -404,6 +404,14 @@ async fn drive<C: InferClient>(
     let sweep = sweep_part.as_ref().unwrap_or(sweep);
     let reads_server = shard.as_ref().is_none_or(|s| s.shard.index == 0);
     let traits = ModelTraits { sequence: session.sequence, decoupled: session.decoupled };
+    let bounded = match bound_open_range(sweep, traits) {
+        Ok(bounded) => bounded,
+        Err(e) => {
+            session.close().await;
+            return Err(e);
+        }
+    };
+    let sweep = bounded.as_ref().unwrap_or(sweep);
     let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, traits, context.metrics, folder)
         .map_err(RunError::bad_input)?;
     if let (Some(start), Some(dir)) = (&shard, &sweep.output.dir) {
@@ -579,6 +587,35 @@ fn time_bank(sweep: &Sweep) -> Option<Arc<TimeBank>> {
     Some(Arc::new(TimeBank::new(Duration::from_millis(max_ms), points)))
 }
 
+/// perf_analyzer's thread count when `--max-threads` is not given (its DEFAULT_MAX_THREADS).
+const PA_DEFAULT_MAX_THREADS: u64 = 16;
+
+/// A profile sweep's open concurrency range (`--concurrency-range 2:0`) as perf_analyzer 2.50
+/// runs it, once the model is known. Synchronous calls take a thread each, so the range ends at
+/// the thread count (`--max-threads`, 16 by default), which the settings block then prints as
+/// the concurrency limit; asynchronously on a sequence model it is refused. `None`: unchanged.
+fn bound_open_range(sweep: &Sweep, model: ModelTraits) -> Result<Option<Sweep>, RunError> {
+    let Load::Concurrency { levels: Levels::Range { start, end: None, step } } = &sweep.load else {
+        return Ok(None);
+    };
+    if sweep.kind != SweepKind::Profile {
+        return Ok(None);
+    }
+    if observe::asynchronous(sweep, model) {
+        if model.sequence {
+            return Err(RunError::bad_input(anyhow!(
+                "The 'end' concurrency can not be 0 for sequence models when using asynchronous API."
+            )));
+        }
+        return Ok(None);
+    }
+    eprintln!("WARNING: The maximum attainable concurrency will be limited by max_threads specification.");
+    // A start above the thread count is measured alone, as any range ending below its start.
+    let end = sweep.call.max_threads.map_or(PA_DEFAULT_MAX_THREADS, |n| n as u64).max(*start);
+    let levels = Levels::Range { start: *start, end: Some(end), step: *step };
+    Ok(Some(Sweep { load: Load::Concurrency { levels }, ..sweep.clone() }))
+}
+
 /// The load levels of `sweep`, as the measuring loop takes them.
 pub fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
     let points = match &sweep.load {
@@ -694,4 +731,48 @@ fn gate_run(
         passed &= code == ExitCode::SUCCESS;
     }
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_REGRESSION) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::settings::{resolve, Settings};
+
+    fn profile(concurrency: &str, asynchronous: Option<bool>, max_threads: Option<usize>) -> Sweep {
+        let settings = Settings {
+            concurrency: Some(Levels::parse_colon(concurrency).unwrap()),
+            latency_threshold_ms: Some(100.0),
+            asynchronous,
+            max_threads,
+            ..Settings::default()
+        };
+        resolve(SweepKind::Profile, &settings, &Target::Embedded { model_repository: None }).unwrap()
+    }
+
+    fn range(sweep: &Sweep) -> Levels {
+        match &sweep.load {
+            Load::Concurrency { levels } => levels.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_synchronous_open_range_ends_at_perf_analyzers_thread_count() {
+        let plain = ModelTraits::default();
+        let bounded = bound_open_range(&profile("2:0", None, None), plain).unwrap().unwrap();
+        assert_eq!(range(&bounded), Levels::Range { start: 2, end: Some(16), step: 1 });
+        let bounded = bound_open_range(&profile("2:0:3", None, Some(5)), plain).unwrap().unwrap();
+        assert_eq!(range(&bounded), Levels::Range { start: 2, end: Some(5), step: 3 });
+        // A start above the thread count is measured alone.
+        let bounded = bound_open_range(&profile("20:0", None, None), plain).unwrap().unwrap();
+        assert_eq!(range(&bounded), Levels::Range { start: 20, end: Some(20), step: 1 });
+        // Asynchronous or closed ranges are left alone.
+        assert!(bound_open_range(&profile("2:0", Some(true), None), plain).unwrap().is_none());
+        assert!(bound_open_range(&profile("2:4", None, None), plain).unwrap().is_none());
+        // A sequence model is asynchronous unless --sync, and then its open range is refused.
+        let sequence = ModelTraits { sequence: true, decoupled: false };
+        let err = bound_open_range(&profile("2:0", None, None), sequence).unwrap_err();
+        assert!(err.error.to_string().contains("can not be 0 for sequence models"), "{}", err.error);
+        assert!(bound_open_range(&profile("2:0", Some(false), None), sequence).unwrap().is_some());
+    }
 }

@@ -69,6 +69,8 @@ pub struct Recorder {
     out: Option<std::path::PathBuf>,
     /// `-v`: print each pass.
     verbose: u8,
+    /// perf_analyzer's closing list is left out (`Output::no_closing_report`).
+    no_closing_report: bool,
     /// A shard's interval logs and sidecar.
     shard_log: Option<super::shard::ShardLog>,
 }
@@ -100,12 +102,13 @@ impl Recorder {
             std::fs::write(&file, plan)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", file.display())))?;
         }
-        let csv_path = match (&sweep.output.latency_report_file, &sweep.output.dir) {
+        let report_file = sweep.output.latency_report_file.as_ref().filter(|_| !sweep.output.no_closing_report);
+        let csv_path = match (report_file, &sweep.output.dir) {
             (Some(path), _) => Some(path.clone()),
             (None, Some(dir)) => Some(dir.join("perf_analyzer.csv")),
             (None, None) => None,
         };
-        let composing_csv = csv_path.as_deref().map(|path| match &sweep.output.latency_report_file {
+        let composing_csv = csv_path.as_deref().map(|path| match report_file {
             Some(_) => composing_csv::beside(path),
             None => path.with_file_name(composing_csv::COMPOSING_FILE),
         });
@@ -177,6 +180,7 @@ impl Recorder {
             collector: None,
             out: sweep.output.dir.clone(),
             verbose: sweep.output.verbose,
+            no_closing_report: sweep.output.no_closing_report,
             shard_log: None,
         })
     }
@@ -197,7 +201,7 @@ impl Recorder {
         if let Some(e) = export {
             pa_export::write(e.path, &self.results, e.service_kind, e.step_inputs)?;
         }
-        if self.kind == SweepKind::Profile && !self.results.is_empty() {
+        if self.kind == SweepKind::Profile && !self.results.is_empty() && !self.no_closing_report {
             println!("{}", pa_summary::closing_list(&self.results));
         }
         if let (Some(dir), false) = (&self.out, self.results.is_empty()) {
@@ -365,6 +369,12 @@ pub struct ModelTraits {
     pub decoupled: bool,
 }
 
+/// Whether perf_analyzer would call asynchronously: streaming always does, a sequence model
+/// does unless `--sync`, others only with `-a`.
+pub fn asynchronous(sweep: &Sweep, model: ModelTraits) -> bool {
+    sweep.call.streaming || sweep.call.asynchronous.unwrap_or(model.sequence)
+}
+
 /// perf_analyzer's settings block of a profile sweep, with its rules for what it prints.
 fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str, model: ModelTraits) -> RunDescription {
     let latency_limit = || format!("Latency limit: {} msec", format_g(sweep.latency_limit_ms.unwrap_or(0.0)));
@@ -406,8 +416,7 @@ fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str, model: ModelT
         limit_lines,
         distribution_line,
         binary_search: sweep.binary_search,
-        // perf_analyzer: streaming is asynchronous; a sequence model is unless `--sync`.
-        asynchronous: sweep.call.streaming || sweep.call.asynchronous.unwrap_or(model.sequence),
+        asynchronous: asynchronous(sweep, model),
         decoupled: model.decoupled,
         stability_pct: m.stability_percentage,
         max_trials: m.max_trials,

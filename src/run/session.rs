@@ -105,6 +105,13 @@ impl<C: InferClient> Session<C> {
     /// sends the first one with its answer checked: a wrong shape or input fails here with the
     /// server's reason, instead of as a sweep of failed requests.
     pub async fn requests(&mut self, sweep: &Sweep, batch: u64) -> Result<BatchRequests<C>, RunError> {
+        if self.sequence && batch > 1 {
+            // perf_analyzer's words: a sequence's steps go one request at a time.
+            return Err(RunError::bad_input(anyhow::anyhow!(
+                "can not specify batch size > 1 when using a sequence model ('{}', -b {batch})",
+                self.model
+            )));
+        }
         let options = InputOptions {
             data: sweep.input.data.clone(),
             shapes: sweep.input.shapes.clone(),

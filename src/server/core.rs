@@ -180,6 +180,9 @@ impl InferenceServer {
                     .run(admitted, &model.stats, |step, context| self.step(step, context))
                     .await
                     .map(Answer::Single),
+                Runner::Bls(bls) => {
+                    bls.run(admitted, &model.stats, |call, context| self.step(call, context)).await.map(Answer::Single)
+                }
             }
         };
         let Some(limit) = self.options.request_timeout else {
@@ -198,7 +201,10 @@ impl InferenceServer {
     async fn step(&self, request: InferRequest, context: Arc<ModelStats>) -> ServerResult<InferResponse> {
         let model = self.repository.get(&request.model_name, &request.model_version)?;
         let Runner::Scheduler(scheduler) = &model.runner else {
-            return Err(ServerError::invalid(format!("model '{}' is an ensemble, not a step", model.config.name)));
+            return Err(ServerError::invalid(format!(
+                "model '{}' runs other models: it cannot be a step",
+                model.config.name
+            )));
         };
         let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
         let mut admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, &limits, Instant::now())?;

@@ -48,6 +48,8 @@ struct Step {
 #[derive(Debug)]
 pub struct Ensemble {
     name: String,
+    /// What the graph belongs to, for messages: "ensemble" or "BLS model".
+    kind: &'static str,
     /// The ensemble's inputs (with their types) and outputs, in config order.
     inputs: Vec<(String, DataType)>,
     outputs: Vec<String>,
@@ -138,7 +140,35 @@ impl Ensemble {
         if let Some(i) = done.iter().position(|d| !d) {
             return Err(bad(format!("the steps form a cycle (step {i} ('{}') can never run)", steps[i].model)));
         }
-        Ok(Ensemble { name: name.clone(), inputs, outputs, steps })
+        Ok(Ensemble { name: name.clone(), kind: "ensemble", inputs, outputs, steps })
+    }
+
+    /// One step that calls `model` with the config's own inputs and outputs, by name: the call a
+    /// BLS model makes for each request.
+    pub fn forwarding(config: &ModelConfig, model: &str) -> Self {
+        let names = |tensors: &mut dyn Iterator<Item = &String>| tensors.map(|n| (n.clone(), n.clone())).collect();
+        let step = Step {
+            model: model.to_string(),
+            version: String::new(),
+            inputs: names(&mut config.input.iter().map(|i| &i.name)),
+            outputs: names(&mut config.output.iter().map(|o| &o.name)),
+        };
+        Ensemble {
+            name: config.name.clone(),
+            kind: "BLS model",
+            inputs: config
+                .input
+                .iter()
+                .map(|i| (i.name.clone(), DataType::from_config_enum(i.data_type).expect("config validated at parse")))
+                .collect(),
+            outputs: config.output.iter().map(|o| o.name.clone()).collect(),
+            steps: vec![step],
+        }
+    }
+
+    /// "ensemble 'name'" or "BLS model 'name'", to begin a message.
+    pub fn label(&self) -> String {
+        format!("{} '{}'", self.kind, self.name)
     }
 
     /// The composing models' names, each once, in step order.
@@ -153,17 +183,13 @@ impl Ensemble {
     }
 
     /// Checks the steps that run `model` against its config: the mapped names must be its own.
+    /// (The repository has refused composing models without a scheduler already.)
     pub fn check_composing(&self, model: &ModelConfig) -> ServerResult<()> {
-        if is_ensemble(model) {
-            return Err(ServerError::invalid(format!(
-                "ensemble '{}': composing model '{}' is an ensemble; nested ensembles are not supported",
-                self.name, model.name
-            )));
-        }
         if model.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
             return Err(ServerError::invalid(format!(
-                "ensemble '{}': composing model '{}' is decoupled; ensemble steps need one response per request",
-                self.name, model.name
+                "{}: composing model '{}' is decoupled; its steps need one response per request",
+                self.label(),
+                model.name
             )));
         }
         let inputs: Vec<&String> = model.input.iter().map(|t| &t.name).collect();
@@ -173,8 +199,9 @@ impl Ensemble {
             let unknown_output = step.outputs.iter().find(|(k, _)| !outputs.contains(&k)).map(|(k, _)| ("output", k));
             if let Some((kind, key)) = unknown_input.or(unknown_output) {
                 return Err(ServerError::invalid(format!(
-                    "ensemble '{}': step {i} maps {kind} '{key}', which model '{}' does not have",
-                    self.name, model.name
+                    "{}: step {i} maps {kind} '{key}', which model '{}' does not have",
+                    self.label(),
+                    model.name
                 )));
             }
         }
@@ -211,7 +238,8 @@ impl Ensemble {
         result
     }
 
-    async fn execute<F, Fut>(
+    /// Runs the graph for one request without recording the owner's statistics.
+    pub(super) async fn execute<F, Fut>(
         &self,
         request: &AdmittedRequest,
         context: &Arc<ModelStats>,
@@ -253,8 +281,9 @@ impl Ensemble {
             for output in response.outputs {
                 let OutputData::Raw(data) = output.data else {
                     return Err(ServerError::internal(format!(
-                        "ensemble '{}': step {i} answered output '{}' without data",
-                        self.name, output.name
+                        "{}: step {i} answered output '{}' without data",
+                        self.label(),
+                        output.name
                     )));
                 };
                 if let Some((_, tensor)) = step.outputs.iter().find(|(k, _)| *k == output.name) {
@@ -266,9 +295,9 @@ impl Ensemble {
         let mut outputs = Vec::with_capacity(request.outputs.len());
         for plan in &request.outputs {
             let name = &self.outputs[plan.config_index];
-            let value = values.get(name).ok_or_else(|| {
-                ServerError::internal(format!("ensemble '{}': no step produced output '{name}'", self.name))
-            })?;
+            let value = values
+                .get(name)
+                .ok_or_else(|| ServerError::internal(format!("{}: no step produced output '{name}'", self.label())))?;
             outputs.push(OutputTensor {
                 name: name.clone(),
                 datatype: value.dtype,

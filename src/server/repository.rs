@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::bls::{self, Bls};
 use super::config;
 use super::ensemble::{self, Ensemble};
 use super::error::{ServerError, ServerResult};
@@ -34,7 +35,20 @@ pub const ZOO: &[(&str, &str)] = &[
     ("dlrm_dense", include_str!("zoo/dlrm_dense.pbtxt")),
     ("dlrm_hps", include_str!("zoo/dlrm_hps.pbtxt")),
     ("ensemble", include_str!("zoo/ensemble.pbtxt")),
+    ("bls", include_str!("zoo/bls.pbtxt")),
 ];
+
+/// Why a model cannot be a step of an ensemble or the call of a BLS model: steps run on a
+/// scheduler, and these models have none.
+fn nesting(config: &ModelConfig) -> Option<&'static str> {
+    if ensemble::is_ensemble(config) {
+        Some("is an ensemble; nested ensembles are not supported")
+    } else if bls::is_bls(config) {
+        Some("is a BLS model; a step must be a model that executes")
+    } else {
+        None
+    }
+}
 
 /// Every model is served as version "1".
 pub const MODEL_VERSION: &str = "1";
@@ -52,6 +66,8 @@ pub enum Runner {
     Scheduler(Scheduler),
     /// An ensemble: its steps run on the composing models' own runners.
     Ensemble(Ensemble),
+    /// A BLS model: each request calls another model on that model's runner.
+    Bls(Bls),
 }
 
 impl LoadedModel {
@@ -65,6 +81,7 @@ impl LoadedModel {
         match &self.runner {
             Runner::Scheduler(s) => s.pending(),
             Runner::Ensemble(_) => 0,
+            Runner::Bls(b) => b.pending(),
         }
     }
 }
@@ -152,7 +169,13 @@ impl ModelRepository {
         }
         let stats = Arc::new(ModelStats::default());
         let runner = if ensemble::is_ensemble(&config) {
-            Runner::Ensemble(self.ensemble(&config)?)
+            let ensemble = Ensemble::new(&config)?;
+            self.load_composing(&ensemble)?;
+            Runner::Ensemble(ensemble)
+        } else if bls::is_bls(&config) {
+            let bls = Bls::new(&config)?;
+            self.load_composing(bls.graph())?;
+            Runner::Bls(bls)
         } else {
             let model = models::build(&config)?;
             Runner::Scheduler(Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config))?)
@@ -163,39 +186,38 @@ impl ModelRepository {
         Ok(())
     }
 
-    /// Checks an ensemble's graph and its composing models, loading those that the source holds
-    /// but are not loaded yet (as Triton loads an ensemble's dependencies).
-    fn ensemble(&self, config: &ModelConfig) -> ServerResult<Ensemble> {
-        let ensemble = Ensemble::new(config)?;
-        for model in ensemble.composing_models() {
+    /// Checks the composing models of an ensemble (or the model a BLS model calls), loading those
+    /// that the source holds but are not loaded yet (as Triton loads an ensemble's dependencies).
+    fn load_composing(&self, graph: &Ensemble) -> ServerResult<()> {
+        let owner = graph.label();
+        for model in graph.composing_models() {
             let loaded = self.models.read().get(model).cloned();
             let loaded = match loaded {
                 Some(m) => m,
                 None => {
                     if !self.available()?.iter().any(|n| n == model) {
                         return Err(ServerError::invalid(format!(
-                            "ensemble '{}': composing model '{model}' is not in the repository",
-                            config.name
+                            "{owner}: composing model '{model}' is not in the repository"
                         )));
                     }
-                    if ensemble::is_ensemble(&config::parse_pbtxt(&self.config_text(model)?, model)?) {
-                        return Err(ServerError::invalid(format!(
-                            "ensemble '{}': composing model '{model}' is an ensemble; nested ensembles are not supported",
-                            config.name
-                        )));
+                    if let Some(why) = nesting(&config::parse_pbtxt(&self.config_text(model)?, model)?) {
+                        return Err(ServerError::invalid(format!("{owner}: composing model '{model}' {why}")));
                     }
                     self.load(model, None).map_err(|e| {
                         ServerError::invalid(format!(
-                            "ensemble '{}': composing model '{model}' failed to load: {}",
-                            config.name, e.message
+                            "{owner}: composing model '{model}' failed to load: {}",
+                            e.message
                         ))
                     })?;
                     self.get(model, "")?
                 }
             };
-            ensemble.check_composing(&loaded.config)?;
+            if let Some(why) = nesting(&loaded.config) {
+                return Err(ServerError::invalid(format!("{owner}: composing model '{model}' {why}")));
+            }
+            graph.check_composing(&loaded.config)?;
         }
-        Ok(ensemble)
+        Ok(())
     }
 
     /// Loads (or reloads) a model defined by config.pbtxt text that is not in the source, e.g.

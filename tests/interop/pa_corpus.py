@@ -54,7 +54,7 @@ STAGE_BUDGET_S = 1200
 
 # The zoo models the serve stage loads (the same names and signatures as tests/interop/models).
 ZOO_MODELS = ["identity", "identity_bytes", "identity_fp16", "identity_nobatch", "var_shape", "add_sub", "accumulate",
-              "optional", "repeat", "ensemble"]
+              "optional", "repeat", "ensemble", "bls"]
 
 NOISE = ("stable measurement", "no valid requests recorded")
 
@@ -158,6 +158,9 @@ PA_SKIP = [
     r"^Failed to maintain requested inference load",
     r"^Failed to retrieve results from inference request",
     r"^Failed to obtain stable measurement\.$",
+    # rapidjson's error code and offset, printed before the reason for a JSON file that does not parse
+    r"^cb::Error\s*:",
+    r"^Offset\s*:",
 ]
 
 

@@ -42,7 +42,8 @@ fn files_streams_and_directories_are_sent() {
     assert_ok(&["-m", "identity", "--input-data", &data("dir_identity"), "--shape", "INPUT0:16"]);
     assert_ok(&["-m", "add_sub", "-i", "grpc", "--input-data", &data("dir_add_sub")]);
     assert_ok(&["-m", "identity_bytes", "--input-data", &data("dir_bytes"), "--shape", "INPUT0:3"]);
-    assert_ok(&["-m", "optional", "-i", "grpc", "--input-data", &data("optional_mixed.json")]);
+    let optional = ["--shape", "INPUT0:16", "--shape", "INPUT1:16"];
+    assert_ok(&[&["-m", "optional", "-i", "grpc", "--input-data", &data("optional_mixed.json")][..], &optional].concat());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! HTTP (JSON and binary), gRPC (unary and streaming) and system shared memory; statistics that
 //! add up as Triton's do; configs refused at load with their reason while the rest serves; a
 //! failing step's message; steps of concurrent ensemble calls batching inside a composing model;
-//! composing models loaded as dependencies.
+//! composing models loaded as dependencies; the bundled BLS model, which calls `identity`.
 
 use std::path::PathBuf;
 
@@ -455,5 +455,76 @@ async fn dlrm_hps_takes_dlrms_inputs_and_chains_its_two_halves() {
     for model in ["embedding_lookup", "dlrm_dense"] {
         assert_eq!(count(&stats(&server, model).await, "success"), 2, "{model}: the ensemble's call and ours");
     }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_bls_model_answers_through_the_model_it_calls_and_both_keep_statistics() {
+    let server = start().await;
+    let before = stats(&server, "identity").await;
+    let body = json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1.0, -2.5, 3.0]}]});
+    for _ in 0..4 {
+        let (status, reply) = infer_json(&server, "bls", body.clone()).await;
+        assert_eq!((status, &reply["outputs"][0]["data"]), (StatusCode::OK, &json!([1.0, -2.5, 3.0])), "{reply}");
+        assert_eq!(reply["model_name"], "bls");
+    }
+    let bls = stats(&server, "bls").await;
+    assert_eq!((bls["inference_count"].as_u64(), bls["execution_count"].as_u64()), (Some(4), Some(4)));
+    assert_eq!(count(&bls, "success"), 4);
+    // Its compute is the whole call, so it covers the called model's compute.
+    let called = stats(&server, "identity").await;
+    assert_eq!(count(&called, "success") - count(&before, "success"), 4, "each request called identity once");
+    let ns = |s: &Value, k: &str| s["inference_stats"][k]["ns"].as_u64().unwrap();
+    assert!(ns(&bls, "compute_infer") >= ns(&called, "compute_infer") - ns(&before, "compute_infer"));
+    // A BLS config that calls nothing, or a model the repository lacks, is refused with its reason.
+    let bad = r#"backend: "bls" max_batch_size: 8
+        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]"#;
+    let err = server.core.repository.load_pbtxt("nothing", bad).unwrap_err();
+    assert!(err.message.contains("parameter 'bls_model' must name another model"), "{}", err.message);
+    let missing = format!(r#"{bad} parameters {{ key: "bls_model" value {{ string_value: "nosuch" }} }}"#);
+    let err = server.core.repository.load_pbtxt("missing", &missing).unwrap_err();
+    assert_eq!(err.message, "BLS model 'missing': composing model 'nosuch' is not in the repository");
+    // A BLS model cannot be called by another, nor be an ensemble's step: it has no scheduler.
+    let nested = format!(r#"{bad} parameters {{ key: "bls_model" value {{ string_value: "bls" }} }}"#);
+    let err = server.core.repository.load_pbtxt("nested", &nested).unwrap_err();
+    assert_eq!(
+        err.message,
+        "BLS model 'nested': composing model 'bls' is a BLS model; a step must be a model that executes"
+    );
+    let err = server.core.repository.load_pbtxt("ens_bls", &chain_through("bls")).unwrap_err();
+    assert!(err.message.contains("composing model 'bls' is a BLS model"), "{}", err.message);
+    server.shutdown().await;
+}
+
+/// A BLS model with one instance over a 200 ms model.
+const SLOW_BLS: &str = r#"
+backend: "bls" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "bls_model" value { string_value: "slow" } }
+"#;
+
+#[tokio::test]
+async fn a_bls_model_executes_one_request_per_instance_and_the_rest_queue() {
+    let server = start().await;
+    let slow = r#"backend: "delay" max_batch_size: 8
+        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        instance_group [ { count: 4 kind: KIND_CPU } ]
+        parameters { key: "delay_us" value { string_value: "200000" } }"#;
+    server.core.repository.load_pbtxt("slow", slow).expect("slow loads");
+    server.core.repository.load_pbtxt("slow_bls", SLOW_BLS).expect("slow_bls loads");
+    let body = json!({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1.0, 2.0]}]});
+    let calls = (0..4).map(|_| infer_json(&server, "slow_bls", body.clone()));
+    for (status, reply) in futures::future::join_all(calls).await {
+        assert_eq!(status, StatusCode::OK, "{reply}");
+    }
+    // `slow` has 4 instances, so only the BLS model's single instance makes requests wait: at
+    // least one of the four waited for a whole 200 ms call.
+    let bls = stats(&server, "slow_bls").await;
+    assert_eq!(count(&bls, "success"), 4);
+    assert!(bls["inference_stats"]["queue"]["ns"].as_u64().unwrap() >= 200_000_000, "{bls}");
     server.shutdown().await;
 }
