@@ -142,7 +142,13 @@ async fn json_file_data<C: InferClient>(client: &C) {
     let path = dir.path().join("input.json");
     std::fs::write(&path, r#"{"data":[{"INPUT0":[1,2,3,4]},{"INPUT0":{"content":[[5,6],[7,8]],"shape":[4]}}]}"#)
         .unwrap();
-    let options = InputOptions { data: vec![InputData::File(path)], ..Default::default() };
+    // A bare array takes the model's shape, as perf_analyzer 2.50 reads it: INPUT0 is [-1], so
+    // its length comes from --shape; the second step carries its own.
+    let options = InputOptions {
+        data: vec![InputData::File(path)],
+        shapes: vec!["INPUT0:4".parse().unwrap()],
+        ..Default::default()
+    };
     let specs = specs_for(client, "identity", &options).await;
     assert_eq!(specs.len(), 2);
     for spec in &specs {
