@@ -266,6 +266,7 @@ pub fn client_load(client: &WindowRecorder, load: LoadPoint, secs: f64) -> Clien
             send_lag_p99_us: client.send_lag_percentile_us(99.0),
             cpu_pct,
             cores,
+            held: 0.0,
         },
         // Little's law: requests in flight = completed requests/s × time each spent in flight.
         LoadPoint::Concurrency(_) => ClientLoad {
@@ -274,6 +275,7 @@ pub fn client_load(client: &WindowRecorder, load: LoadPoint, secs: f64) -> Clien
             send_lag_p99_us: 0.0,
             cpu_pct,
             cores,
+            held: 0.0,
         },
     }
 }

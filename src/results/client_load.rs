@@ -29,6 +29,10 @@ pub struct ClientLoad {
     pub cpu_pct: f64,
     /// Cores the process may run on (its affinity mask).
     pub cores: usize,
+    /// The load this process was asked to hold when it held only a part of the row's: a shard's
+    /// share (requests in flight, or per second). 0: it held the row's whole load.
+    #[serde(default)]
+    pub held: f64,
 }
 
 impl ClientLoad {
@@ -55,9 +59,20 @@ impl ReportRow {
         }
     }
 
-    /// `achieved/requested unit`, e.g. `912.3/1000 req/s` or `3.96/4 in flight`.
+    /// The load this process was asked to hold: the row's, or a shard's part of it.
+    fn held_load(&self) -> LoadPoint {
+        let held = self.client.held;
+        match self.load {
+            _ if held <= 0.0 => self.load,
+            LoadPoint::Concurrency(_) => LoadPoint::Concurrency(held.round() as u64),
+            LoadPoint::RequestRate(_) => LoadPoint::RequestRate(held),
+        }
+    }
+
+    /// `achieved/requested unit`, e.g. `912.3/1000 req/s` or `3.96/4 in flight` (a shard's part
+    /// as the requested load).
     pub fn achieved_text(&self) -> String {
-        achieved_text(self.load, self.client.achieved)
+        achieved_text(self.held_load(), self.client.achieved)
     }
 
     /// Why this row is client-limited; empty when it is not (or nothing was measured).
@@ -67,7 +82,10 @@ impl ReportRow {
             return Vec::new();
         }
         let mut reasons = Vec::new();
-        let requested = self.requested_load();
+        let requested = match self.held_load() {
+            LoadPoint::Concurrency(c) => c as f64,
+            LoadPoint::RequestRate(rate) => rate,
+        };
         if requested > 0.0 && c.achieved < requested * (1.0 - ACHIEVED_SHORTFALL_PCT / 100.0) {
             let short = (1.0 - c.achieved / requested) * 100.0;
             reasons.push(format!("achieved {} ({short:.0}% short)", self.achieved_text()));
@@ -103,7 +121,14 @@ mod tests {
 
     #[test]
     fn each_limit_flags_a_row_and_a_comfortable_row_is_not_flagged() {
-        let ok = ClientLoad { achieved: 990.0, send_lag_p50_us: 20.0, send_lag_p99_us: 300.0, cpu_pct: 30.0, cores: 2 };
+        let ok = ClientLoad {
+            achieved: 990.0,
+            send_lag_p50_us: 20.0,
+            send_lag_p99_us: 300.0,
+            cpu_pct: 30.0,
+            cores: 2,
+            held: 0.0,
+        };
         let rate = LoadPoint::RequestRate(1000.0);
         assert!(at(rate, ok).client_limits().is_empty());
         let short = at(rate, ClientLoad { achieved: 900.0, ..ok }).client_limits();
@@ -117,5 +142,12 @@ mod tests {
         let held = at(LoadPoint::Concurrency(4), ClientLoad { achieved: 3.5, ..ok });
         assert_eq!(held.client_limits(), ["achieved 3.50/4 in flight (12% short)"]);
         assert!(at(rate, ClientLoad::default()).client_limits().is_empty(), "unknown is not judged");
+        // A shard of two holds 4 of the row's 8 in flight, and 250 of its 500 req/s.
+        let shard = ClientLoad { achieved: 3.98, held: 4.0, ..ok };
+        assert!(at(LoadPoint::Concurrency(8), shard).client_limits().is_empty());
+        let short = at(LoadPoint::Concurrency(8), ClientLoad { achieved: 3.5, ..shard }).client_limits();
+        assert_eq!(short, ["achieved 3.50/4 in flight (12% short)"]);
+        let half = ClientLoad { achieved: 249.0, held: 250.0, ..ok };
+        assert!(at(LoadPoint::RequestRate(500.0), half).client_limits().is_empty());
     }
 }

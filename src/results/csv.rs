@@ -71,8 +71,8 @@ pub const EXTRA_COLUMNS: [&str; 16] = [
 
 /// The client's own figures ([`crate::results::ClientLoad`]), last in report.csv; a CSV without
 /// them reads as "not measured" (never client-limited).
-pub const CLIENT_COLUMNS: [&str; 5] =
-    ["Achieved Load", "Send Lag p50 (us)", "Send Lag p99 (us)", "Client CPU (%)", "Client Cores"];
+pub const CLIENT_COLUMNS: [&str; 6] =
+    ["Achieved Load", "Send Lag p50 (us)", "Send Lag p99 (us)", "Client CPU (%)", "Client Cores", "Held Load"];
 
 /// Sequence models: the sequences that ended in the row's windows and their average number of
 /// requests (0 for other models, and in an older report.csv without them).
@@ -205,6 +205,7 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "send lag p99" => Field::Client(2),
         "client cpu (%)" => Field::Client(3),
         "client cores" => Field::Client(4),
+        "held load" => Field::Client(5),
         other => return CI_COLUMNS.iter().position(|c| c.eq_ignore_ascii_case(other)).map(|i| (Field::Ci(i), unit)),
     };
     Some((field, unit))
@@ -392,7 +393,8 @@ impl RowBuilder {
                     1 => self.client.send_lag_p50_us = unit.to_us(v),
                     2 => self.client.send_lag_p99_us = unit.to_us(v),
                     3 => self.client.cpu_pct = v,
-                    _ => self.client.cores = v as usize,
+                    4 => self.client.cores = v as usize,
+                    _ => self.client.held = v,
                 }
             }
             Field::Requests => {
@@ -553,6 +555,7 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
     columns.push(f64_column(CLIENT_COLUMNS[3], &|r| r.client.cpu_pct));
     columns
         .push(Column::new(CLIENT_COLUMNS[4].into(), rows.iter().map(|r| r.client.cores as u64).collect::<Vec<u64>>()));
+    columns.push(f64_column(CLIENT_COLUMNS[5], &|r| r.client.held));
     DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 
@@ -730,6 +733,18 @@ request/response,response wait
         let seq = ReportRow { sequences: 40, avg_sequence_length: 5.25, ..sample_row(1, 4) };
         let back = parse_csv(&report_csv(&[seq]).unwrap(), Unit::Us, "report.csv").unwrap();
         assert_eq!((back[0].sequences, back[0].avg_sequence_length), (40, 5.25));
+        // A shard's row keeps the client's figures and the part of the load it held.
+        let client = crate::results::ClientLoad {
+            achieved: 3.5,
+            send_lag_p50_us: 0.0,
+            send_lag_p99_us: 0.0,
+            cpu_pct: 41.5,
+            cores: 2,
+            held: 4.0,
+        };
+        let shard = ReportRow { client, ..sample_row(1, 8) };
+        let back = parse_csv(&report_csv(&[shard]).unwrap(), Unit::Us, "report.csv").unwrap();
+        assert_eq!(back[0].client, client);
     }
 
     #[test]

@@ -43,7 +43,9 @@ fn files_streams_and_directories_are_sent() {
     assert_ok(&["-m", "add_sub", "-i", "grpc", "--input-data", &data("dir_add_sub")]);
     assert_ok(&["-m", "identity_bytes", "--input-data", &data("dir_bytes"), "--shape", "INPUT0:3"]);
     let optional = ["--shape", "INPUT0:16", "--shape", "INPUT1:16"];
-    assert_ok(&[&["-m", "optional", "-i", "grpc", "--input-data", &data("optional_mixed.json")][..], &optional].concat());
+    assert_ok(
+        &[&["-m", "optional", "-i", "grpc", "--input-data", &data("optional_mixed.json")][..], &optional].concat(),
+    );
 }
 
 #[test]

@@ -120,6 +120,8 @@ fn two_shards_merged_agree_with_one_process_and_write_its_folder() {
     let (one, all) = (row(&single.join("report.csv")), row(&merged.join("report.csv")));
     let (k0, k1) = (row(&s0.join("report.csv")), row(&s1.join("report.csv")));
     assert_eq!(all["Concurrency"], 8.0, "the merged row is at the level asked of both shards");
+    // Each shard's client is judged against the 4 in flight it held, not the row's 8.
+    assert_eq!((k0["Held Load"], k1["Held Load"], one["Held Load"]), (4.0, 4.0, 0.0));
     // Every shard's request counts once, over the time both measured: a window one shard
     // measured while the other had stopped its load (they end points by their own rule) is
     // left out, and the merge says so.
