@@ -105,8 +105,7 @@ if [ "$MAX_RATE_MINUTES" -gt 0 ]; then
   start=$(date +%s)
   echo
   echo "== highest rate: client and server in one process, concurrency 16 (pid $CLIENT_PID)"
-  printf '%6s %12s %14s\n' minute "infer/s" "RSS MB"
-  printf '%6s %12s %14s\n' 0 - "$(rss_mb "$CLIENT_PID")"
+  rss_at=("$(rss_mb "$CLIENT_PID")")
   minute=0 first= last=
   while [ "$minute" -lt "$MAX_RATE_MINUTES" ] && kill -0 "$CLIENT_PID" 2>/dev/null; do
     minute=$((minute + 1))
@@ -115,11 +114,18 @@ if [ "$MAX_RATE_MINUTES" -gt 0 ]; then
     rss=$(rss_mb "$CLIENT_PID")
     [ "$rss" != "-" ] && last=$rss
     [ "$minute" = 1 ] && first=$last
-    # A window may end just after the minute: no line yet is "-", not the end of the script.
-    pass=$(grep -o 'throughput: [0-9.e+]* infer/sec' "$BENCH_TMP/inprocess.log" | sed -n "${minute}p" | awk '{print $2}' || true)
-    printf '%6s %12s %14s\n' "$minute" "${pass:--}" "$rss"
+    rss_at+=("$rss")
   done
-  stop_client
+  # Each window ends a little after its minute: its pass line is read once the client is done.
+  wait "$CLIENT_PID" 2>/dev/null || true
+  CLIENT_PID=
+  mapfile -t passes < <(grep -o 'throughput: [0-9.e+]* infer/sec' "$BENCH_TMP/inprocess.log" | awk '{print $2}' || true)
+  printf '%6s %12s %14s\n' minute "infer/s" "RSS MB"
+  for i in "${!rss_at[@]}"; do
+    pass=-
+    [ "$i" -gt 0 ] && pass=${passes[$((i - 1))]:--}
+    printf '%6s %12s %14s\n' "$i" "$pass" "${rss_at[$i]}"
+  done
   echo "client: $(grep -ho 'perfbench: [0-9]* failed' "$BENCH_TMP/inprocess.log" | tail -1 || echo 'no summary');" \
     "RSS after minute 1 -> end: $first -> $last MB ($(growth "$first" "$last"))"
 fi
