@@ -34,6 +34,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::{Service, ServiceExt};
 
 use super::access::{ApiGroup, RestrictedApi};
+use super::authority::AuthorityRepair;
 use super::error::ServerError;
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -116,6 +117,8 @@ pub struct AcceptConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Open connections at once; 0 means no limit.
     pub max_connections: usize,
+    /// gRPC: cut an HTTP/2 authority with a path at its '/' ([`AuthorityRepair`]).
+    pub repair_authority: bool,
 }
 
 /// What the request handlers learn about their connection.
@@ -138,6 +141,24 @@ pub struct Conn {
     _permit: OwnedSemaphorePermit,
     /// Over-limit connections read end-of-stream from here on, so they close soon.
     linger: Option<Pin<Box<Sleep>>>,
+    /// Until a gRPC connection's first header block is read (and for its life when the
+    /// authority needed repair), reads go through this.
+    repair: Option<Box<AuthorityRepair>>,
+}
+
+impl Conn {
+    fn new(stream: Stream, info: ConnInfo, permit: OwnedSemaphorePermit, repair_authority: bool) -> Conn {
+        let linger = info.over_limit.then(|| Box::pin(tokio::time::sleep(OVER_LIMIT_LINGER)));
+        let repair = repair_authority.then(Box::default);
+        Conn { stream, info, _permit: permit, linger, repair }
+    }
+
+    fn poll_read_raw(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
 }
 
 impl AsyncRead for Conn {
@@ -147,10 +168,32 @@ impl AsyncRead for Conn {
                 return Poll::Ready(Ok(()));
             }
         }
-        match &mut self.stream {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        let this = &mut *self;
+        while let Some(repair) = this.repair.as_mut() {
+            let ready = repair.out();
+            if !ready.is_empty() {
+                let n = ready.len().min(buf.remaining());
+                buf.put_slice(&ready.split_to(n));
+                return Poll::Ready(Ok(()));
+            }
+            if repair.passing() {
+                this.repair = None;
+                break;
+            }
+            let mut chunk = [0u8; 8192];
+            let mut read = ReadBuf::new(&mut chunk);
+            std::task::ready!(this.poll_read_raw(cx, &mut read))?;
+            let repair = this.repair.as_mut().expect("still repairing");
+            if read.filled().is_empty() {
+                repair.finish();
+                if repair.out().is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+            } else {
+                repair.feed(read.filled());
+            }
         }
+        this.poll_read_raw(cx, buf)
     }
 }
 
@@ -240,11 +283,11 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
                 },
             };
             let info = ConnInfo { remote, over_limit };
-            let linger = over_limit.then(|| Box::pin(tokio::time::sleep(OVER_LIMIT_LINGER)));
+            let repair = config.repair_authority;
             let tx = tx.clone();
             match &acceptor {
                 None => {
-                    let conn = Conn { stream: Stream::Plain(tcp), info, _permit: permit, linger };
+                    let conn = Conn::new(Stream::Plain(tcp), info, permit, repair);
                     if tx.send(conn).await.is_err() {
                         return;
                     }
@@ -255,7 +298,7 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                             Ok(Ok(tls)) => {
                                 let stream = Stream::Tls(Box::new(tls));
-                                let _ = tx.send(Conn { stream, info, _permit: permit, linger }).await;
+                                let _ = tx.send(Conn::new(stream, info, permit, repair)).await;
                             }
                             Ok(Err(e)) => tracing::debug!(%remote, "TLS handshake failed: {e}"),
                             Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),

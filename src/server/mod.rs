@@ -2,6 +2,7 @@
 //! real dynamic batcher, statistics and shared memory, served over HTTP, gRPC and Prometheus.
 
 pub mod access;
+pub mod authority;
 pub mod bls;
 pub mod config;
 pub mod core;

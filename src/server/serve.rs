@@ -133,11 +133,12 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         request_timeout: cfg.options.request_timeout,
         max_connections: cfg.options.max_connections,
     });
-    let accept = |tls| AcceptConfig { tls, max_connections: cfg.options.max_connections };
+    let accept =
+        |tls, repair_authority| AcceptConfig { tls, max_connections: cfg.options.max_connections, repair_authority };
 
     let http_app =
         http::router(core.clone()).layer(axum::middleware::from_fn_with_state(guard.clone(), listen::guard_http));
-    let http_incoming = listen::accept(http_listener, accept(http_tls), stop.subscribe());
+    let http_incoming = listen::accept(http_listener, accept(http_tls, false), stop.subscribe());
     let http_task = tokio::spawn(listen::serve_http(http_incoming, http_app, signal()));
 
     // Request/response traffic: send small writes at once rather than wait for more (Nagle).
@@ -158,7 +159,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         .add_service(grpc::inference_service(core.clone()))
         .add_service(grpc::health_service(core.clone()));
     let grpc_signal = signal();
-    let grpc_incoming = listen::accept(grpc_listener, accept(grpc_tls), stop.subscribe());
+    let grpc_incoming = listen::accept(grpc_listener, accept(grpc_tls, true), stop.subscribe());
     let grpc_task = tokio::spawn(async move {
         let incoming = ReceiverStream::new(grpc_incoming).map(Ok::<_, std::io::Error>);
         if let Err(e) = grpc_router.serve_with_incoming_shutdown(incoming, grpc_signal).await {
