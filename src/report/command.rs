@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use super::plot::{self, Format};
 use super::table::{ConstColumn, Layout};
 use super::{read_table, seeds, TableKind};
-use crate::results::{composing_csv, LoadPoint, ReportRow};
+use crate::results::{composing_csv, ReportRow};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -149,10 +149,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
 /// Sweep order for the plots' x-axis (perf_analyzer may write its rows in another order):
 /// offline by batch, online by load point.
 fn sort_rows(rows: &mut [ReportRow], kind: TableKind) {
-    let load = |r: &ReportRow| match r.load {
-        LoadPoint::Concurrency(c) => c as f64,
-        LoadPoint::RequestRate(rate) => rate,
-    };
+    let load = |r: &ReportRow| r.load.amount();
     rows.sort_by(|a, b| {
         let (x, y) = match kind {
             TableKind::Offline => ((a.batch as f64, load(a)), (b.batch as f64, load(b))),

@@ -53,10 +53,7 @@ pub fn achieved_text(load: LoadPoint, achieved: f64) -> String {
 impl ReportRow {
     /// The requested load: the rate (requests/s) or the concurrency.
     pub fn requested_load(&self) -> f64 {
-        match self.load {
-            LoadPoint::Concurrency(c) => c as f64,
-            LoadPoint::RequestRate(rate) => rate,
-        }
+        self.load.amount()
     }
 
     /// The load this process was asked to hold: the row's, or a shard's part of it.
@@ -82,10 +79,7 @@ impl ReportRow {
             return Vec::new();
         }
         let mut reasons = Vec::new();
-        let requested = match self.held_load() {
-            LoadPoint::Concurrency(c) => c as f64,
-            LoadPoint::RequestRate(rate) => rate,
-        };
+        let requested = self.held_load().amount();
         if requested > 0.0 && c.achieved < requested * (1.0 - ACHIEVED_SHORTFALL_PCT / 100.0) {
             let short = (1.0 - c.achieved / requested) * 100.0;
             reasons.push(format!("achieved {} ({short:.0}% short)", self.achieved_text()));

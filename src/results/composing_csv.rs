@@ -91,10 +91,7 @@ fn frame(rows: &[ComposingRow]) -> Result<DataFrame, TableError> {
     let u64_column = |name: &str, f: &dyn Fn(&ComposingRow) -> u64| {
         Column::new(name.into(), rows.iter().map(f).collect::<Vec<u64>>())
     };
-    let load = |r: &ComposingRow| match r.load {
-        LoadPoint::Concurrency(c) => c as f64,
-        LoadPoint::RequestRate(rate) => rate,
-    };
+    let load = |r: &ComposingRow| r.load.amount();
     let columns = vec![
         u64_column("Batch", &|r| r.batch),
         if open_loop { f64_column(REQUEST_RATE_COLUMN, &load) } else { u64_column("Concurrency", &|r| load(r) as u64) },

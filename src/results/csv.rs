@@ -514,10 +514,7 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
     };
     let mut columns = vec![Column::new("Batch".into(), rows.iter().map(|r| r.batch).collect::<Vec<u64>>())];
     columns.push(if open_loop {
-        f64_column(REQUEST_RATE_COLUMN, &|r| match r.load {
-            LoadPoint::RequestRate(rate) => rate,
-            LoadPoint::Concurrency(c) => c as f64,
-        })
+        f64_column(REQUEST_RATE_COLUMN, &|r| r.load.amount())
     } else {
         Column::new(
             "Concurrency".into(),

@@ -12,6 +12,16 @@ pub enum LoadPoint {
     RequestRate(f64),
 }
 
+impl LoadPoint {
+    /// How much load: the concurrency, or the rate in requests/s.
+    pub fn amount(&self) -> f64 {
+        match *self {
+            LoadPoint::Concurrency(c) => c as f64,
+            LoadPoint::RequestRate(rate) => rate,
+        }
+    }
+}
+
 /// A 95% confidence interval. Bounds are NaN when not measured (a CSV without interval columns,
 /// a row of one window); an upper bound is +∞ when the samples cannot bound it (a tail percentile
 /// of too few requests).

@@ -309,10 +309,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         result.detail.slot = point_slot;
         if let Some((index, count)) = self.plan.shard {
             // A shard held only its part of the row's load: its client is judged against that.
-            result.row.client.held = match mode.shard_part(index, count).point() {
-                LoadPoint::Concurrency(c) => c as f64,
-                LoadPoint::RequestRate(rate) => rate,
-            };
+            result.row.client.held = mode.shard_part(index, count).point().amount();
         }
         self.observer.point_done(&result)?;
         result.detail.windows = Default::default();
