@@ -3,6 +3,8 @@
 
 pub mod access;
 pub mod authority;
+pub mod batch;
+pub mod batch_policy;
 pub mod bls;
 pub mod config;
 pub mod core;

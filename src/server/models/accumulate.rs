@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 
 use super::{Model, ModelError};
 use crate::proto::inference::ModelConfig;
+use crate::server::batch_policy::{ControlKind, SequencePolicy};
 use crate::server::error::{ServerError, ServerResult};
-use crate::server::sequence::{ControlKind, SequencePolicy};
 use crate::tensor::{DataType, Tensor};
 
 pub struct AccumulateModel {
