@@ -6,6 +6,8 @@
 //! that writes the encoded bytes as they are, so the hot loop neither clones tensors nor
 //! re-encodes them. Concurrent requests multiplex over HTTP/2 on a small pool of channels.
 
+pub mod stream;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -49,7 +51,7 @@ pub struct GrpcClient {
     next: AtomicUsize,
     metadata: MetadataMap,
     /// `Some` with `--streaming`: requests go over `ModelStreamInfer` streams.
-    streams: Option<super::grpc_stream::StreamPool>,
+    streams: Option<stream::StreamPool>,
     /// `--grpc-compression-algorithm`: how requests are compressed.
     compression: Option<CompressionEncoding>,
     /// `--request-parameter`s, added to every prepared request.
@@ -102,7 +104,7 @@ impl GrpcClient {
             channels,
             next: AtomicUsize::new(0),
             metadata,
-            streams: options.streaming.then(|| super::grpc_stream::StreamPool::new(tls.grpc_compression.encoding())),
+            streams: options.streaming.then(|| stream::StreamPool::new(tls.grpc_compression.encoding())),
             compression: tls.grpc_compression.encoding(),
             parameters: options
                 .request_parameters
@@ -322,7 +324,7 @@ impl Decoder for ResponseDecoder {
 /// A streamed request's responses as one result: the answer is the last response that carried
 /// outputs (a decoupled model's empty final one carries none); a decoupled request also keeps
 /// every response with its arrival time.
-fn from_stream(responses: super::grpc_stream::Responses, decoupled: bool) -> ClientResult<InferResult> {
+fn from_stream(responses: stream::Responses, decoupled: bool) -> ClientResult<InferResult> {
     if !decoupled {
         // One response: its outputs, as a unary call returns them.
         return responses.into_iter().last().map_or_else(|| Ok(InferResult::default()), |(_, r)| from_proto(r));

@@ -2,7 +2,6 @@
 //! generic over [`InferClient`] and never sees a wire format.
 
 pub mod grpc;
-pub mod grpc_stream;
 pub mod http;
 pub mod inprocess;
 pub mod shm;

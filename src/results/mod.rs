@@ -3,6 +3,7 @@
 //! `report.csv` writers, and the number formatters. It imports only plain types (`proto`,
 //! `tensor`), so `measure`, `report`, `gate` and `run` can all depend on it.
 
+pub mod client_limit;
 pub mod client_load;
 pub mod composing_csv;
 pub mod csv;

@@ -292,7 +292,7 @@ impl SweepObserver for Recorder {
             w.trial + 1,
             w.figures.throughput,
             w.figures.latency_us,
-            crate::results::client_load::achieved_text(w.load, w.achieved),
+            crate::results::client_limit::achieved_text(w.load, w.achieved),
             self.eta()
         ));
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
 use perfbench::plan::scenario::Scenario;
-use perfbench::plan::Target;
+use perfbench::plan::{Plan, Target};
 use perfbench::proto::inference as pb;
 use perfbench::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use perfbench::proto::inference::infer_parameter::ParameterChoice;
@@ -1185,26 +1185,53 @@ fn mutated_scenario() -> impl Strategy<Value = String> {
     })
 }
 
-fn check_scenario(text: &str) {
+/// An explanation as the CLI prints it: one non-empty line, starting with what it is about.
+fn explains(err: &impl std::fmt::Display, about: &str) -> TestCaseResult {
+    let text = err.to_string();
+    prop_assert!(text.starts_with(about), "{text:?} does not start with {about:?}");
+    prop_assert!(text.len() > about.len() && !text.contains('\n'), "not a one-line reason: {text:?}");
+    Ok(())
+}
+
+/// Text either parses into a scenario or is refused with a one-line reason naming the file; a
+/// parsed scenario either resolves into a plan that survives its own TOML (what `run plan.toml`
+/// reads back) or is refused naming the scenario; an unknown profile is named in its refusal.
+fn check_scenario(text: &str) -> TestCaseResult {
     let out = Path::new("/nonexistent/fuzz-out");
-    let Ok(scenario) = Scenario::parse(text, Path::new("fuzz.toml")) else {
-        return;
+    let scenario = match Scenario::parse(text, Path::new("fuzz.toml")) {
+        Ok(scenario) => scenario,
+        Err(e) => return explains(&e, "scenario fuzz.toml: ").or_else(|_| explains(&e, "scenario '")),
     };
+    let about = format!("scenario '{}'", scenario.name);
     let embedded = || Target::Embedded { model_repository: None };
-    let _ = scenario.plan(None, embedded(), out);
-    let _ = scenario.plan(None, Target::Remote { url: "localhost:1".into() }, out);
-    for profile in scenario.profiles.keys() {
-        let _ = scenario.plan(Some(profile), embedded(), out);
+    let profiles = scenario.profiles.keys().map(|p| Some(p.as_str()));
+    for (profile, target) in std::iter::once((None, embedded()))
+        .chain(std::iter::once((None, Target::Remote { url: "localhost:1".into() })))
+        .chain(profiles.map(|p| (p, embedded())))
+    {
+        match scenario.plan(profile, target, out) {
+            Ok(plan) => match Plan::from_toml(&plan.to_toml()) {
+                Ok(back) => prop_assert_eq!(back, plan),
+                Err(e) => prop_assert!(false, "the plan does not read back: {e}"),
+            },
+            Err(e) => explains(&e, &about)?,
+        }
     }
-    let _ = scenario.plan(Some("no such profile"), embedded(), out);
+    let runnable = scenario.offline.is_some() || scenario.online.is_some();
+    match scenario.plan(Some("no such profile"), embedded(), out) {
+        Ok(_) => prop_assert!(false, "an unknown profile was accepted"),
+        Err(e) if runnable => {
+            explains(&e, &about)?;
+            prop_assert!(e.to_string().contains("no profile 'no such profile'"), "{e}");
+        }
+        Err(e) => explains(&e, &about)?,
+    }
+    Ok(())
 }
 
 #[test]
 fn scenario_toml_parses_or_explains() {
-    check(runner(300), prop_oneof![4 => mutated_scenario(), 1 => "\\PC{0,200}"], |text| {
-        check_scenario(&text);
-        Ok(())
-    });
+    check(runner(300), prop_oneof![4 => mutated_scenario(), 1 => "\\PC{0,200}"], |text| check_scenario(&text));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -338,7 +338,6 @@ impl Model for BertModel {
 mod tests {
     use super::*;
     use crate::server::config::parse_pbtxt;
-    use std::time::Instant;
 
     /// A small bert config: `seq` positions, with `extra` parameters appended.
     fn config(seq: usize, params: &[(&str, &str)]) -> ModelConfig {
@@ -480,39 +479,5 @@ mod tests {
         let out = m.execute(&inputs(1, 384, 30522, &[300])).unwrap();
         assert_eq!(out[0].shape, vec![1, 384]);
         assert!(out[1].to_f32().iter().all(|v| v.is_finite()));
-    }
-
-    /// `cargo test --release --lib bert_execute_timings -- --ignored --nocapture`
-    #[test]
-    #[ignore = "benchmark: prints timings"]
-    fn bert_execute_timings() {
-        let zoo = parse_pbtxt(include_str!("../zoo/bert.pbtxt"), "bert").unwrap();
-        let m = BertModel::new(&zoo).unwrap();
-        // The machine's GEMM ceiling right now (it is shared): one FFN-sized product.
-        let (rows, k, n) = (16 * 384, 288, 1152);
-        let (a, b, mut c) = (vec![0.5f32; rows * k], vec![0.25f32; k * n], vec![0.0f32; rows * n]);
-        let t0 = Instant::now();
-        for _ in 0..3 {
-            gemm(1.0, Mat::new(&a, rows, k), Mat::new(&b, k, n), 0.0, MatMut::new(&mut c, rows, n));
-        }
-        let secs = t0.elapsed().as_secs_f64() / 3.0;
-        println!("sgemm {rows}x{k}x{n}: {:6.1} GFLOP/s", 2.0 * (rows * k * n) as f64 / secs / 1e9);
-        for batch in [1, 8, 16] {
-            let x = inputs(batch, 384, 30522, &vec![384; batch]);
-            m.execute(&x).unwrap(); // warm-up: sizes the scratch buffers
-            let runs = if batch == 1 { 10 } else { 3 };
-            let t0 = Instant::now();
-            for _ in 0..runs {
-                m.execute(&x).unwrap();
-            }
-            let secs = t0.elapsed().as_secs_f64() / runs as f64;
-            println!(
-                "bert batch {batch:2}: {:8.1} ms/execute, {:6.2} GFLOP/execute, {:6.1} GFLOP/s, {:6.1} seq/s",
-                secs * 1e3,
-                m.flops(batch) / 1e9,
-                m.flops(batch) / secs / 1e9,
-                batch as f64 / secs
-            );
-        }
     }
 }

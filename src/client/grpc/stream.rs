@@ -13,8 +13,8 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
-use super::grpc::Encoded;
-use super::{ClientError, ClientResult, RequestTiming};
+use super::Encoded;
+use crate::client::{ClientError, ClientResult, RequestTiming};
 use crate::proto::inference::{ModelInferResponse, ModelStreamInferResponse};
 
 const STREAM_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
