@@ -3,6 +3,7 @@
 //! either print it (`--print-plan`) or hand it to [`crate::run::execute`]. This is the only place
 //! argv is parsed.
 
+pub mod common;
 pub mod profile;
 pub mod search;
 pub mod shard;

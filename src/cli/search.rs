@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::profile::{target, CommonArgs};
+use super::common::{target, CommonArgs};
 use crate::plan::scenario::Scenario;
 use crate::plan::search::{SearchPlan, SearchSettings};
 use crate::plan::settings::{default_out, Settings};

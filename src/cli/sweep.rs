@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::profile::{target, CommonArgs};
+use super::common::{target, CommonArgs};
 use crate::plan::defaults::DEFAULT_MODEL;
 use crate::plan::settings::{default_out, resolve, Settings};
 use crate::plan::{invalid, Levels, Model, Plan, PlanError, SweepKind};

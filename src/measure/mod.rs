@@ -9,6 +9,7 @@ pub mod interval;
 pub mod recorder;
 pub mod shards;
 pub mod stability;
+pub mod stop;
 pub mod window;
 
 use std::time::Duration;

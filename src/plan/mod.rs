@@ -5,11 +5,13 @@
 //! combination exits 2 before a server starts or a socket opens.
 
 pub mod defaults;
+pub mod layers;
 pub mod levels;
 pub mod scenario;
 pub mod search;
 pub mod settings;
 pub mod shard;
+mod validate;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -644,176 +646,9 @@ impl Plan {
         }
         plan
     }
-
-    /// Every check that does not need the server. A plan that passes runs or fails only on the
-    /// target's account (exit 3) or on data the server judges (exit 2).
-    pub fn validate(&self) -> Result<(), PlanError> {
-        if self.model.name.trim().is_empty() {
-            return Err(invalid("-m needs a model name"));
-        }
-        if self.sweeps.is_empty() {
-            return Err(invalid("the plan has no sweep"));
-        }
-        if self.model.config.is_some() && !matches!(self.target, Target::Embedded { .. }) {
-            return Err(invalid("a model defined by config text needs the embedded server: drop -u"));
-        }
-        for sweep in &self.sweeps {
-            sweep.validate(&self.target)?;
-        }
-        if let Some(gate) = &self.gate {
-            gate.thresholds.validate().map_err(|e| invalid(e.to_string()))?;
-        }
-        Ok(())
-    }
 }
 
 impl Sweep {
-    fn validate(&self, target: &Target) -> Result<(), PlanError> {
-        if self.call.streaming && self.protocol != Protocol::Grpc {
-            return Err(invalid("Streaming is only allowed with gRPC protocol and Triton C API: add -i grpc."));
-        }
-        if self.call.tls.grpc_compression != crate::client::tls::GrpcCompression::None
-            && self.protocol != Protocol::Grpc
-        {
-            return Err(invalid("Using compression algorithm is only allowed with gRPC protocol."));
-        }
-        self.call.tls.check().map_err(PlanError::Invalid)?;
-        if !self.call.request_parameters.is_empty() {
-            if self.protocol != Protocol::Grpc {
-                return Err(invalid("The --request-parameter option is currently only supported by gRPC protocol."));
-            }
-            if matches!(target, Target::InProcess { .. }) {
-                return Err(PlanError::NotSupported("--request-parameter with --service-kind inprocess".into()));
-            }
-        }
-        for level in self.trace.iter().filter(|t| t.key == "trace_level").flat_map(|t| &t.values) {
-            if !["OFF", "TIMESTAMPS", "TENSORS"].contains(&level.to_ascii_uppercase().as_str()) {
-                return Err(invalid(format!(
-                    "Failed to parse --trace-level. Unsupported type provided: '{level}'. \
-                     The available options are 'OFF', 'TIMESTAMPS', or 'TENSORS'."
-                )));
-            }
-        }
-        if self.call.tls.grpc.use_ssl && !matches!(target, Target::Remote { .. }) {
-            return Err(invalid("--ssl-grpc-use-ssl needs -u: the bundled server listens without TLS"));
-        }
-        self.batch_sizes.check().map_err(|e| invalid(format!("bad batch sizes {e}")))?;
-        if let Some(limit) = self.latency_limit_ms {
-            if !(limit.is_finite() && limit > 0.0) {
-                return Err(invalid("-l must be a number of milliseconds > 0"));
-            }
-        }
-        if self.binary_search && self.latency_limit_ms.is_none() {
-            return Err(invalid(
-                "The --latency-threshold cannot be 0 for binary search mode. (--binary-search needs -l, the latency limit to search for)",
-            ));
-        }
-        match &self.load {
-            Load::Concurrency { levels } => {
-                levels.check().map_err(|e| invalid(format!("bad concurrency {e}")))?;
-                let open = matches!(levels, Levels::Range { end: None, .. });
-                // perf_analyzer's words, then which concurrency has the open end (0, or -d).
-                if open && self.latency_limit_ms.is_none() {
-                    return Err(invalid(format!(
-                        "The end of the search range and the latency limit can not be both 0 (or 0.0) \
-                         simultaneously: concurrency '{levels}' has no end, so it needs -l"
-                    )));
-                }
-                if open && self.binary_search {
-                    return Err(invalid(format!(
-                        "The end of the range can not be 0 (or 0.0) for binary search mode: concurrency '{levels}'"
-                    )));
-                }
-                if self.binary_search && matches!(levels, Levels::List(_)) {
-                    return Err(invalid("--binary-search needs a concurrency range, not a list"));
-                }
-            }
-            Load::RequestRate { start, end, step, .. } => {
-                let valid = *start > 0.0 && end >= start && *step > 0.0 && end.is_finite();
-                if !valid {
-                    return Err(invalid(format!(
-                        "bad --request-rate-range '{start}:{end}:{step}': need 0 < start <= end and step > 0"
-                    )));
-                }
-            }
-            Load::Trace { intervals } => {
-                crate::load::read_intervals(intervals).map_err(|e| invalid(e.to_string()))?;
-            }
-            Load::Periodic(p) => {
-                if p.start == 0 || p.step == 0 || p.start > p.end || p.request_period == 0 {
-                    return Err(invalid(format!(
-                        "bad periodic concurrency {}:{}:{} with request period {}: need 0 < start <= end, \
-                         step > 0 and request period > 0",
-                        p.start, p.end, p.step, p.request_period
-                    )));
-                }
-                if !self.call.streaming {
-                    return Err(invalid(
-                        "The --periodic-concurrency-range option requires bi-directional gRPC streaming.",
-                    ));
-                }
-                if self.output.profile_export_file.is_none() {
-                    return Err(invalid(
-                        "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
-                    ));
-                }
-            }
-        }
-        if let Some(p) = self.call.max_threads {
-            if p == 0 {
-                return Err(invalid("--max-threads must be at least 1"));
-            }
-        }
-        let m = &self.measurement;
-        if let Some(p) = m.percentile {
-            if p.is_nan() || p <= 0.0 || p >= 100.0 {
-                return Err(invalid(format!(
-                    "Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100). (got {p})"
-                )));
-            }
-        }
-        if m.stability_percentage.is_nan() || m.stability_percentage <= 0.0 {
-            return Err(invalid("-s must be a positive percentage"));
-        }
-        if m.max_trials == 0 {
-            return Err(invalid("Failed to parse --max-trials (-r). The value must be > 0."));
-        }
-        if m.mode == WindowKind::TimeWindows && m.interval_ms == 0 {
-            return Err(invalid("Failed to parse --measurement-interval (-p). The value must be > 0 msec."));
-        }
-        if m.mode == WindowKind::CountWindows && m.request_count == 0 {
-            return Err(invalid("Failed to parse --measurement-request-count. The value must be > 0."));
-        }
-        if m.total_requests == Some(0) {
-            return Err(invalid("--request-count must be at least 1"));
-        }
-        if self.input.shared_memory != SharedMemoryKind::None && matches!(target, Target::InProcess { .. }) {
-            return Err(invalid(
-                "--shared-memory needs a server over the network; --service-kind inprocess shares memory already",
-            ));
-        }
-        // perf_analyzer's check: a range smaller than the sequences alive at once would reuse
-        // an id still in use.
-        let alive = match &self.load {
-            Load::Concurrency { levels } => levels.max().unwrap_or(MAX_OPEN_CONCURRENCY),
-            _ => self.sequences.count,
-        };
-        if self.sequences.id_end.is_some() && self.sequences.id_range() < alive {
-            return Err(invalid(format!(
-                "sequence id range specified is smaller than the maximum possible {}, sequence id collision may \
-                 occur. (--sequence-id-range {}:{} holds {} ids)",
-                if matches!(self.load, Load::Concurrency { .. }) { "concurrency" } else { "number of sequences" },
-                self.sequences.id_start,
-                self.sequences.id_end.unwrap_or_default(),
-                self.sequences.id_range()
-            )));
-        }
-        if self.kind != SweepKind::Profile && self.output.dir.is_none() {
-            return Err(invalid(format!("the {} sweep needs an output folder", self.kind.name())));
-        }
-        Ok(())
-    }
-
     /// The requests in flight at most, to size connection pools and worker threads.
     pub fn peak_concurrency(&self) -> u64 {
         match &self.load {

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use std::path::{Path, PathBuf};
 
+use super::layers::overlay;
 use super::settings::{resolve, Settings};
+use super::validate::{check_config_served, check_model_named};
 use super::{invalid, Levels, Load, Model, PlanError, Sweep, SweepKind, Target};
 use crate::results::ReportRow;
 
@@ -238,7 +240,7 @@ pub const DEFAULT_CONCURRENCY: &str = "1..256";
 /// A search as a user gives it, every key optional: the `perfbench search` flags, or a
 /// scenario's `[search]` table (its keys are these names). [`SearchSettings::merged`] lays the
 /// flags over the file; [`SearchPlan::resolve`] fills the rest from the defaults and checks it.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSettings {
     /// `STAT=TIME`, e.g. `p99=20ms` (required, here or as `--latency-budget`).
@@ -269,22 +271,7 @@ impl SearchSettings {
     /// `over`'s values where it has them, these elsewhere (a scenario's `[search]` under flags,
     /// or under a profile's).
     pub fn merged(&self, over: &SearchSettings) -> SearchSettings {
-        macro_rules! pick {
-            ($($f:ident),* $(,)?) => { SearchSettings { $($f: over.$f.clone().or_else(|| self.$f.clone()),)* } };
-        }
-        pick!(
-            latency_budget,
-            objective,
-            mode,
-            max_configs,
-            max_minutes,
-            instances,
-            max_batch_size,
-            dynamic_batching,
-            queue_delay_us,
-            preferred_batch_sizes,
-            concurrency,
-        )
+        overlay(self, over)
     }
 
     /// These settings with the defaults filled in, checked.
@@ -542,16 +529,11 @@ impl SearchPlan {
 
     /// Every check that does not need the server.
     pub fn validate(&self) -> Result<(), PlanError> {
-        if self.model.name.trim().is_empty() {
-            return Err(invalid("-m needs a model name"));
+        check_model_named(&self.model)?;
+        if let Target::InProcess { .. } = &self.target {
+            return Err(invalid("search needs a server: drop --service-kind inprocess"));
         }
-        match &self.target {
-            Target::InProcess { .. } => return Err(invalid("search needs a server: drop --service-kind inprocess")),
-            Target::Remote { .. } if self.model.config.is_some() => {
-                return Err(invalid("a model defined by config text needs the embedded server: drop -u"))
-            }
-            _ => {}
-        }
+        check_config_served(&self.model, &self.target)?;
         self.search.validate()?;
         self.sweep.validate(&self.target)?;
         if self.sweep.kind != SweepKind::Online || !matches!(self.sweep.load, Load::Concurrency { .. }) {

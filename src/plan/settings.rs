@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::layers::overlay;
 use super::{
     defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, Periodic,
     PlanError, Protocol, Sequences, StopWhen, Sweep, SweepKind, Target, TensorFormat, TraceSetting, WindowKind,
@@ -84,62 +85,9 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// `self` with every key `over` sets replaced.
+    /// `self` with every key `over` sets replaced ([`overlay`]).
     pub fn merged(&self, over: &Settings) -> Settings {
-        macro_rules! pick {
-            ($($f:ident),* $(,)?) => { Settings { $($f: over.$f.clone().or_else(|| self.$f.clone()),)* } };
-        }
-        pick!(
-            batch_sizes,
-            batch,
-            concurrency,
-            request_rate,
-            request_distribution,
-            seed,
-            request_intervals,
-            latency_threshold_ms,
-            binary_search,
-            protocol,
-            shapes,
-            shared_memory,
-            output_shared_memory_size,
-            input_data,
-            measurement_mode,
-            stop_when,
-            measurement_interval_ms,
-            measurement_request_count,
-            request_count,
-            warmup_request_count,
-            stability_percentage,
-            max_trials,
-            percentile,
-            headers,
-            request_parameters,
-            streaming,
-            asynchronous,
-            max_threads,
-            collect_metrics,
-            metrics_url,
-            metrics_interval_ms,
-            latency_report_file,
-            verbose_csv,
-            profile_export_file,
-            out,
-            verbose,
-            string_length,
-            string_data,
-            trace,
-            tls,
-            input_tensor_format,
-            output_tensor_format,
-            sequence_length,
-            sequence_length_variation,
-            sequence_id_range,
-            num_of_sequences,
-            serial_sequences,
-            validate_outputs,
-            periodic_concurrency,
-        )
+        overlay(self, over)
     }
 }
 

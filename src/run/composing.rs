@@ -1,6 +1,6 @@
 //! An ensemble's composing models, found from the model configs: every step's config is read,
 //! and a step that is itself an ensemble is walked in turn (as perf_analyzer does). The tree
-//! tells [`super::sweep::StatsSource`] which statistics to read in each window. Models named by
+//! tells [`super::point::StatsSource`] which statistics to read in each window. Models named by
 //! `--bls-composing-models` join the target's own steps, as perf_analyzer adds them: a BLS model
 //! is then reported as an ensemble of them.
 

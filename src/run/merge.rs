@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _};
 
-use super::observe::{FolderStart, ModelTraits, Recorder};
+use super::observe::{FolderStart, Recorder};
+use super::prepare::ModelTraits;
 use super::sweep::SweepObserver;
 use crate::measure::shards::merge_shards;
 use crate::measure::window::derive_point;

@@ -9,6 +9,8 @@ pub mod interrupt;
 pub mod merge;
 pub mod mpi;
 pub mod observe;
+pub mod point;
+pub mod prepare;
 pub mod session;
 pub mod shard;
 pub mod sweep;
@@ -22,20 +24,18 @@ use std::time::Duration;
 use anyhow::anyhow;
 
 use self::interrupt::Interrupt;
-use self::observe::{stop_rule, window_mode, Export, FolderStart, ModelTraits, Recorder};
+use self::observe::{Export, FolderStart, Recorder};
+use self::prepare::{bound_open_range, time_bank, ModelTraits};
 use self::session::Session;
-use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, SweepPoints, Target as SweepTarget, TimeBank};
+use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, Target as SweepTarget};
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
 use crate::client::inprocess::InProcessClient;
-use crate::client::{ClientError, ConnectOptions, InferClient};
-use crate::load::{read_intervals, LoadMode, LoadSpec, PeriodicSpec};
+use crate::client::{ClientError, InferClient};
+use crate::load::PeriodicSpec;
 use crate::measure::window::derive_point;
 use crate::measure::MeasureSettings;
-use crate::plan::{
-    Distribution, Levels, Load, Model, Periodic, Plan, Protocol, Shard, StopWhen, Sweep, SweepKind, Target,
-    TensorFormat, MAX_OPEN_CONCURRENCY,
-};
+use crate::plan::{Load, Model, Periodic, Plan, Protocol, Shard, Sweep, SweepKind, Target, MAX_OPEN_CONCURRENCY};
 use crate::report::pa_summary::Wire;
 use crate::report::{ConfigBasics, Device, RunConfig};
 use crate::results::csv::{read_csv, Unit};
@@ -44,6 +44,8 @@ use crate::server::serve::{self, RunningServer, ServeConfig};
 use crate::server::{InferenceServer, ServerOptions};
 
 pub use interrupt::EXIT_INTERRUPTED;
+// What `search` measures with, as a run does.
+pub use prepare::{connect_options, load_plan, measure_settings, worker_threads};
 
 pub use crate::gate::EXIT_REGRESSION;
 /// Exit code of bad input: a bad flag or plan, a missing file, data the server refuses.
@@ -267,7 +269,7 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
 /// its warm-up, or `--point-slot`.
 fn sweep_slots(sweep: &Sweep, grid: &Arc<grid::PointGrid>, shard: Option<Shard>) -> anyhow::Result<grid::SweepSlots> {
     let point_slot = shard.and_then(|s| s.point_slot_ms).map(Duration::from_millis);
-    let parts = grid::SlotParts::new(observe::point_bound(sweep), observe::warm_up_bound(sweep), point_slot)
+    let parts = grid::SlotParts::new(prepare::point_bound(sweep), prepare::warm_up_bound(sweep), point_slot)
         .ok_or_else(|| {
             anyhow!(
                 "--start-at: nothing bounds how long a point of {} takes (--request-count, or count windows under \
@@ -365,18 +367,6 @@ async fn run_sweep(
     }
 }
 
-/// How the wire clients of `sweep` connect: pool size, headers, tensor formats.
-pub fn connect_options(sweep: &Sweep) -> ConnectOptions {
-    ConnectOptions {
-        concurrency: sweep.peak_concurrency() as usize,
-        headers: sweep.call.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
-        streaming: sweep.call.streaming,
-        json_inputs: sweep.call.input_tensor_format == TensorFormat::Json,
-        json_outputs: sweep.call.output_tensor_format == TensorFormat::Json,
-        request_parameters: sweep.call.request_parameters.clone(),
-    }
-}
-
 /// How a sweep's endpoint describes itself in the outputs.
 struct Context<'a> {
     wire: Wire,
@@ -432,6 +422,13 @@ async fn drive<C: InferClient>(
     let time_bank = if slots.is_some() { None } else { time_bank(sweep) };
     let measured = {
         let batches = async {
+            // Built once for every batch size (the trace of --request-intervals is read here).
+            let plan = LoadPlan {
+                time_bank,
+                shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
+                slots: slots.clone(),
+                ..load_plan(sweep)?
+            };
             for batch in sweep.batch_sizes.values(MAX_OPEN_CONCURRENCY) {
                 let requests = session.requests(sweep, batch).await?;
                 step_inputs = requests.step_inputs;
@@ -450,12 +447,6 @@ async fn drive<C: InferClient>(
                     keep_windows: shard.is_some(),
                     windows_on_offsets: slots.is_some(),
                     ..measure_settings(sweep, batch)
-                };
-                let plan = LoadPlan {
-                    time_bank: time_bank.clone(),
-                    shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
-                    slots: slots.clone(),
-                    ..load_plan(sweep)?
                 };
                 let measured = match mpi::world().filter(|_| shard.is_some()) {
                     Some(mpi) => {
@@ -557,111 +548,6 @@ fn sweep_error(e: SweepError) -> RunError {
     }
 }
 
-/// How each point of `sweep` is measured at `batch`.
-pub fn measure_settings(sweep: &Sweep, batch: u64) -> MeasureSettings {
-    let m = &sweep.measurement;
-    MeasureSettings {
-        window: window_mode(sweep),
-        stop: stop_rule(sweep),
-        stability_pct: m.stability_percentage,
-        max_trials: m.max_trials,
-        percentile: m.percentile,
-        request_count: m.total_requests,
-        batch,
-        keep_windows: false,
-        windows_on_offsets: false,
-    }
-}
-
-/// The interval rule's time shared by every point of `sweep` (all its batch sizes), when it
-/// bounds each point and the points are known in advance: the sweep then keeps to the bound its
-/// outline prints, while a point that needs more than `max` may borrow ([`TimeBank`]).
-fn time_bank(sweep: &Sweep) -> Option<Arc<TimeBank>> {
-    let StopWhen::Ci { max_ms, .. } = sweep.measurement.stop_when else {
-        return None;
-    };
-    if sweep.measurement.total_requests.is_some() {
-        return None;
-    }
-    let points = observe::planned_points(sweep)?;
-    Some(Arc::new(TimeBank::new(Duration::from_millis(max_ms), points)))
-}
-
-/// perf_analyzer's thread count when `--max-threads` is not given (its DEFAULT_MAX_THREADS).
-const PA_DEFAULT_MAX_THREADS: u64 = 16;
-
-/// A profile sweep's open concurrency range (`--concurrency-range 2:0`) as perf_analyzer 2.50
-/// runs it, once the model is known. Synchronous calls take a thread each, so the range ends at
-/// the thread count (`--max-threads`, 16 by default), which the settings block then prints as
-/// the concurrency limit; asynchronously on a sequence model it is refused. `None`: unchanged.
-fn bound_open_range(sweep: &Sweep, model: ModelTraits) -> Result<Option<Sweep>, RunError> {
-    let Load::Concurrency { levels: Levels::Range { start, end: None, step } } = &sweep.load else {
-        return Ok(None);
-    };
-    if sweep.kind != SweepKind::Profile {
-        return Ok(None);
-    }
-    if observe::asynchronous(sweep, model) {
-        if model.sequence {
-            return Err(RunError::bad_input(anyhow!(
-                "The 'end' concurrency can not be 0 for sequence models when using asynchronous API."
-            )));
-        }
-        return Ok(None);
-    }
-    eprintln!("WARNING: The maximum attainable concurrency will be limited by max_threads specification.");
-    // A start above the thread count is measured alone, as any range ending below its start.
-    let end = sweep.call.max_threads.map_or(PA_DEFAULT_MAX_THREADS, |n| n as u64).max(*start);
-    let levels = Levels::Range { start: *start, end: Some(end), step: *step };
-    Ok(Some(Sweep { load: Load::Concurrency { levels }, ..sweep.clone() }))
-}
-
-/// The load levels of `sweep`, as the measuring loop takes them.
-pub fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
-    let points = match &sweep.load {
-        Load::Concurrency { levels: Levels::List(values) } => SweepPoints::Concurrencies(values.clone()),
-        Load::Concurrency { levels: Levels::Range { start, end, step } } => {
-            SweepPoints::Concurrency { start: *start, end: *end, step: *step }
-        }
-        Load::RequestRate { start, end, step, distribution, seed } => SweepPoints::RequestRate {
-            start: *start,
-            end: *end,
-            step: *step,
-            distribution: match distribution {
-                Distribution::Constant => crate::load::Distribution::Constant,
-                Distribution::Poisson => crate::load::Distribution::Poisson { seed: *seed },
-            },
-        },
-        Load::Trace { intervals } => SweepPoints::Trace(read_intervals(intervals).map_err(RunError::bad_input)?),
-        Load::Periodic(_) => return Err(RunError::bad_input(anyhow!("a periodic load has no sweep points"))),
-    };
-    Ok(LoadPlan {
-        points,
-        latency_threshold_us: sweep.latency_limit_ms.map(|ms| ms * 1000.0),
-        binary_search: sweep.binary_search,
-        warmup_requests: sweep.measurement.warmup_requests,
-        max_in_flight: LoadSpec::new(LoadMode::Concurrency(1)).max_in_flight,
-        log_requests: sweep.output.profile_export_file.is_some(),
-        time_bank: None,
-        shard: None,
-        slots: None,
-    })
-}
-
-/// Worker threads of the runtime that drives the load: `max_threads` when given, else one per
-/// 16 concurrent requests for a remote server (one thread keeps many requests in flight and
-/// costs the least CPU per request: no cross-thread wake-ups), and every core when the bundled
-/// server shares the runtime. Never more than the cores.
-pub fn worker_threads(sweep: &Sweep, target: &Target) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let wanted = match (sweep.call.max_threads, target) {
-        (Some(n), _) => n,
-        (None, Target::Remote { .. }) => (sweep.peak_concurrency() as usize).div_ceil(16),
-        (None, Target::Embedded { .. } | Target::InProcess { .. }) => cores,
-    };
-    wanted.clamp(1, cores)
-}
-
 /// The configuration table of report.md, from the model config the server reports.
 fn run_config<C: InferClient>(session: &Session<C>, sweep: &Sweep, device: &str) -> RunConfig {
     let config = &session.config;
@@ -731,48 +617,4 @@ fn gate_run(
         passed &= code == ExitCode::SUCCESS;
     }
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_REGRESSION) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::settings::{resolve, Settings};
-
-    fn profile(concurrency: &str, asynchronous: Option<bool>, max_threads: Option<usize>) -> Sweep {
-        let settings = Settings {
-            concurrency: Some(Levels::parse_colon(concurrency).unwrap()),
-            latency_threshold_ms: Some(100.0),
-            asynchronous,
-            max_threads,
-            ..Settings::default()
-        };
-        resolve(SweepKind::Profile, &settings, &Target::Embedded { model_repository: None }).unwrap()
-    }
-
-    fn range(sweep: &Sweep) -> Levels {
-        match &sweep.load {
-            Load::Concurrency { levels } => levels.clone(),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_synchronous_open_range_ends_at_perf_analyzers_thread_count() {
-        let plain = ModelTraits::default();
-        let bounded = bound_open_range(&profile("2:0", None, None), plain).unwrap().unwrap();
-        assert_eq!(range(&bounded), Levels::Range { start: 2, end: Some(16), step: 1 });
-        let bounded = bound_open_range(&profile("2:0:3", None, Some(5)), plain).unwrap().unwrap();
-        assert_eq!(range(&bounded), Levels::Range { start: 2, end: Some(5), step: 3 });
-        // A start above the thread count is measured alone.
-        let bounded = bound_open_range(&profile("20:0", None, None), plain).unwrap().unwrap();
-        assert_eq!(range(&bounded), Levels::Range { start: 20, end: Some(20), step: 1 });
-        // Asynchronous or closed ranges are left alone.
-        assert!(bound_open_range(&profile("2:0", Some(true), None), plain).unwrap().is_none());
-        assert!(bound_open_range(&profile("2:4", None, None), plain).unwrap().is_none());
-        // A sequence model is asynchronous unless --sync, and then its open range is refused.
-        let sequence = ModelTraits { sequence: true, decoupled: false };
-        let err = bound_open_range(&profile("2:0", None, None), sequence).unwrap_err();
-        assert!(err.error.to_string().contains("can not be 0 for sequence models"), "{}", err.error);
-        assert!(bound_open_range(&profile("2:0", Some(false), None), sequence).unwrap().is_some());
-    }
 }

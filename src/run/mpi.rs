@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
-use super::sweep::{SweepObserver, WindowProgress};
+use super::point::WindowProgress;
+use super::sweep::SweepObserver;
 use crate::load::LoadMode;
 use crate::results::{LoadPoint, PointResult};
 

@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::grid::{WarmUpBound, START_TOLERANCE};
-use super::sweep::{SweepObserver, WindowProgress, WARMUP_MAX};
+use super::grid::START_TOLERANCE;
+use super::point::{WindowProgress, WARMUP_MAX};
+use super::prepare::{asynchronous, planned_points, point_bound, window_mode, ModelTraits};
+use super::sweep::SweepObserver;
 use crate::load::LoadMode;
 use crate::measure::gpu_metrics::GpuCollector;
-use crate::measure::{Stop, WindowMode, STABLE_WINDOWS};
-use crate::plan::{Distribution, Levels, Load, StopWhen, Sweep, SweepKind, WindowKind, PLAN_FILE};
+use crate::measure::STABLE_WINDOWS;
+use crate::plan::{Distribution, Levels, Load, StopWhen, Sweep, SweepKind, PLAN_FILE};
 use crate::report::pa_summary::{self, RunDescription, Wire};
 use crate::report::{pa_export, RunConfig, TableKind};
 use crate::results::composing_csv;
@@ -362,19 +364,6 @@ impl SweepObserver for Recorder {
     }
 }
 
-/// What perf_analyzer's settings block says about the model.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ModelTraits {
-    pub sequence: bool,
-    pub decoupled: bool,
-}
-
-/// Whether perf_analyzer would call asynchronously: streaming always does, a sequence model
-/// does unless `--sync`, others only with `-a`.
-pub fn asynchronous(sweep: &Sweep, model: ModelTraits) -> bool {
-    sweep.call.streaming || sweep.call.asynchronous.unwrap_or(model.sequence)
-}
-
 /// perf_analyzer's settings block of a profile sweep, with its rules for what it prints.
 fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str, model: ModelTraits) -> RunDescription {
     let latency_limit = || format!("Latency limit: {} msec", format_g(sweep.latency_limit_ms.unwrap_or(0.0)));
@@ -423,56 +412,10 @@ fn describe(sweep: &Sweep, batch: u64, service_kind: &'static str, model: ModelT
     }
 }
 
-/// What ends a point of this sweep.
-pub fn stop_rule(sweep: &Sweep) -> Stop {
-    match sweep.measurement.stop_when {
-        StopWhen::Stable => Stop::Stable,
-        StopWhen::Ci { half_width_pct, max_ms } => {
-            Stop::Intervals { half_width_pct, max: Duration::from_millis(max_ms) }
-        }
-    }
-}
-
 fn point_label(mode: &LoadMode) -> String {
     match mode.point() {
         LoadPoint::Concurrency(c) => format!("concurrency {c}"),
         LoadPoint::RequestRate(r) => format!("{} req/s", format_g(r)),
-    }
-}
-
-/// Points the sweep measures (batch sizes × load levels), when known in advance: not for a
-/// binary search or an open-ended range (a linear sweep under `-l` may stop before the last).
-pub(super) fn planned_points(sweep: &Sweep) -> Option<usize> {
-    let levels = match &sweep.load {
-        _ if sweep.binary_search => return None,
-        Load::Concurrency { levels: Levels::Range { end: None, .. } } => return None,
-        Load::Concurrency { levels } => levels.values(0).len(),
-        Load::RequestRate { start, end, step, .. } => ((end - start) / step + 1e-9).floor() as usize + 1,
-        Load::Trace { .. } | Load::Periodic(_) => 1,
-    };
-    Some(levels * sweep.batch_sizes.values(0).len())
-}
-
-/// How long a sweep's warm-up may take (`--start-at` leaves it a part of the slots).
-pub(super) fn warm_up_bound(sweep: &Sweep) -> WarmUpBound {
-    match (stop_rule(sweep), sweep.measurement.warmup_requests) {
-        // Settling gives up after WARMUP_MAX, its first requests included (run::sweep::settle).
-        (Stop::Intervals { .. }, _) => WarmUpBound::AtMost(WARMUP_MAX),
-        (Stop::Stable, 0) => WarmUpBound::None,
-        (Stop::Stable, _) => WarmUpBound::Requests,
-    }
-}
-
-/// The longest one point may take, when the rule bounds it.
-pub(super) fn point_bound(sweep: &Sweep) -> Option<Duration> {
-    let m = &sweep.measurement;
-    if m.total_requests.is_some() {
-        return None;
-    }
-    match (stop_rule(sweep), m.mode) {
-        (Stop::Intervals { max, .. }, _) => Some(max),
-        (Stop::Stable, WindowKind::TimeWindows) => Some(Duration::from_millis(m.interval_ms) * m.max_trials as u32),
-        (Stop::Stable, WindowKind::CountWindows) => None,
     }
 }
 
@@ -530,15 +473,6 @@ fn human(d: Duration) -> String {
         0..=59 => format!("{s}s"),
         60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
         _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-/// What ends a window of this sweep.
-pub fn window_mode(sweep: &Sweep) -> WindowMode {
-    let m = &sweep.measurement;
-    match m.mode {
-        WindowKind::TimeWindows => WindowMode::Time(Duration::from_millis(m.interval_ms)),
-        WindowKind::CountWindows => WindowMode::Count(m.request_count),
     }
 }
 
