@@ -165,6 +165,15 @@ pub(super) fn pa_number<T: std::str::FromStr + Clone + Send + Sync + 'static>(
     move |text| text.trim().parse().map_err(|_| format!("Failed to parse {flag}. Invalid value provided: {text}"))
 }
 
+/// `-b`: a negative batch size reads as 0, which the plan refuses in perf_analyzer's words
+/// ("The value must be > 0"), as it refuses 0.
+pub(super) fn pa_batch_size(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) => Ok(n.max(0) as u64),
+        Err(_) => Err(format!("Failed to parse -b. Invalid value provided: {text}")),
+    }
+}
+
 /// `-u`, `--service-kind` and `--model-repository` as a target.
 pub fn target(url: &Option<String>, service_kind: &str, repository: &Option<PathBuf>) -> Result<Target, PlanError> {
     match (service_kind, url) {

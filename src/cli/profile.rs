@@ -6,18 +6,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::common::{pa_number, target, CommonArgs};
+use super::common::{pa_batch_size, pa_number, target, CommonArgs};
 use crate::plan::settings::{resolve, Settings, TWO_LOAD_MODES};
 use crate::plan::{invalid, Levels, Model, ModelRef, Periodic, Plan, PlanError, SweepKind, TraceSetting};
-
-/// `-b`: a negative batch size reads as 0, which the plan refuses in perf_analyzer's words
-/// ("The value must be > 0"), as it refuses 0.
-fn pa_batch_size(text: &str) -> Result<u64, String> {
-    match text.trim().parse::<i64>() {
-        Ok(n) => Ok(n.max(0) as u64),
-        Err(_) => Err(format!("Failed to parse -b. Invalid value provided: {text}")),
-    }
-}
 
 /// `perfbench profile`: a drop-in for `perf_analyzer` (same flag names). With no `-u`, the
 /// bundled server is started in this process on ephemeral loopback ports and profiled over the
@@ -463,9 +454,16 @@ impl ProfileArgs {
         if let Some(text) = &self.bls_composing_models {
             sweep.bls_composing_models = bls_composing_models(text, &model)?;
         }
-        // `resolve` has checked the periodic run (streaming, an export file).
         if self.periodic_concurrency_range.is_some() {
             sweep.output.no_closing_report = true;
+            if !sweep.call.streaming {
+                return Err(invalid("The --periodic-concurrency-range option requires bi-directional gRPC streaming."));
+            }
+            if sweep.output.profile_export_file.is_none() {
+                return Err(invalid(
+                    "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
+                ));
+            }
         }
         let plan = Plan {
             shard: None,
