@@ -11,8 +11,8 @@ use std::io::IsTerminal;
 use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::config::{apply, as_candidate, to_json, unsearchable};
-use super::strategy::{ramp_goes_on, Strategy};
 use super::output::winner;
+use super::strategy::{ramp_goes_on, Strategy};
 use super::{ConfigOutcome, Cut, Measured, SearchRow};
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
@@ -193,7 +193,9 @@ async fn confirm<C: InferClient>(
     };
     session.close().await;
     match point {
-        Ok(point) => measured.confirmed = point.map(|p| SearchRow { met: plan.search.budget.met_by(&p.row), row: p.row }),
+        Ok(point) => {
+            measured.confirmed = point.map(|p| SearchRow { met: plan.search.budget.met_by(&p.row), row: p.row })
+        }
         Err(e) if e.failure == Failure::Target => return Err(e),
         // The walk's figures stand; the folder says nothing it did not measure.
         Err(e) => tracing::warn!("the winner could not be measured again: {e}"),

@@ -396,8 +396,12 @@ pub fn encode_response(response: &InferResponse, formats: &OutputFormats) -> Ser
         if i > 0 {
             json.push(b',');
         }
-        let mut head =
-            OutputHead { name: &output.name, datatype: output.datatype.as_str(), shape: &output.shape, parameters: None };
+        let mut head = OutputHead {
+            name: &output.name,
+            datatype: output.datatype.as_str(),
+            shape: &output.shape,
+            parameters: None,
+        };
         match &output.data {
             OutputData::Raw(bytes) if as_json(&output.name, &output.data).is_some() => {
                 if matches!(output.datatype, DataType::Fp16 | DataType::Bf16) {
@@ -435,7 +439,9 @@ fn unprintable_bytes(name: &str, e: JsonValuesError) -> ServerError {
             "output '{name}' holds malformed BYTES data (length prefixes that overrun it); request it with binary_data"
         ),
         JsonValuesError::NotUtf8 => {
-            format!("output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data")
+            format!(
+                "output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data"
+            )
         }
     })
 }

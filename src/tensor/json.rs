@@ -332,8 +332,9 @@ pub fn write_data(dtype: DataType, data: &[u8], out: &mut Vec<u8>) -> Result<(),
     };
     out.push(b'[');
     match dtype {
-        DataType::Bool => each!(u8, |out: &mut Vec<u8>, x: u8| out
-            .extend_from_slice(if x != 0 { b"true" } else { b"false" })),
+        DataType::Bool => {
+            each!(u8, |out: &mut Vec<u8>, x: u8| out.extend_from_slice(if x != 0 { b"true" } else { b"false" }))
+        }
         DataType::Uint8 => each!(u8, |out: &mut Vec<u8>, x: u8| out.extend_from_slice(int.format(x).as_bytes())),
         DataType::Uint16 => each!(u16, |out: &mut Vec<u8>, x: u16| out.extend_from_slice(int.format(x).as_bytes())),
         DataType::Uint32 => each!(u32, |out: &mut Vec<u8>, x: u32| out.extend_from_slice(int.format(x).as_bytes())),
@@ -485,7 +486,8 @@ mod tests {
         let text = serde_json::to_string(&big.chunks(100).collect::<Vec<_>>()).unwrap();
         assert_eq!(parse(DataType::Fp64, &[1000, 100], &text).unwrap(), le(&big, f64::to_le_bytes));
         // The datatype after the data: converted once it is known.
-        let late: TensorJson = serde_json::from_str(r#"{"data":[[1,2]],"shape":[2],"name":"x","datatype":"INT8"}"#).unwrap();
+        let late: TensorJson =
+            serde_json::from_str(r#"{"data":[[1,2]],"shape":[2],"name":"x","datatype":"INT8"}"#).unwrap();
         assert_eq!(late.data.unwrap().into_bytes(DataType::Int8, &[2]).unwrap(), [1, 2]);
     }
 
