@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde_json::Value;
 
+pub mod json;
+
 /// A KServe v2 datatype. `BYTES` is spelled `TYPE_STRING` in model configs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DataType {

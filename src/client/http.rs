@@ -28,6 +28,7 @@ use super::{
     InputSource, OutputTarget, RequestSpec, RequestTiming, SequenceFlags, ServerInfo,
 };
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse};
+use crate::tensor::json::{write_with_data, DataError, TensorJson};
 use crate::tensor::{DataType, Tensor};
 
 /// `Inference-Header-Content-Length` (header names are case-insensitive; reqwest lower-cases).
@@ -321,21 +322,11 @@ fn proto_from_json<T: prost::Message + Default>(message: &str, body: &[u8]) -> C
 }
 
 #[derive(Serialize)]
-struct RequestHeader<'a> {
-    id: &'a str,
-    inputs: Vec<InputHeader<'a>>,
-    outputs: Vec<OutputHeader<'a>>,
-}
-
-#[derive(Serialize)]
 struct InputHeader<'a> {
     name: &'a str,
     shape: &'a [i64],
     datatype: &'static str,
     parameters: TensorParameters<'a>,
-    /// The values, with `--input-tensor-format json`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Serialize)]
@@ -369,40 +360,54 @@ fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> TensorParameters
 }
 
 /// Encodes a request body: the JSON header, then each inline input's bytes in input order
-/// (none with `json_inputs`: the values are in the header). The header length is `None` when the
-/// body is all JSON, which perf_analyzer then sends without `Inference-Header-Content-Length`.
+/// (none with `json_inputs`: the values are in the header, written straight from the tensor's
+/// bytes). The header length is `None` when the body is all JSON, which perf_analyzer then sends
+/// without `Inference-Header-Content-Length`.
 fn encode_request(spec: &RequestSpec, json_inputs: bool, json_outputs: bool) -> ClientResult<(Bytes, Option<usize>)> {
-    let inputs = spec
-        .inputs
-        .iter()
-        .map(|(name, source)| match source {
-            InputSource::Inline(t) if json_inputs => Ok(InputHeader {
-                name,
-                shape: &t.shape,
-                datatype: t.dtype.as_str(),
-                parameters: TensorParameters::default(),
-                data: Some(
-                    crate::tensor::json_values(t.dtype, &t.data)
-                        .map_err(|e| ClientError::Invalid(format!("input '{name}' cannot be sent as JSON: {e}")))?,
-                ),
-            }),
-            InputSource::Inline(t) => Ok(InputHeader {
-                name,
-                shape: &t.shape,
-                datatype: t.dtype.as_str(),
-                parameters: TensorParameters { binary_data_size: Some(t.data.len() as u64), ..Default::default() },
-                data: None,
-            }),
-            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => Ok(InputHeader {
-                name,
-                shape,
-                datatype: dtype.as_str(),
-                parameters: shm_parameters(region, *offset, *byte_size),
-                data: None,
-            }),
-        })
-        .collect::<ClientResult<Vec<_>>>()?;
-    let outputs = spec
+    let json_bytes: usize = match json_inputs {
+        true => spec.inputs.iter().map(|(_, s)| if let InputSource::Inline(t) = s { t.data.len() } else { 0 }).sum(),
+        false => 0,
+    };
+    let mut body = Vec::with_capacity(256 + json_bytes * 5);
+    body.extend_from_slice(b"{\"id\":\"\",\"inputs\":[");
+    for (i, (name, source)) in spec.inputs.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        let written = match source {
+            InputSource::Inline(t) if json_inputs => {
+                let head = InputHeader {
+                    name,
+                    shape: &t.shape,
+                    datatype: t.dtype.as_str(),
+                    parameters: TensorParameters::default(),
+                };
+                write_with_data(&head, t.dtype, &t.data, &mut body)
+                    .map_err(|e| ClientError::Invalid(format!("input '{name}' cannot be sent as JSON: {e}")))?;
+                continue;
+            }
+            InputSource::Inline(t) => serde_json::to_writer(
+                &mut body,
+                &InputHeader {
+                    name,
+                    shape: &t.shape,
+                    datatype: t.dtype.as_str(),
+                    parameters: TensorParameters { binary_data_size: Some(t.data.len() as u64), ..Default::default() },
+                },
+            ),
+            InputSource::SystemShm { region, offset, byte_size, dtype, shape } => serde_json::to_writer(
+                &mut body,
+                &InputHeader {
+                    name,
+                    shape,
+                    datatype: dtype.as_str(),
+                    parameters: shm_parameters(region, *offset, *byte_size),
+                },
+            ),
+        };
+        written.map_err(|e| ClientError::Invalid(format!("cannot encode the request: {e}")))?;
+    }
+    let outputs: Vec<OutputHeader> = spec
         .outputs
         .iter()
         .map(|(name, target)| OutputHeader {
@@ -413,10 +418,11 @@ fn encode_request(spec: &RequestSpec, json_inputs: bool, json_outputs: bool) -> 
             },
         })
         .collect();
-    let header = serde_json::to_vec(&RequestHeader { id: "", inputs, outputs })
+    body.extend_from_slice(b"],\"outputs\":");
+    serde_json::to_writer(&mut body, &outputs)
         .map_err(|e| ClientError::Invalid(format!("cannot encode the request: {e}")))?;
-    let header_length = header.len();
-    let mut body = header;
+    body.push(b'}');
+    let header_length = body.len();
     if json_inputs {
         return Ok((Bytes::from(body), None));
     }
@@ -431,24 +437,7 @@ fn encode_request(spec: &RequestSpec, json_inputs: bool, json_outputs: bool) -> 
 #[derive(Deserialize)]
 struct ResponseHeader {
     #[serde(default)]
-    outputs: Vec<ResponseOutput>,
-}
-
-#[derive(Deserialize)]
-struct ResponseOutput {
-    name: String,
-    datatype: String,
-    shape: Vec<i64>,
-    #[serde(default)]
-    parameters: Option<ResponseOutputParameters>,
-    #[serde(default)]
-    data: Option<serde_json::Value>,
-}
-
-#[derive(Deserialize)]
-struct ResponseOutputParameters {
-    #[serde(default)]
-    binary_data_size: Option<u64>,
+    outputs: Vec<TensorJson>,
 }
 
 /// Decodes a 200 infer response: the JSON header (its length from the header, else the whole
@@ -476,7 +465,8 @@ fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool
             DataType::parse(&o.datatype).or_else(|| (o.datatype == "STRING").then_some(DataType::Bytes)).ok_or_else(
                 || ClientError::Protocol(format!("output '{}' has unknown datatype '{}'", o.name, o.datatype)),
             )?;
-        let data = match o.parameters.and_then(|p| p.binary_data_size) {
+        let binary_size = o.parameters.as_ref().and_then(|p| p.get("binary_data_size")).and_then(|v| v.as_u64());
+        let data = match binary_size {
             Some(size) => {
                 let end = pos.checked_add(size as usize).filter(|&e| e <= body.len()).ok_or_else(|| {
                     ClientError::Protocol(format!("output '{}' declares {size} bytes past the end of the body", o.name))
@@ -486,16 +476,23 @@ fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool
                 slice
             }
             None => match o.data {
-                Some(values) => crate::tensor::encode_json_values(dtype, &values)
-                    .map_err(|e| ClientError::Protocol(format!("output '{}' data: {e}", o.name)))?
-                    .0
-                    .into(),
+                Some(values) => values.into_bytes(dtype, &o.shape).map_err(|e| output_data_error(&o.name, e))?.into(),
                 None => Bytes::new(),
             },
         };
         outputs.push((o.name, Tensor { dtype, shape: o.shape, data }));
     }
     Ok(InferResult { outputs, ..Default::default() })
+}
+
+/// Why an output's JSON `data` is not a tensor of its datatype and shape.
+fn output_data_error(name: &str, e: DataError) -> ClientError {
+    ClientError::Protocol(match e {
+        DataError::BadShape => format!("output '{name}' has an invalid shape"),
+        DataError::Count { found } => format!("output '{name}' data: {found} elements do not fill its shape"),
+        DataError::Half => format!("output '{name}' data: FP16 and BF16 cannot travel as JSON"),
+        DataError::Invalid { index, text } => format!("output '{name}' data: element {index} ({text}) is not valid"),
+    })
 }
 
 /// A full request body that notes when hyper takes it to write on the connection.

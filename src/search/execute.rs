@@ -11,6 +11,7 @@ use std::io::IsTerminal;
 use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::config::{apply, as_candidate, to_json, unsearchable};
+use super::output::winner;
 use super::strategy::{ramp_goes_on, Strategy};
 use super::{ConfigOutcome, Cut, Measured, SearchRow};
 use crate::client::grpc::GrpcClient;
@@ -69,7 +70,10 @@ async fn searching<C: InferClient>(
     let original_json = to_json(&original);
     measured.original = Some(original.clone());
     let walked = tokio::select! {
-        outcome = walk(plan, &original, &mut measured.configs, &mut measured.cut, &connect, &control) => outcome,
+        outcome = async {
+            walk(plan, &original, &mut measured.configs, &mut measured.cut, &connect, &control).await?;
+            confirm(plan, &original, measured, &connect, &control).await
+        } => outcome,
         _ = interrupt.cancelled() => Err(RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") }),
     };
     let restored = control.repository_load(&plan.model.name, Some(&original_json)).await;
@@ -162,6 +166,40 @@ async fn walk<C: InferClient>(
         tried += 1;
     }
     progress.finish();
+    Ok(())
+}
+
+/// The winner measured again before it is written: its configuration applied anew, and its
+/// winning concurrency profiled on a new connection, after the sweep's warm-up, in fresh
+/// windows. The walk's figure is the best of many points measured in noisy windows, so it leans
+/// high (the winner's curse); this one is measured once, chosen by nothing, with its interval.
+async fn confirm<C: InferClient>(
+    plan: &SearchPlan,
+    original: &ModelConfig,
+    measured: &mut Measured,
+    connect: &impl Fn() -> ClientResult<C>,
+    control: &C,
+) -> Result<(), RunError> {
+    let Some((config, row)) = winner(plan, &measured.configs) else { return Ok(()) };
+    let (candidate, level) = (config.candidate.clone(), row.row.load.amount());
+    let config = if config.default { original.clone() } else { apply(original, &candidate) };
+    control.repository_load(&plan.model.name, Some(&to_json(&config))).await.map_err(RunError::client)?;
+    let client = connect().map_err(RunError::client)?;
+    let mut session =
+        Session::open(client, &plan.model, plan.sweep.call.streaming, &plan.sweep.bls_composing_models).await?;
+    let point = match target(plan, &mut session).await {
+        Ok(target) => measure_level(plan, &target, level as u64).await,
+        Err(e) => Err(e),
+    };
+    session.close().await;
+    match point {
+        Ok(point) => {
+            measured.confirmed = point.map(|p| SearchRow { met: plan.search.budget.met_by(&p.row), row: p.row })
+        }
+        Err(e) if e.failure == Failure::Target => return Err(e),
+        // The walk's figures stand; the folder says nothing it did not measure.
+        Err(e) => tracing::warn!("the winner could not be measured again: {e}"),
+    }
     Ok(())
 }
 
@@ -261,31 +299,10 @@ async fn ramp<C: InferClient>(
     session: &mut Session<C>,
     outcome: &mut ConfigOutcome,
 ) -> Result<(), RunError> {
-    let batch = plan.sweep.batch_sizes.first();
-    let requests = session.requests(&plan.sweep, batch).await?;
-    let target = SweepTarget {
-        client: session.client.clone(),
-        requests: requests.prepared,
-        model: session.model.clone(),
-        version: session.version.clone(),
-        server_stats: session.server_stats,
-        composing: session.composing.clone(),
-        check: requests.check,
-        check_fatal: !plan.sweep.validate_outputs,
-        sequences: requests.sequences,
-    };
-    let settings = measure_settings(&plan.sweep, batch);
-    let base = load_plan(&plan.sweep)?;
+    let target = target(plan, session).await?;
     let mut best: Option<f64> = None;
     for &level in &plan.search.space.concurrency {
-        let points = SweepPoints::Concurrencies(vec![level]);
-        let load = crate::run::sweep::LoadPlan { points, latency_threshold_us: None, ..base.clone() };
-        let results = measure_sweep(&target, &load, &settings, &mut Quiet).await.map_err(|e| match e {
-            SweepError::Stopped { error, .. } => RunError::client(error),
-            SweepError::Load(e) => RunError::bad_input(e),
-            SweepError::Output(e) => RunError::bad_input(e),
-        })?;
-        let Some(point) = results.into_iter().next() else { break };
+        let Some(point) = measure_level(plan, &target, level).await? else { break };
         let met = plan.search.budget.met_by(&point.row);
         let throughput = point.row.throughput;
         outcome.rows.push(SearchRow { row: point.row, met });
@@ -295,6 +312,40 @@ async fn ramp<C: InferClient>(
         best = Some(best.map_or(throughput, |b| b.max(throughput)));
     }
     Ok(())
+}
+
+/// What the sweep sends to the applied configuration: the first batch size's requests.
+async fn target<C: InferClient>(plan: &SearchPlan, session: &mut Session<C>) -> Result<SweepTarget<C>, RunError> {
+    let batch = plan.sweep.batch_sizes.first();
+    let requests = session.requests(&plan.sweep, batch).await?;
+    Ok(SweepTarget {
+        client: session.client.clone(),
+        requests: requests.prepared,
+        model: session.model.clone(),
+        version: session.version.clone(),
+        server_stats: session.server_stats,
+        composing: session.composing.clone(),
+        check: requests.check,
+        check_fatal: !plan.sweep.validate_outputs,
+        sequences: requests.sequences,
+    })
+}
+
+/// One profile point at `level` clients, with the sweep's warm-up, windows and stop rule.
+async fn measure_level<C: InferClient>(
+    plan: &SearchPlan,
+    target: &SweepTarget<C>,
+    level: u64,
+) -> Result<Option<PointResult>, RunError> {
+    let settings = measure_settings(&plan.sweep, plan.sweep.batch_sizes.first());
+    let points = SweepPoints::Concurrencies(vec![level]);
+    let load = crate::run::sweep::LoadPlan { points, latency_threshold_us: None, ..load_plan(&plan.sweep)? };
+    let results = measure_sweep(target, &load, &settings, &mut Quiet).await.map_err(|e| match e {
+        SweepError::Stopped { error, .. } => RunError::client(error),
+        SweepError::Load(e) => RunError::bad_input(e),
+        SweepError::Output(e) => RunError::bad_input(e),
+    })?;
+    Ok(results.into_iter().next())
 }
 
 /// The search writes its own rows; the sweep's observer only has to accept them.

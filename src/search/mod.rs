@@ -76,6 +76,8 @@ pub struct Measured {
     pub original: Option<ModelConfig>,
     pub configs: Vec<ConfigOutcome>,
     pub cut: Option<Cut>,
+    /// The winner measured again in fresh windows before it is written (`winner.csv`).
+    pub confirmed: Option<SearchRow>,
 }
 
 /// Runs the search, writes its folder, and returns the exit code: 0, 130 when interrupted (the

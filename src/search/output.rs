@@ -1,6 +1,7 @@
 //! The search's results folder: `search.csv` (every configuration × concurrency, the report's
 //! columns, `Meets Budget`), `search.md` (top 5, Pareto front, the default configuration),
-//! `plots/search_pareto.{png,svg}` and the winner as `best/MODEL/config.pbtxt`.
+//! `plots/search_pareto.{png,svg}`, the winner as `best/MODEL/config.pbtxt`, and the winner
+//! measured again in fresh windows as `winner.csv` (report.csv's columns).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -122,9 +123,26 @@ pub fn write(plan: &SearchPlan, measured: &Measured) -> anyhow::Result<String> {
         std::fs::write(best_dir.join("config.pbtxt"), to_pbtxt(&apply(original, &config.candidate)))
             .context("writing the best config.pbtxt")?;
     }
+    if let Some(confirmed) = &measured.confirmed {
+        std::fs::write(dir.join("winner.csv"), report_csv(std::slice::from_ref(&confirmed.row))?)
+            .context("writing winner.csv")?;
+    }
     let markdown = search_md(plan, measured, &shown, &front);
     std::fs::write(dir.join("search.md"), &markdown).context("writing search.md")?;
-    let summary = summary(plan, configs, best);
+    let mut summary = summary(plan, configs, best);
+    if let Some(confirmed) = &measured.confirmed {
+        let row = &confirmed.row;
+        let _ = write!(
+            summary,
+            "\nMeasured again in fresh windows: {:.1} infer/s (95% interval {:.1}-{:.1}), {} {:.2} ms{}",
+            row.throughput,
+            row.throughput_ci.low,
+            row.throughput_ci.high,
+            plan.search.budget.statistic.name(),
+            plan.search.budget.statistic.of(row) / 1e3,
+            if confirmed.met { "" } else { ": over the budget this time" },
+        );
+    }
     Ok(match measured.cut {
         Some(cut) => format!("{summary}\n{cut}"),
         None => summary,

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -15,7 +14,8 @@ use super::infer::{
     ShmRef,
 };
 use crate::proto::inference::ModelConfig;
-use crate::tensor::{byte_size, element_count, DataType, JsonValuesError};
+use crate::tensor::json::{write_with_data, DataError, JsonData, TensorJson};
+use crate::tensor::{DataType, JsonValuesError};
 
 #[derive(Deserialize)]
 struct RequestJson {
@@ -23,246 +23,9 @@ struct RequestJson {
     id: String,
     #[serde(default)]
     parameters: Option<Map<String, Value>>,
-    inputs: Vec<InputJson>,
+    inputs: Vec<TensorJson>,
     #[serde(default)]
     outputs: Option<Vec<OutputJson>>,
-}
-
-struct InputJson {
-    name: String,
-    datatype: String,
-    shape: Vec<i64>,
-    parameters: Option<Map<String, Value>>,
-    data: Option<JsonData>,
-}
-
-/// An input's JSON `data`. Clients write `datatype` before `data`, so the elements are usually
-/// converted as they are parsed, with no `Value` per element; otherwise the value is kept and
-/// converted once the datatype is known.
-enum JsonData {
-    Converted(TensorSink),
-    Value(Value),
-}
-
-impl<'de> Deserialize<'de> for InputJson {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(InputVisitor)
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "lowercase")]
-enum InputField {
-    Name,
-    Datatype,
-    Shape,
-    Parameters,
-    Data,
-    #[serde(other)]
-    Other,
-}
-
-struct InputVisitor;
-
-impl<'de> Visitor<'de> for InputVisitor {
-    type Value = InputJson;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an input tensor object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InputJson, A::Error> {
-        use serde::de::Error;
-        let (mut name, mut datatype, mut shape, mut parameters, mut data) = (None, None, None, None, None);
-        fn once<T, E: Error>(slot: &mut Option<T>, field: &'static str, value: T) -> Result<(), E> {
-            match slot.replace(value) {
-                Some(_) => Err(E::duplicate_field(field)),
-                None => Ok(()),
-            }
-        }
-        while let Some(field) = map.next_key::<InputField>()? {
-            match field {
-                InputField::Name => once(&mut name, "name", map.next_value::<String>()?)?,
-                InputField::Datatype => once(&mut datatype, "datatype", map.next_value::<String>()?)?,
-                InputField::Shape => once(&mut shape, "shape", map.next_value::<Vec<i64>>()?)?,
-                InputField::Parameters => once(&mut parameters, "parameters", map.next_value()?)?,
-                InputField::Data => {
-                    let value = match datatype.as_deref().and_then(DataType::parse) {
-                        Some(dtype) => {
-                            let hint = shape.as_deref().and_then(|s| byte_size(dtype, s)).unwrap_or(0);
-                            map.next_value_seed(OptionalData(TensorSink::new(dtype, hint)))?.map(JsonData::Converted)
-                        }
-                        None => map.next_value::<Option<Value>>()?.map(JsonData::Value),
-                    };
-                    once(&mut data, "data", value)?;
-                }
-                InputField::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(InputJson {
-            name: name.ok_or_else(|| Error::missing_field("name"))?,
-            datatype: datatype.ok_or_else(|| Error::missing_field("datatype"))?,
-            shape: shape.ok_or_else(|| Error::missing_field("shape"))?,
-            parameters: parameters.flatten(),
-            data: data.flatten(),
-        })
-    }
-}
-
-/// JSON `data` elements in the raw little-endian layout of §2.2, nested arrays flattened in
-/// row-major order. Elements are counted, and the first one that is not a valid value of the
-/// datatype is kept for the error message, so errors come out in the same order as when the
-/// whole value is parsed first.
-struct TensorSink {
-    dtype: DataType,
-    bytes: Vec<u8>,
-    count: usize,
-    /// Index and JSON text of the first invalid element.
-    bad: Option<(usize, String)>,
-}
-
-impl TensorSink {
-    fn new(dtype: DataType, capacity_hint: usize) -> Self {
-        // The hint comes from the client's shape: trust it only so far.
-        TensorSink { dtype, bytes: Vec::with_capacity(capacity_hint.min(1 << 20)), count: 0, bad: None }
-    }
-
-    fn invalid(&mut self, value: impl FnOnce() -> Value) {
-        if self.bad.is_none() {
-            self.bad = Some((self.count, value().to_string()));
-        }
-        self.count += 1;
-    }
-
-    fn integer(&mut self, v: i128) {
-        macro_rules! int {
-            ($t:ty) => {
-                match <$t>::try_from(v) {
-                    Ok(x) => self.bytes.extend_from_slice(&x.to_le_bytes()),
-                    Err(_) => return self.invalid(|| if v < 0 { Value::from(v as i64) } else { Value::from(v as u64) }),
-                }
-            };
-        }
-        match self.dtype {
-            DataType::Uint8 => int!(u8),
-            DataType::Uint16 => int!(u16),
-            DataType::Uint32 => int!(u32),
-            DataType::Uint64 => int!(u64),
-            DataType::Int8 => int!(i8),
-            DataType::Int16 => int!(i16),
-            DataType::Int32 => int!(i32),
-            DataType::Int64 => int!(i64),
-            DataType::Fp32 => self.bytes.extend_from_slice(&(v as f64 as f32).to_le_bytes()),
-            DataType::Fp64 => self.bytes.extend_from_slice(&(v as f64).to_le_bytes()),
-            DataType::Fp16 | DataType::Bf16 => {}
-            DataType::Bool | DataType::Bytes => {
-                return self.invalid(|| if v < 0 { Value::from(v as i64) } else { Value::from(v as u64) })
-            }
-        }
-        self.count += 1;
-    }
-
-    fn float(&mut self, v: f64) {
-        match self.dtype {
-            DataType::Fp32 => self.bytes.extend_from_slice(&(v as f32).to_le_bytes()),
-            DataType::Fp64 => self.bytes.extend_from_slice(&v.to_le_bytes()),
-            DataType::Fp16 | DataType::Bf16 => {}
-            _ => return self.invalid(|| Value::from(v)),
-        }
-        self.count += 1;
-    }
-}
-
-/// `data` that may be `null` (no data).
-struct OptionalData(TensorSink);
-
-impl<'de> DeserializeSeed<'de> for OptionalData {
-    type Value = Option<TensorSink>;
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for OptionalData {
-    type Value = Option<TensorSink>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("tensor data")
-    }
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_some<D: serde::Deserializer<'de>>(mut self, deserializer: D) -> Result<Self::Value, D::Error> {
-        Elements(&mut self.0).deserialize(deserializer)?;
-        Ok(Some(self.0))
-    }
-}
-
-/// One JSON value of `data`: an array (flattened) or one element.
-struct Elements<'a>(&'a mut TensorSink);
-
-impl<'de> DeserializeSeed<'de> for Elements<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Elements<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("tensor data")
-    }
-    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<(), S::Error> {
-        while seq.next_element_seed(Elements(&mut *self.0))?.is_some() {}
-        Ok(())
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
-        match self.0.dtype {
-            DataType::Bool => {
-                self.0.bytes.push(v as u8);
-                self.0.count += 1;
-            }
-            _ => self.0.invalid(|| Value::Bool(v)),
-        }
-        Ok(())
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
-        self.0.integer(v.into());
-        Ok(())
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
-        self.0.integer(v.into());
-        Ok(())
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
-        self.0.float(v);
-        Ok(())
-    }
-    fn visit_str<E>(self, v: &str) -> Result<(), E> {
-        match self.0.dtype {
-            DataType::Bytes => {
-                self.0.bytes.extend_from_slice(&(v.len() as u32).to_le_bytes());
-                self.0.bytes.extend_from_slice(v.as_bytes());
-                self.0.count += 1;
-            }
-            _ => self.0.invalid(|| Value::from(v)),
-        }
-        Ok(())
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        self.0.invalid(|| Value::Null);
-        Ok(())
-    }
-    fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<(), M::Error> {
-        let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-        self.0.invalid(|| value);
-        Ok(())
-    }
 }
 
 #[derive(Deserialize)]
@@ -544,109 +307,18 @@ fn shm_param(params: &Map<String, Value>, tensor: &str) -> ServerResult<Option<S
 
 /// JSON `data` (flat or nested) to the raw little-endian layout of §2.2.
 fn json_to_tensor_bytes(name: &str, dtype: DataType, shape: &[i64], data: JsonData) -> ServerResult<Bytes> {
-    let sink = match data {
-        JsonData::Converted(sink) if sink.dtype == dtype => sink,
-        JsonData::Converted(_) => unreachable!("converted with the input's own datatype"),
-        JsonData::Value(value) => {
-            let mut sink = TensorSink::new(dtype, 0);
-            Elements(&mut sink).deserialize(&value).expect("a JSON value holds only JSON types");
-            sink
-        }
-    };
-    let expected = element_count(shape)
-        .ok_or_else(|| ServerError::invalid(format!("input '{name}' has an invalid shape {shape:?}")))?;
-    if sink.count != expected {
-        return Err(ServerError::invalid(format!(
-            "Unable to parse 'data' of input '{name}': Shape does not match true shape of 'data' field ({} elements for shape {shape:?})",
-            sink.count
-        )));
-    }
-    if matches!(dtype, DataType::Fp16 | DataType::Bf16) {
-        return Err(ServerError::invalid(format!(
+    match data.into_bytes(dtype, shape) {
+        Ok(bytes) => Ok(bytes.into()),
+        Err(DataError::BadShape) => Err(ServerError::invalid(format!("input '{name}' has an invalid shape {shape:?}"))),
+        Err(DataError::Count { found }) => Err(ServerError::invalid(format!(
+            "Unable to parse 'data' of input '{name}': Shape does not match true shape of 'data' field ({found} elements for shape {shape:?})"
+        ))),
+        Err(DataError::Half) => Err(ServerError::invalid(format!(
             "input '{name}': sending {dtype} data via JSON is not supported, use binary data"
-        )));
-    }
-    if let Some((i, v)) = sink.bad {
-        return Err(ServerError::invalid(format!("input '{name}': element {i} ({v}) is not a valid {dtype} value")));
-    }
-    Ok(sink.bytes.into())
-}
-
-/// Can this output travel as JSON `data`? The errors [`JsonOutputData`] cannot raise while it writes.
-fn check_json_output(name: &str, dtype: DataType, data: &[u8]) -> ServerResult<()> {
-    if matches!(dtype, DataType::Fp16 | DataType::Bf16) {
-        return Err(json_half_error(name, dtype));
-    }
-    if dtype == DataType::Bytes {
-        for element in bytes_elements(data) {
-            match element {
-                // Outputs echo what a client sent (identity, or BYTES left in its shared memory).
-                Err(JsonValuesError::MalformedBytes) => {
-                    return Err(ServerError::invalid(format!(
-                        "output '{name}' holds malformed BYTES data (length prefixes that overrun it); request it with binary_data"
-                    )))
-                }
-                Err(JsonValuesError::NotUtf8) => {
-                    return Err(ServerError::invalid(format!(
-                        "output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data"
-                    )))
-                }
-                Ok(_) => {}
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The elements of BYTES data (4-byte little-endian length, then the bytes), as text. Trailing
-/// bytes too short for a length are ignored, as [`crate::tensor::json_values`] does.
-fn bytes_elements(data: &[u8]) -> impl Iterator<Item = Result<&str, JsonValuesError>> {
-    let mut pos = 0;
-    std::iter::from_fn(move || {
-        let len = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().expect("4 bytes")) as usize;
-        let Some(element) = data.get(pos + 4..pos + 4 + len) else {
-            pos = data.len();
-            return Some(Err(JsonValuesError::MalformedBytes));
-        };
-        pos += 4 + len;
-        Some(std::str::from_utf8(element).map_err(|_| JsonValuesError::NotUtf8))
-    })
-}
-
-/// An output's JSON `data`, written straight from its bytes (no `Value` per element), exactly
-/// as [`crate::tensor::json_values`] would print: floats widened to f64, NaN and infinities as
-/// `null`. Checked first by [`check_json_output`].
-struct JsonOutputData<'a> {
-    dtype: DataType,
-    bytes: &'a [u8],
-}
-
-impl Serialize for JsonOutputData<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        macro_rules! each {
-            ($t:ty, $to:expr) => {
-                s.collect_seq(
-                    self.bytes
-                        .chunks_exact(std::mem::size_of::<$t>())
-                        .map(|c| $to(<$t>::from_le_bytes(c.try_into().expect("chunk of the element size")))),
-                )
-            };
-        }
-        match self.dtype {
-            DataType::Bool => s.collect_seq(self.bytes.iter().map(|&b| b != 0)),
-            DataType::Uint8 => s.collect_seq(self.bytes),
-            DataType::Uint16 => each!(u16, |x| x),
-            DataType::Uint32 => each!(u32, |x| x),
-            DataType::Uint64 => each!(u64, |x| x),
-            DataType::Int8 => each!(i8, |x| x),
-            DataType::Int16 => each!(i16, |x| x),
-            DataType::Int32 => each!(i32, |x| x),
-            DataType::Int64 => each!(i64, |x| x),
-            DataType::Fp32 => each!(f32, |x: f32| x as f64),
-            DataType::Fp64 => each!(f64, |x: f64| x),
-            DataType::Bytes => s.collect_seq(bytes_elements(self.bytes).map(|e| e.unwrap_or_default())),
-            DataType::Fp16 | DataType::Bf16 => Err(serde::ser::Error::custom("half floats cannot travel as JSON")),
-        }
+        ))),
+        Err(DataError::Invalid { index, text }) => Err(ServerError::invalid(format!(
+            "input '{name}': element {index} ({text}) is not a valid {dtype} value"
+        ))),
     }
 }
 
@@ -672,24 +344,14 @@ pub fn check_json_outputs(config: &ModelConfig, request: &InferRequest, formats:
     Ok(())
 }
 
+/// An output tensor object without its data (written after it by [`write_with_data`]).
 #[derive(Serialize)]
-struct ResponseJson<'a> {
-    #[serde(skip_serializing_if = "str::is_empty")]
-    id: &'a str,
-    model_name: &'a str,
-    model_version: &'a str,
-    outputs: Vec<OutputJsonOut<'a>>,
-}
-
-#[derive(Serialize)]
-struct OutputJsonOut<'a> {
+struct OutputHead<'a> {
     name: &'a str,
     datatype: &'static str,
     shape: &'a [i64],
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<BinaryParams>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<JsonOutputData<'a>>,
 }
 
 #[derive(Serialize)]
@@ -704,43 +366,60 @@ pub struct EncodedResponse {
     pub header_len: Option<usize>,
 }
 
+/// The response JSON (`id` when set, `model_name`, `model_version`, `outputs`), with JSON `data`
+/// written straight from each output's bytes, then the binary outputs.
 pub fn encode_response(response: &InferResponse, formats: &OutputFormats) -> ServerResult<EncodedResponse> {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
+    }
+    let as_json = |name: &str, data: &OutputData| match data {
+        OutputData::Raw(bytes) if !formats.is_binary(name) => Some(bytes.len()),
+        _ => None,
+    };
+    // Sized up front (a printed element takes up to ~5 characters per byte of its binary form),
+    // so a large tensor's text is not copied again each time the buffer grows.
+    let data_bytes: usize = response.outputs.iter().filter_map(|o| as_json(&o.name, &o.data)).sum();
+    let mut json = Vec::with_capacity(256 + data_bytes * 5);
+    json.push(b'{');
+    if !response.id.is_empty() {
+        json.extend_from_slice(b"\"id\":");
+        string(&mut json, &response.id);
+        json.push(b',');
+    }
+    json.extend_from_slice(b"\"model_name\":");
+    string(&mut json, &response.model_name);
+    json.extend_from_slice(b",\"model_version\":");
+    string(&mut json, &response.model_version);
+    json.extend_from_slice(b",\"outputs\":[");
     let mut binary: Vec<&Bytes> = Vec::new();
-    let mut outputs = Vec::with_capacity(response.outputs.len());
-    for output in &response.outputs {
-        let (parameters, data) = match &output.data {
-            OutputData::InShm => (None, None),
-            OutputData::Raw(bytes) if formats.is_binary(&output.name) => {
-                binary.push(bytes);
-                (Some(BinaryParams { binary_data_size: bytes.len() }), None)
-            }
-            OutputData::Raw(bytes) => {
-                check_json_output(&output.name, output.datatype, bytes)?;
-                (None, Some(JsonOutputData { dtype: output.datatype, bytes }))
-            }
-        };
-        outputs.push(OutputJsonOut {
+    for (i, output) in response.outputs.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        let mut head = OutputHead {
             name: &output.name,
             datatype: output.datatype.as_str(),
             shape: &output.shape,
-            parameters,
-            data,
-        });
+            parameters: None,
+        };
+        match &output.data {
+            OutputData::Raw(bytes) if as_json(&output.name, &output.data).is_some() => {
+                if matches!(output.datatype, DataType::Fp16 | DataType::Bf16) {
+                    return Err(json_half_error(&output.name, output.datatype));
+                }
+                write_with_data(&head, output.datatype, bytes, &mut json)
+                    .map_err(|e| unprintable_bytes(&output.name, e))?;
+            }
+            OutputData::Raw(bytes) => {
+                binary.push(bytes);
+                head.parameters = Some(BinaryParams { binary_data_size: bytes.len() });
+                serde_json::to_writer(&mut json, &head).expect("writing to a Vec cannot fail");
+            }
+            OutputData::InShm => serde_json::to_writer(&mut json, &head).expect("writing to a Vec cannot fail"),
+        }
     }
-    let any_binary = outputs.iter().any(|o| o.parameters.is_some());
-    // Sized up front (a printed element takes up to ~5 characters per byte of its binary form),
-    // so a large tensor's text is not copied again each time the buffer grows.
-    let data_bytes: usize = outputs.iter().filter_map(|o| o.data.as_ref()).map(|d| d.bytes.len()).sum();
-    let mut json = Vec::with_capacity(256 + data_bytes * 5);
-    let header = ResponseJson {
-        id: &response.id,
-        model_name: &response.model_name,
-        model_version: &response.model_version,
-        outputs,
-    };
-    serde_json::to_writer(&mut json, &header)
-        .map_err(|e| ServerError::internal(format!("cannot encode the response JSON: {e}")))?;
-    if !any_binary {
+    json.extend_from_slice(b"]}");
+    if binary.is_empty() {
         return Ok(EncodedResponse { body: json.into(), header_len: None });
     }
     let header_len = json.len();
@@ -750,6 +429,21 @@ pub fn encode_response(response: &InferResponse, formats: &OutputFormats) -> Ser
         body.extend_from_slice(chunk);
     }
     Ok(EncodedResponse { body: body.freeze(), header_len: Some(header_len) })
+}
+
+/// A BYTES output that cannot travel as JSON. Outputs echo what a client sent (identity, or
+/// BYTES left in its shared memory), so this is the client's doing.
+fn unprintable_bytes(name: &str, e: JsonValuesError) -> ServerError {
+    ServerError::invalid(match e {
+        JsonValuesError::MalformedBytes => format!(
+            "output '{name}' holds malformed BYTES data (length prefixes that overrun it); request it with binary_data"
+        ),
+        JsonValuesError::NotUtf8 => {
+            format!(
+                "output '{name}' holds BYTES that are not UTF-8 and cannot travel as JSON; request it with binary_data"
+            )
+        }
+    })
 }
 
 #[cfg(test)]
@@ -830,32 +524,32 @@ mod tests {
         let d = decode_request(&identity(), "", Bytes::from(body), None).unwrap();
         let bytes = raw(&d.request.inputs[0].data);
         assert_eq!(&bytes[..], &[2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
-        let back = serde_json::to_value(JsonOutputData { dtype: DataType::Bytes, bytes }).unwrap();
-        assert_eq!(back, serde_json::json!(["ab", ""]));
+        let mut back = Vec::new();
+        crate::tensor::json::write_data(DataType::Bytes, bytes, &mut back).unwrap();
+        assert_eq!(back, br#"["ab",""]"#);
     }
 
     #[test]
-    fn json_data_prints_what_json_values_prints() {
-        let f32s: Vec<u8> =
-            [1.1f32, -0.0, f32::NAN, f32::INFINITY, 3e-42].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let i16s: Vec<u8> = [-2i16, 300].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let u64s: Vec<u8> = [u64::MAX].iter().flat_map(|x| x.to_le_bytes()).collect();
-        for (dtype, bytes) in [
-            (DataType::Fp32, &f32s[..]),
-            (DataType::Fp64, &f32s[..16]),
-            (DataType::Int16, &i16s[..]),
-            (DataType::Uint64, &u64s[..]),
-            (DataType::Uint8, &[0u8, 255][..]),
-            (DataType::Bool, &[0u8, 1][..]),
-        ] {
-            let direct = serde_json::to_string(&JsonOutputData { dtype, bytes }).unwrap();
-            let values = serde_json::to_string(&crate::tensor::json_values(dtype, bytes).unwrap()).unwrap();
-            assert_eq!(direct, values, "{dtype}");
-        }
-        let not_utf8 = [1u8, 0, 0, 0, 0xff];
-        assert!(check_json_output("o", DataType::Bytes, &not_utf8).unwrap_err().message.contains("not UTF-8"));
-        assert!(check_json_output("o", DataType::Bytes, &[9u8, 0, 0, 0, b'a']).is_err());
-        assert!(check_json_output("o", DataType::Fp16, &[0u8, 0]).is_err());
+    fn outputs_that_cannot_travel_as_json_are_refused() {
+        use crate::server::infer::OutputTensor;
+        let response = |datatype, bytes: &'static [u8]| InferResponse {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            id: String::new(),
+            outputs: vec![OutputTensor {
+                name: "o".into(),
+                datatype,
+                shape: vec![1],
+                data: OutputData::Raw(Bytes::from_static(bytes)),
+            }],
+        };
+        let json = OutputFormats::default();
+        let e = |r| encode_response(&r, &json).err().expect("refused").message;
+        assert!(e(response(DataType::Bytes, &[1, 0, 0, 0, 0xff])).contains("not UTF-8"));
+        assert!(e(response(DataType::Bytes, &[9, 0, 0, 0, b'a'])).contains("malformed BYTES"));
+        assert!(e(response(DataType::Fp16, &[0, 0])).contains("FP16"));
+        let binary = OutputFormats { default_binary: true, ..Default::default() };
+        assert!(encode_response(&response(DataType::Fp16, &[0, 0]), &binary).is_ok());
     }
 
     #[test]

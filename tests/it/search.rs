@@ -397,9 +397,10 @@ fn column(csv: &str, name: &str) -> Vec<String> {
 const REPRODUCE_WINDOWS: [&str; 2] = ["--stop-when", "ci=3%,max=10s"];
 
 /// One search against `perfbench serve` and one profile of the written winner on a second
-/// `perfbench serve --model-repository best/`: (the search's figure, the reproduction's, the
-/// winner's concurrency).
-fn search_then_reproduce(dir: &Path) -> (f64, f64, u64) {
+/// `perfbench serve --model-repository best/`: (the walk's best figure, the search's figure for
+/// the winner measured again in fresh windows (winner.csv), the reproduction's, the winner's
+/// concurrency).
+fn search_then_reproduce(dir: &Path) -> (f64, f64, f64, u64) {
     let repo = repository();
     let out = dir.join("search");
     let searched = {
@@ -433,6 +434,9 @@ fn search_then_reproduce(dir: &Path) -> (f64, f64, u64) {
         .map(|i| (throughput[i].parse::<f64>().unwrap(), concurrency[i].parse::<u64>().unwrap()))
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .expect("a configuration met the budget");
+    let winner = std::fs::read_to_string(out.join("winner.csv")).expect("the search measured its winner again");
+    assert_eq!(column(&winner, "Concurrency"), [at.to_string()], "the winner is measured at its own concurrency");
+    let confirmed: f64 = column(&winner, "Inferences/Second")[0].parse().unwrap();
     let best = out.join("best");
     let server = ServeProcess::start(&["--model-repository", best.to_str().unwrap()]);
     let again_dir = dir.join("again");
@@ -443,12 +447,11 @@ fn search_then_reproduce(dir: &Path) -> (f64, f64, u64) {
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     let report = std::fs::read_to_string(again_dir.join("report.csv")).unwrap();
     let reproduced: f64 = column(&report, "Inferences/Second")[0].parse().unwrap();
-    (found, reproduced, at)
+    (found, confirmed, reproduced, at)
 }
 
 /// Acceptance (issue 16): `perfbench serve --model-repository DIR` with the written `best/`
-/// configuration reproduces the winner's throughput within 10%. Both figures come from a
-/// separate `perfbench serve` process measured by the same client flags, on the sleep-bound
+/// configuration reproduces the winner's throughput within 10%. Both figures come from a separate `perfbench serve` process measured by the same client flags, on the sleep-bound
 /// `delay` model. The space (max batch 16 against 64 clients, so three full batches wait
 /// behind the one executing) makes the winner saturate its one instance with full batches: its
 /// throughput is set by the batcher and the model's sleeps (16 per 2.8 ms, about 5,700/s), not
@@ -464,11 +467,14 @@ fn the_winner_reproduces_on_perfbench_serve_within_10_percent() {
     let mut attempts = Vec::new();
     for attempt in 1..=2 {
         let dir = tempfile::tempdir().unwrap();
-        let (found, reproduced, at) = search_then_reproduce(dir.path());
+        // Compared with the walk's figure: in two runs on a loaded machine the winner measured
+        // again (winner.csv) came out above both the walk's and the reproduction's (3250 vs 2836
+        // and 2835; 3177 vs 3052 and 3075), so it is printed beside them, not yet the reference.
+        let (found, confirmed, reproduced, at) = search_then_reproduce(dir.path());
         let off = (reproduced - found) / found * 100.0;
         eprintln!(
-            "reproduction, attempt {attempt}: search {found:.1} infer/s, perfbench serve with best/ {reproduced:.1} \
-             infer/s at concurrency {at} ({off:+.1}%)"
+            "reproduction, attempt {attempt}: search {found:.1} infer/s (measured again: {confirmed:.1}), \
+             perfbench serve with best/ {reproduced:.1} infer/s at concurrency {at} ({off:+.1}%)"
         );
         attempts.push(format!("{found:.1} vs {reproduced:.1} ({off:+.1}%)"));
         if off.abs() <= 10.0 {
