@@ -15,6 +15,7 @@ mod input;
 mod large_run;
 mod plan;
 mod profile;
+mod proxy;
 mod search;
 mod seed_tables;
 mod sequence;
