@@ -2,6 +2,7 @@
 //! once, which keeps a cold `cargo test` within CI's disk and time (every test binary links the
 //! whole crate, polars included).
 
+mod chaos;
 mod client;
 mod client_limits;
 mod common;
