@@ -32,6 +32,10 @@ pub struct CallArgs {
     /// int, bool or string (repeatable; a later one of the same name wins).
     #[arg(long = "request-parameter", value_name = "name:value:type")]
     pub request_parameters: Vec<String>,
+    /// Seconds any call may wait for its answer; one that waits longer fails (counted as a
+    /// timeout), and when nothing is answered for that long the run ends with exit 3.
+    #[arg(long = "request-timeout", value_name = "SECS")]
+    pub request_timeout: Option<f64>,
     /// HTTP: send input tensors as binary data or JSON.
     #[arg(long = "input-tensor-format", value_name = "binary|json")]
     pub input_tensor_format: Option<String>,
@@ -140,6 +144,7 @@ impl CommonArgs {
             headers: (!self.call.headers.is_empty()).then(|| self.call.headers.clone()),
             request_parameters: (!self.call.request_parameters.is_empty())
                 .then(|| self.call.request_parameters.clone()),
+            request_timeout: self.call.request_timeout,
             streaming: self.call.streaming.then_some(true),
             collect_metrics: self.call.collect_metrics.then_some(true),
             metrics_url: self.call.metrics_url.clone(),

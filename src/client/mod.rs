@@ -1,6 +1,7 @@
 //! How to send: one trait over every transport (HTTP, gRPC, in-process). The load engine is
 //! generic over [`InferClient`] and never sees a wire format.
 
+pub mod deadline;
 pub mod grpc;
 pub mod http;
 pub mod inprocess;
@@ -29,9 +30,13 @@ pub enum ClientError {
     /// The request itself is wrong (shape, shm setup, ...).
     #[error("{0}")]
     Invalid(String),
-    /// Requests were in flight and none was answered for [`STALL_TIMEOUT`]: the server hangs.
+    /// Requests were in flight and none was answered for [`STALL_TIMEOUT`] (or for
+    /// `--request-timeout`): the server hangs.
     #[error("the server stopped answering: {0}")]
     Stalled(String),
+    /// This call had no answer within `--request-timeout`; the run counts it and goes on.
+    #[error("no answer within --request-timeout ({}s)", after.as_secs_f64())]
+    TimedOut { after: Duration },
 }
 
 /// How long requests may be in flight with none of them answered before the run gives up on

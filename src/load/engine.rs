@@ -112,6 +112,10 @@ struct Shared {
     check_fatal: bool,
     /// Sequence models: the sequence slots (a closed-loop worker owns slot `worker`).
     sequences: Option<Mutex<SequenceTable>>,
+    /// When the load started, and when (µs after) the server last answered a request, even
+    /// with an error: a request timed out with no answer for as long ends the load.
+    began: Instant,
+    last_answer_us: AtomicU64,
 }
 
 impl Shared {
@@ -200,6 +204,20 @@ impl Shared {
                 rec.log.push(RequestRecord { send_ns: self.clock.epoch_ns(sent), step, sequence_id, responses });
             }
         }
+        match &result {
+            Err(ClientError::TimedOut { after }) => {
+                let last_answer = Duration::from_micros(self.last_answer_us.load(Ordering::Acquire));
+                if self.began.elapsed().saturating_sub(last_answer) >= *after {
+                    self.set_fatal(ClientError::Stalled(format!(
+                        "no request was answered within --request-timeout ({}s)",
+                        after.as_secs_f64()
+                    )));
+                }
+            }
+            _ => {
+                self.last_answer_us.fetch_max(self.began.elapsed().as_micros() as u64, Ordering::AcqRel);
+            }
+        }
         if let Err(e) = result {
             if failed_check || e.is_fatal() {
                 self.set_fatal(e);
@@ -273,6 +291,8 @@ impl RunningLoad {
             check,
             check_fatal: spec.check_fatal,
             sequences,
+            began: Instant::now(),
+            last_answer_us: AtomicU64::new(0),
         });
         let mut load = RunningLoad { shared: shared.clone(), workers: Vec::new(), dispatcher: None };
         match &spec.mode {
@@ -403,7 +423,9 @@ impl RunningLoad {
         if let Some(dispatcher) = self.dispatcher.take() {
             let _ = tokio::task::spawn_blocking(move || dispatcher.join()).await;
         }
-        let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        // A load ended by a dead or silent server has nothing worth waiting for.
+        let drain = if self.fatal().is_some() { Duration::ZERO } else { DRAIN_TIMEOUT };
+        let deadline = tokio::time::Instant::now() + drain;
         tracing::debug!(in_flight = self.shared.in_flight.load(Ordering::Acquire), "draining the load");
         while self.shared.in_flight.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;

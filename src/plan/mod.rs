@@ -265,6 +265,16 @@ pub struct Call {
     /// gRPC: `--request-parameter`s sent with every inference request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub request_parameters: Vec<RequestParameter>,
+    /// `--request-timeout`: seconds any call waits for its answer (none: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_s: Option<f64>,
+}
+
+impl Call {
+    /// `--request-timeout` as a duration.
+    pub fn request_timeout(&self) -> Option<std::time::Duration> {
+        self.request_timeout_s.map(std::time::Duration::from_secs_f64)
+    }
 }
 
 /// How HTTP requests carry tensors.

@@ -51,6 +51,8 @@ pub struct Settings {
     pub headers: Option<Vec<String>>,
     /// `name:value:type`, repeatable (gRPC).
     pub request_parameters: Option<Vec<String>>,
+    /// Seconds any call waits for its answer.
+    pub request_timeout: Option<f64>,
     pub streaming: Option<bool>,
     pub asynchronous: Option<bool>,
     pub max_threads: Option<usize>,
@@ -246,6 +248,9 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     let output_tensor_format = format("--output-tensor-format", &s.output_tensor_format)?;
     let tls = s.tls.clone().unwrap_or_default();
     tls.check().map_err(PlanError::Invalid)?;
+    if let Some(t) = s.request_timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(invalid(format!("--request-timeout must be a number of seconds > 0, got {t}")));
+    }
     let collect = s.collect_metrics.unwrap_or(false);
     if s.metrics_url.is_some() && !collect {
         return Err(invalid("Must specify --collect-metrics when using the --metrics-url option."));
@@ -275,6 +280,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             input_tensor_format,
             output_tensor_format,
             request_parameters,
+            request_timeout_s: s.request_timeout,
             metrics: collect.then(|| Metrics {
                 url: s.metrics_url.clone(),
                 interval_ms: s.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),

@@ -2,12 +2,19 @@
 //! written, shared memory is unregistered and unlinked, and the process exits 130. A second one
 //! exits at once, after unlinking this process's shared-memory segments.
 
+use std::future::Future;
+use std::time::Duration;
+
 use tokio::sync::watch;
 
 use crate::client::shm::unlink_all_live;
 
 /// Exit code of an interrupted run (128 + SIGINT, as shells report it).
 pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// How long a cancelled sweep may take to stop and write its rows before it is abandoned: it may
+/// be waiting on a call to a server that never answers.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// A handle that tells whether the run was cancelled.
 #[derive(Clone)]
@@ -34,6 +41,17 @@ impl Interrupt {
             }
         });
         Interrupt { cancelled: rx }
+    }
+
+    /// `work`, or, once the run is cancelled, `work` for at most [`STOP_GRACE`] more, then
+    /// `abandoned()`.
+    pub async fn bounded<T>(&self, work: impl Future<Output = T>, abandoned: impl FnOnce() -> T) -> T {
+        tokio::pin!(work);
+        tokio::select! {
+            done = &mut work => return done,
+            _ = self.cancelled() => {}
+        }
+        tokio::time::timeout(STOP_GRACE, work).await.unwrap_or_else(|_| abandoned())
     }
 
     /// Resolves once the run is cancelled (never, if it is not).

@@ -28,6 +28,7 @@ use self::observe::{Export, FolderStart, Recorder};
 use self::prepare::{bound_open_range, time_bank, ModelTraits};
 use self::session::Session;
 use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, Target as SweepTarget};
+use crate::client::deadline::Deadline;
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
 use crate::client::inprocess::InProcessClient;
@@ -81,7 +82,10 @@ impl RunError {
     /// it refused (bad shape, unknown model) is the input's.
     pub fn client(e: ClientError) -> RunError {
         match e {
-            ClientError::Unreachable { .. } | ClientError::Protocol(_) | ClientError::Stalled(_) => RunError::target(e),
+            ClientError::Unreachable { .. }
+            | ClientError::Protocol(_)
+            | ClientError::Stalled(_)
+            | ClientError::TimedOut { .. } => RunError::target(e),
             ClientError::Server(_) | ClientError::Invalid(_) => RunError::bad_input(e),
         }
     }
@@ -248,7 +252,9 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     for ((sweep, kept), slots) in plan.sweeps.iter().zip(kept).zip(slots) {
         let shard = plan.shard.map(|shard| shard::ShardStart { shard, identity: plan.identity(), slots });
         let folder = FolderStart { plan: folder_plan.clone(), kept, shard };
-        match run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await {
+        let sweep_run = run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt);
+        let interrupted = || RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") };
+        match interrupt.bounded(sweep_run, || Err(interrupted())).await {
             Ok(outcome) => outcomes.push(outcome),
             Err(e) => {
                 failure = Some(e);
@@ -354,12 +360,14 @@ async fn run_sweep(
         }
         (Endpoint::Network { http, metrics, device, .. }, Protocol::Http) => {
             let client = HttpClient::with_tls(http, &connect, &sweep.call.tls).map_err(RunError::client)?;
+            let client = Deadline::new(client, sweep.call.request_timeout());
             trace::apply(&client, &model.name, &sweep.trace).await?;
             let context = Context { wire: Wire::Http, service_kind: "TRITON", metrics, device };
             drive(client, model, sweep, folder, context, interrupt).await
         }
         (Endpoint::Network { grpc, metrics, device, .. }, Protocol::Grpc) => {
             let client = GrpcClient::with_tls(grpc, &connect, &sweep.call.tls).map_err(RunError::client)?;
+            let client = Deadline::new(client, sweep.call.request_timeout());
             trace::apply(&client, &model.name, &sweep.trace).await?;
             let context = Context { wire: Wire::Grpc, service_kind: "TRITON", metrics, device };
             drive(client, model, sweep, folder, context, interrupt).await

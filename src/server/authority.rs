@@ -69,6 +69,11 @@ impl Default for AuthorityRepair {
 }
 
 impl AuthorityRepair {
+    /// The client's HTTP/2 connection preface has not fully arrived yet.
+    pub fn awaiting_preface(&self) -> bool {
+        self.preface_left > 0
+    }
+
     /// Nothing more to change on this connection: once [`Self::out`] is drained, read directly.
     pub fn passing(&self) -> bool {
         self.mode == Mode::Pass

@@ -39,8 +39,34 @@ use super::error::ServerError;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long an HTTP/1.1 client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long connections may keep the server waiting (`perfbench serve --header-read-timeout`,
+/// `--grpc-keepalive-*`, `--grpc-max-connection-age`). A client that opens a connection and
+/// sends nothing, or half a request head, holds only its own connection until these close it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConnectionSettings {
+    /// HTTP/1.1: a request's headers must arrive within this, and a keep-alive connection idle
+    /// this long is closed (hyper times the next request's head from the end of the last
+    /// response). gRPC: a new connection's HTTP/2 preface must arrive within this.
+    pub header_read_timeout: Duration,
+    /// gRPC: the server pings an idle connection this often (HTTP/2 PING); none when `None`.
+    pub grpc_keepalive_interval: Option<Duration>,
+    /// gRPC: a ping not acknowledged within this closes the connection.
+    pub grpc_keepalive_timeout: Duration,
+    /// gRPC: a connection older than this is asked to go away (GOAWAY; calls in flight finish).
+    pub grpc_max_connection_age: Option<Duration>,
+}
+
+impl Default for ConnectionSettings {
+    fn default() -> Self {
+        ConnectionSettings {
+            header_read_timeout: Duration::from_secs(30),
+            grpc_keepalive_interval: None,
+            grpc_keepalive_timeout: Duration::from_secs(20),
+            grpc_max_connection_age: None,
+        }
+    }
+}
 /// A connection over the limit is kept this long to be told so, then closed.
 const OVER_LIMIT_LINGER: Duration = Duration::from_secs(2);
 /// Connections over the limit that are being told so at once; beyond this they are closed unread.
@@ -119,6 +145,8 @@ pub struct AcceptConfig {
     pub max_connections: usize,
     /// gRPC: cut an HTTP/2 authority with a path at its '/' ([`AuthorityRepair`]).
     pub repair_authority: bool,
+    /// gRPC: the HTTP/2 preface must arrive within this, or the connection is closed.
+    pub preface_timeout: Option<Duration>,
 }
 
 /// What the request handlers learn about their connection.
@@ -144,13 +172,17 @@ pub struct Conn {
     /// Until a gRPC connection's first header block is read (and for its life when the
     /// authority needed repair), reads go through this.
     repair: Option<Box<AuthorityRepair>>,
+    /// gRPC: when the preface is due; the connection reads end-of-stream past it.
+    preface_due: Option<Pin<Box<Sleep>>>,
 }
 
 impl Conn {
-    fn new(stream: Stream, info: ConnInfo, permit: OwnedSemaphorePermit, repair_authority: bool) -> Conn {
+    fn new(stream: Stream, info: ConnInfo, permit: OwnedSemaphorePermit, config: &AcceptConfig) -> Conn {
         let linger = info.over_limit.then(|| Box::pin(tokio::time::sleep(OVER_LIMIT_LINGER)));
-        let repair = repair_authority.then(Box::default);
-        Conn { stream, info, _permit: permit, linger, repair }
+        let repair = config.repair_authority.then(Box::default);
+        let preface_due =
+            config.preface_timeout.filter(|_| config.repair_authority).map(|t| Box::pin(tokio::time::sleep(t)));
+        Conn { stream, info, _permit: permit, linger, repair, preface_due }
     }
 
     fn poll_read_raw(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
@@ -169,6 +201,13 @@ impl AsyncRead for Conn {
             }
         }
         let this = &mut *self;
+        if let Some(due) = this.preface_due.as_mut() {
+            if !this.repair.as_ref().is_some_and(|r| r.awaiting_preface()) {
+                this.preface_due = None;
+            } else if due.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+        }
         while let Some(repair) = this.repair.as_mut() {
             let ready = repair.out();
             if !ready.is_empty() {
@@ -254,7 +293,7 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
         config.max_connections
     }));
     let answered = Arc::new(Semaphore::new(OVER_LIMIT_ANSWERED));
-    let acceptor = config.tls.map(TlsAcceptor::from);
+    let acceptor = config.tls.clone().map(TlsAcceptor::from);
     tokio::spawn(async move {
         let stopped = async move {
             let _ = stop.wait_for(|&s| s).await;
@@ -283,11 +322,11 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
                 },
             };
             let info = ConnInfo { remote, over_limit };
-            let repair = config.repair_authority;
+            let config = config.clone();
             let tx = tx.clone();
             match &acceptor {
                 None => {
-                    let conn = Conn::new(Stream::Plain(tcp), info, permit, repair);
+                    let conn = Conn::new(Stream::Plain(tcp), info, permit, &config);
                     if tx.send(conn).await.is_err() {
                         return;
                     }
@@ -298,7 +337,7 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                             Ok(Ok(tls)) => {
                                 let stream = Stream::Tls(Box::new(tls));
-                                let _ = tx.send(Conn::new(stream, info, permit, repair)).await;
+                                let _ = tx.send(Conn::new(stream, info, permit, &config)).await;
                             }
                             Ok(Err(e)) => tracing::debug!(%remote, "TLS handshake failed: {e}"),
                             Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
@@ -313,10 +352,15 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
 
 /// Serves HTTP/1.1 connections from `incoming` with `app` until `stop`, then lets open
 /// connections finish their request in flight.
-pub async fn serve_http(mut incoming: mpsc::Receiver<Conn>, app: axum::Router, stop: impl Future<Output = ()>) {
+pub async fn serve_http(
+    mut incoming: mpsc::Receiver<Conn>,
+    app: axum::Router,
+    header_read_timeout: Duration,
+    stop: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    http.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
     tokio::pin!(stop);
     loop {
         let conn = tokio::select! {

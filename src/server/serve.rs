@@ -19,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::access::{RestrictedApi, Restriction};
 use super::core::{InferenceServer, ServerOptions, DEFAULT_MAX_CONNECTIONS};
-use super::listen::{self, AcceptConfig, GrpcGuardLayer, Guard, TlsFiles};
+use super::listen::{self, AcceptConfig, ConnectionSettings, GrpcGuardLayer, Guard, TlsFiles};
 use super::{grpc, http, metrics};
 
 /// How long shutdown waits for open connections (e.g. an idle gRPC stream) before closing them.
@@ -34,6 +34,8 @@ pub struct ServeConfig {
     pub metrics_port: u16,
     /// What to serve, limits, access rules and TLS.
     pub options: ServerOptions,
+    /// How long connections may keep the server waiting.
+    pub connections: ConnectionSettings,
 }
 
 impl Default for ServeConfig {
@@ -45,6 +47,7 @@ impl Default for ServeConfig {
             grpc_port: 0,
             metrics_port: 0,
             options: ServerOptions::default(),
+            connections: ConnectionSettings::default(),
         }
     }
 }
@@ -133,13 +136,19 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         request_timeout: cfg.options.request_timeout,
         max_connections: cfg.options.max_connections,
     });
-    let accept =
-        |tls, repair_authority| AcceptConfig { tls, max_connections: cfg.options.max_connections, repair_authority };
+    let connections = &cfg.connections;
+    let accept = |tls, grpc: bool| AcceptConfig {
+        tls,
+        max_connections: cfg.options.max_connections,
+        repair_authority: grpc,
+        preface_timeout: grpc.then_some(connections.header_read_timeout),
+    };
 
     let http_app =
         http::router(core.clone()).layer(axum::middleware::from_fn_with_state(guard.clone(), listen::guard_http));
     let http_incoming = listen::accept(http_listener, accept(http_tls, false), stop.subscribe());
-    let http_task = tokio::spawn(listen::serve_http(http_incoming, http_app, signal()));
+    let http_task =
+        tokio::spawn(listen::serve_http(http_incoming, http_app, connections.header_read_timeout, signal()));
 
     // Request/response traffic: send small writes at once rather than wait for more (Nagle).
     let metrics_listener = metrics_listener.tap_io(|tcp| {
@@ -154,7 +163,13 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         }
     });
 
-    let grpc_router = tonic::transport::Server::builder()
+    let mut grpc_server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(connections.grpc_keepalive_interval)
+        .http2_keepalive_timeout(Some(connections.grpc_keepalive_timeout));
+    if let Some(age) = connections.grpc_max_connection_age {
+        grpc_server = grpc_server.max_connection_age(age);
+    }
+    let grpc_router = grpc_server
         .layer(GrpcGuardLayer(guard))
         .add_service(grpc::inference_service(core.clone()))
         .add_service(grpc::health_service(core.clone()));
@@ -229,6 +244,21 @@ pub struct ServeArgs {
     /// PEM CA certificates: clients must present a certificate they signed (mutual TLS).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Seconds an HTTP client may take to send a request's headers, and an HTTP keep-alive
+    /// connection may stay idle; seconds a gRPC client may take to send the HTTP/2 preface.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub header_read_timeout: f64,
+    /// gRPC: ping idle connections every SECS (0: never), closing those that do not answer
+    /// within --grpc-keepalive-timeout.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub grpc_keepalive_time: f64,
+    /// gRPC: seconds a keepalive ping may go unanswered.
+    #[arg(long, value_name = "SECS", default_value_t = 20.0)]
+    pub grpc_keepalive_timeout: f64,
+    /// gRPC: ask connections older than SECS to go away (GOAWAY; calls in flight finish;
+    /// 0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub grpc_max_connection_age: f64,
 }
 
 impl ServeArgs {
@@ -237,6 +267,20 @@ impl ServeArgs {
             anyhow::bail!("--request-timeout must be a number of seconds >= 0, got {}", self.request_timeout);
         }
         let request_timeout = (self.request_timeout > 0.0).then(|| Duration::from_secs_f64(self.request_timeout));
+        let seconds = |flag: &str, value: f64, zero_is_off: bool| -> anyhow::Result<Option<Duration>> {
+            if !(value.is_finite() && (value > 0.0 || zero_is_off && value == 0.0)) {
+                let least = if zero_is_off { ">= 0" } else { "> 0" };
+                anyhow::bail!("--{flag} must be a number of seconds {least}, got {value}");
+            }
+            Ok((value > 0.0).then(|| Duration::from_secs_f64(value)))
+        };
+        let connections = ConnectionSettings {
+            header_read_timeout: seconds("header-read-timeout", self.header_read_timeout, false)?.expect("checked > 0"),
+            grpc_keepalive_interval: seconds("grpc-keepalive-time", self.grpc_keepalive_time, true)?,
+            grpc_keepalive_timeout: seconds("grpc-keepalive-timeout", self.grpc_keepalive_timeout, false)?
+                .expect("checked > 0"),
+            grpc_max_connection_age: seconds("grpc-max-connection-age", self.grpc_max_connection_age, true)?,
+        };
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.tls_client_ca.clone() })
@@ -259,6 +303,7 @@ impl ServeArgs {
                 restricted: RestrictedApi::new(self.restricted_api.clone()).map_err(anyhow::Error::msg)?,
                 tls,
             },
+            connections,
         })
     }
 }

@@ -2,6 +2,7 @@
 //! once, which keeps a cold `cargo test` within CI's disk and time (every test binary links the
 //! whole crate, polars included).
 
+mod chaos;
 mod client;
 mod client_limits;
 mod common;
@@ -15,6 +16,7 @@ mod input;
 mod large_run;
 mod plan;
 mod profile;
+mod proxy;
 mod search;
 mod seed_tables;
 mod sequence;
