@@ -37,7 +37,8 @@ enum State {
     /// figures the stability check compares.
     Windows { windows: Vec<Window>, figures: Vec<WindowFigures>, one_window: bool },
     /// The interval rule: every window after the settling one, in batches.
-    Intervals { half_width_pct: f64, max: Duration, batches: Batches },
+    /// (Boxed: a point holds one rule, and the batches are large.)
+    Intervals { half_width_pct: f64, max: Duration, batches: Box<Batches> },
 }
 
 /// One point's stop rule and the windows it has kept.
@@ -58,7 +59,7 @@ impl StopRule {
     pub fn new(settings: &MeasureSettings) -> StopRule {
         let (state, max_trials) = match (settings.request_count, settings.stop) {
             (None, Stop::Intervals { half_width_pct, max }) => {
-                (State::Intervals { half_width_pct, max, batches: Batches::default() }, usize::MAX)
+                (State::Intervals { half_width_pct, max, batches: Box::default() }, usize::MAX)
             }
             (count, _) => (
                 State::Windows { windows: Vec::new(), figures: Vec::new(), one_window: count.is_some() },
@@ -165,7 +166,7 @@ impl StopRule {
                 (windows, merged)
             }
             State::Intervals { batches, .. } => {
-                let all = batches.into_windows();
+                let all = (*batches).into_windows();
                 let merged = all.len();
                 (all, merged)
             }
