@@ -5,6 +5,7 @@ pub mod cli;
 pub mod client;
 pub mod compare;
 pub mod gate;
+pub mod genai;
 pub mod input;
 pub mod load;
 pub mod measure;
