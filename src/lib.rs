@@ -17,3 +17,4 @@ pub mod run;
 pub mod search;
 pub mod server;
 pub mod tensor;
+pub mod tokenize;
