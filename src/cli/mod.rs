@@ -3,6 +3,7 @@
 //! either print it (`--print-plan`) or hand it to [`crate::run::execute`]. This is the only place
 //! argv is parsed.
 
+pub mod llm;
 pub mod pa_openai;
 pub mod profile;
 pub mod search;
@@ -69,6 +70,9 @@ pub enum Command {
     /// throughput under a latency budget, applied through the repository API.
     #[command(after_help = EXIT_CODES)]
     Search(Box<search::SearchArgs>),
+    /// Profile a generative model as AIPerf does (TTFT, ITL, tokens/s; AIPerf's files).
+    #[command(after_help = EXIT_CODES)]
+    Llm(Box<llm::LlmArgs>),
 }
 
 /// `perfbench run FILE` or `perfbench run --resume DIR`.
@@ -270,6 +274,7 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(one_line(&e), EXIT_BAD_INPUT),
         },
+        Command::Llm(args) => llm::run(&args),
         Command::Search(args) => match args.plan() {
             Err(e) => fail(e, EXIT_BAD_INPUT),
             Ok(plan) if args.flags.print_plan => {
