@@ -4,6 +4,8 @@
 //! argv is parsed.
 
 pub mod common;
+pub mod llm;
+pub mod pa_openai;
 pub mod profile;
 pub mod search;
 pub mod shard;
@@ -69,6 +71,9 @@ pub enum Command {
     /// throughput under a latency budget, applied through the repository API.
     #[command(after_help = EXIT_CODES)]
     Search(Box<search::SearchArgs>),
+    /// Profile a generative model as AIPerf does (TTFT, ITL, tokens/s; AIPerf's files).
+    #[command(after_help = EXIT_CODES)]
+    Llm(Box<llm::LlmArgs>),
 }
 
 /// `perfbench run FILE` or `perfbench run --resume DIR`.
@@ -163,7 +168,7 @@ impl RunArgs {
 pub fn main() -> ExitCode {
     // reqwest is built without a crypto provider of its own: install ring's once, first.
     crate::proto::install_crypto_provider();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(argv_as_invoked(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help/version to stdout with exit 0; a usage error is one line.
@@ -183,6 +188,17 @@ pub fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     run(cli.command, &cli.shard)
+}
+
+/// The command line, with `profile` put after the program name when it was invoked as
+/// `perf_analyzer` (a symlink), so tools that run perf_analyzer from `PATH` (genai-perf) run us.
+pub fn argv_as_invoked(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = args.into_iter().collect();
+    let invoked = args.first().and_then(|a| Path::new(a).file_name().map(|n| n.to_os_string()));
+    if invoked.is_some_and(|n| n == "perf_analyzer") {
+        args.insert(1, "profile".into());
+    }
+    args
 }
 
 /// Parses a whole command line (program name first) of `profile`, `offline`, `online` or `run`
@@ -250,6 +266,7 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
             println!("perfbench {} (perf_analyzer 2.50 command line)", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::Profile(args) if args.service_kind == "openai" => pa_openai::run(args.openai()),
         Command::Profile(args) => plan_or_run(shard(args.plan()), args.common.print_plan),
         Command::Offline(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),
         Command::Online(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),
@@ -258,6 +275,7 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(one_line(&e), EXIT_BAD_INPUT),
         },
+        Command::Llm(args) => llm::run(&args),
         Command::Search(args) => match args.plan() {
             Err(e) => fail(e, EXIT_BAD_INPUT),
             Ok(plan) if args.flags.print_plan => {

@@ -59,6 +59,8 @@ impl ApiGroup {
             ["v2", "logging"] => ApiGroup::Logging,
             ["v2", "trace", ..] => ApiGroup::Trace,
             ["v2", "models", "stats"] => ApiGroup::Statistics,
+            ["v1", "models"] => ApiGroup::Metadata,
+            ["v1", "chat", "completions"] | ["v1", "completions" | "embeddings"] => ApiGroup::Inference,
             ["v2", "models", _, rest @ ..] => {
                 // Drop an optional `versions/{v}`, then the last segment names the endpoint.
                 let rest = match rest {

@@ -10,6 +10,7 @@ use super::config;
 use super::error::{ServerError, ServerResult};
 use super::infer::{admit, Answer, InferRequest, InferResponse, Limits};
 use super::listen::TlsFiles;
+use super::llm::{LlmEngine, RequestLog};
 use super::repository::{IndexEntry, LoadedModel, ModelRepository, Runner, MODEL_VERSION};
 use super::shm::SharedMemoryManager;
 use super::stats::ModelStats;
@@ -49,6 +50,8 @@ pub struct ServerOptions {
     pub restricted: RestrictedApi,
     /// HTTPS and gRPC over TLS when set; metrics stay plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// Where generative models write one JSON line per request (`--record-requests`).
+    pub record_requests: Option<PathBuf>,
 }
 
 /// Default `--max-connections`, per protocol.
@@ -66,6 +69,7 @@ impl Default for ServerOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             restricted: RestrictedApi::default(),
             tls: None,
+            record_requests: None,
         }
     }
 }
@@ -80,6 +84,8 @@ pub struct InferenceServer {
     pub repository: ModelRepository,
     pub shm: SharedMemoryManager,
     pub trace: TraceSettings,
+    /// The `--record-requests` file, open.
+    pub request_log: Option<Arc<RequestLog>>,
     /// Model metadata requests answered since start (a sweep should ask once).
     metadata_requests: std::sync::atomic::AtomicU64,
 }
@@ -88,11 +94,18 @@ impl InferenceServer {
     pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
         let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
         let shm = SharedMemoryManager::with_limit(options.max_shm_bytes);
+        let request_log = match &options.record_requests {
+            None => None,
+            Some(path) => Some(Arc::new(RequestLog::create(path).map_err(|e| {
+                ServerError::invalid(format!("--record-requests: cannot create '{}': {e}", path.display()))
+            })?)),
+        };
         Ok(Arc::new(InferenceServer {
             options,
             repository,
             shm,
             trace: TraceSettings::default(),
+            request_log,
             metadata_requests: Default::default(),
         }))
     }
@@ -183,6 +196,10 @@ impl InferenceServer {
                 Runner::Bls(bls) => {
                     bls.run(admitted, &model.stats, |call, context| self.step(call, context)).await.map(Answer::Single)
                 }
+                Runner::Llm(_) => Err(ServerError::unsupported(format!(
+                    "model '{}' is generative: use its generate or OpenAI endpoints",
+                    model.config.name
+                ))),
             }
         };
         let Some(limit) = self.options.request_timeout else {
@@ -230,6 +247,21 @@ impl InferenceServer {
         }
         let model = self.repository.get(name, version)?;
         Ok(vec![model.stats.snapshot(name, MODEL_VERSION)])
+    }
+
+    /// The generative model `name` names (any version), for the generation front ends.
+    pub fn llm(&self, name: &str, version: &str) -> ServerResult<Arc<LlmEngine>> {
+        let model = self.repository.get(name, version)?;
+        match &model.runner {
+            Runner::Llm(engine) => Ok(engine.clone()),
+            _ => Err(ServerError::invalid(format!("model '{name}' is not a generative model (backend 'llm')"))),
+        }
+    }
+
+    /// Every loaded generative model.
+    pub fn llms(&self) -> Vec<Arc<LlmEngine>> {
+        let models = self.repository.loaded();
+        models.iter().filter_map(|m| if let Runner::Llm(e) = &m.runner { Some(e.clone()) } else { None }).collect()
     }
 
     pub fn repository_index(&self, ready_only: bool) -> ServerResult<Vec<IndexEntry>> {

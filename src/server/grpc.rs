@@ -286,7 +286,7 @@ impl GrpcService {
 }
 
 /// Marks a streamed response final or not, as Triton does on every streamed response.
-fn with_final_flag(mut response: pb::ModelInferResponse, last: bool) -> pb::ModelStreamInferResponse {
+pub(super) fn with_final_flag(mut response: pb::ModelInferResponse, last: bool) -> pb::ModelStreamInferResponse {
     response.parameters.insert(
         "triton_final_response".to_string(),
         InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) },
@@ -325,6 +325,9 @@ fn answer_stream(
     service: GrpcService,
     request: pb::ModelInferRequest,
 ) -> BoxStream<'static, pb::ModelStreamInferResponse> {
+    if let Ok(engine) = service.core.llm(&request.model_name, &request.model_version) {
+        return super::grpc_llm::answer(service.core.clone(), engine, request);
+    }
     futures::stream::once(async move {
         let (id, name, version) = (request.id.clone(), request.model_name.clone(), request.model_version.clone());
         let empty_final = wants_empty_final(&request);
@@ -345,7 +348,7 @@ fn answer_stream(
 }
 
 /// A failed streamed request: the error with the request's identity, marked final.
-fn stream_error(
+pub(super) fn stream_error(
     error: ServerError,
     id: String,
     model_name: String,

@@ -220,6 +220,10 @@ pub fn render(state: &MetricsState) -> String {
         }
     }
 
+    let engines = state.core.llms();
+    let named: Vec<_> = engines.iter().map(|e| (e.name.as_str(), e.telemetry())).collect();
+    crate::server::llm::telemetry::render(&named, &mut out);
+
     if let Some(now) = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(CpuTicks::parse) {
         let earlier = state.last_cpu.lock().replace(now).unwrap_or_default();
         header(&mut out, &family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge"));

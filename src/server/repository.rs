@@ -11,6 +11,7 @@ use super::bls::{self, Bls};
 use super::config;
 use super::ensemble::{self, Ensemble};
 use super::error::{ServerError, ServerResult};
+use super::llm::{self, LlmEngine};
 use super::models;
 use super::scheduler::Scheduler;
 use super::stats::ModelStats;
@@ -26,6 +27,7 @@ pub const ZOO: &[(&str, &str)] = &[
     ("add_sub", include_str!("zoo/add_sub.pbtxt")),
     ("optional", include_str!("zoo/optional.pbtxt")),
     ("repeat", include_str!("zoo/repeat.pbtxt")),
+    ("llm", include_str!("zoo/llm.pbtxt")),
     ("accumulate", include_str!("zoo/accumulate.pbtxt")),
     ("delay", include_str!("zoo/delay.pbtxt")),
     ("bert", include_str!("zoo/bert.pbtxt")),
@@ -45,6 +47,8 @@ fn nesting(config: &ModelConfig) -> Option<&'static str> {
         Some("is an ensemble; nested ensembles are not supported")
     } else if bls::is_bls(config) {
         Some("is a BLS model; a step must be a model that executes")
+    } else if llm::is_llm(config) {
+        Some("is a generative model; it only streams")
     } else {
         None
     }
@@ -68,12 +72,18 @@ pub enum Runner {
     Ensemble(Ensemble),
     /// A BLS model: each request calls another model on that model's runner.
     Bls(Bls),
+    /// A generative model: its own continuous batcher, streamed token by token.
+    Llm(Arc<LlmEngine>),
 }
 
 impl LoadedModel {
     /// Whether the model is decoupled (only a stream carries its answers).
     pub fn decoupled(&self) -> bool {
-        matches!(&self.runner, Runner::Scheduler(s) if s.decoupled())
+        match &self.runner {
+            Runner::Scheduler(s) => s.decoupled(),
+            Runner::Llm(_) => true,
+            Runner::Ensemble(_) | Runner::Bls(_) => false,
+        }
     }
 
     /// Requests waiting for an instance; an ensemble's wait in its composing models.
@@ -82,6 +92,7 @@ impl LoadedModel {
             Runner::Scheduler(s) => s.pending(),
             Runner::Ensemble(_) => 0,
             Runner::Bls(b) => b.pending(),
+            Runner::Llm(engine) => engine.gauges().waiting,
         }
     }
 }
@@ -176,6 +187,8 @@ impl ModelRepository {
             let bls = Bls::new(&config)?;
             self.load_composing(bls.graph())?;
             Runner::Bls(bls)
+        } else if llm::is_llm(&config) {
+            Runner::Llm(Arc::new(LlmEngine::new(&config, stats.clone())?))
         } else {
             let model = models::build(&config)?;
             Runner::Scheduler(Scheduler::start(config.clone(), model, stats.clone(), config::instance_count(&config))?)

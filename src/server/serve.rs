@@ -259,6 +259,14 @@ pub struct ServeArgs {
     /// 0: never).
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub grpc_max_connection_age: f64,
+    /// Generative models (the zoo's `llm`: OpenAI routes under /v1, Triton's generate extension,
+    /// gRPC streaming) write one JSON line per finished request here: id, token counts, and the
+    /// instants it arrived, was admitted, left each chunk and finished, in CLOCK_MONOTONIC
+    /// nanoseconds (the clock Rust's Instant and Python's time.monotonic_ns() read on Linux).
+    /// Their text comes from a bundled corpus, seeded by `seed`: sampling fields such as
+    /// `temperature` and `top_p` are accepted and change nothing.
+    #[arg(long, value_name = "FILE")]
+    pub record_requests: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -302,6 +310,7 @@ impl ServeArgs {
                 max_connections: self.max_connections,
                 restricted: RestrictedApi::new(self.restricted_api.clone()).map_err(anyhow::Error::msg)?,
                 tls,
+                record_requests: self.record_requests.clone(),
             },
             connections,
         })

@@ -167,9 +167,9 @@ def pa_bin():
     return path
 
 
-def start_perfbench(log_dir, models, repository=None, tls=None):
+def start_perfbench(log_dir, models, repository=None, tls=None, extra_args=()):
     """Starts `perfbench serve` on free ports and waits until `models` are ready; `tls` (from
-    make_tls_files) serves HTTPS and gRPC over TLS."""
+    make_tls_files) serves HTTPS and gRPC over TLS; `extra_args` go to `perfbench serve`."""
     port = free_port_block()
     cmd = [
         perfbench_bin(), "serve", "--host", LOOPBACK,
@@ -180,6 +180,7 @@ def start_perfbench(log_dir, models, repository=None, tls=None):
         cmd += ["--model-repository", str(repository)]
     if tls is not None:
         cmd += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
+    cmd += list(extra_args)
     log = Path(log_dir) / f"perfbench-serve-{port}.log"
     server = Server("perfbench serve", cmd, port, log, models, ca=tls.ca if tls else None)
     try:
@@ -289,11 +290,11 @@ class PeerRunError(AssertionError):
     pass
 
 
-def run_tool(cmd, timeout_s=PEER_TIMEOUT_S):
+def run_tool(cmd, timeout_s=PEER_TIMEOUT_S, env=None):
     """Runs a client; returns its combined output, failing with the tail of it on error."""
     try:
         proc = subprocess.run(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s, env=env
         )
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace")

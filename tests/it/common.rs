@@ -48,6 +48,10 @@ impl ServeProcess {
         assert!(!http.is_empty(), "perfbench serve {args:?}: {line}");
         ServeProcess { child, http, _stderr: stderr }
     }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for ServeProcess {

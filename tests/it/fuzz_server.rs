@@ -38,7 +38,7 @@ use tonic::{Code, Status};
 use crate::common::Region;
 
 /// A request that takes longer than this counts as a hang.
-const ANSWER_WITHIN: Duration = Duration::from_secs(20);
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(20);
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 /// Small, so that absurd shapes hit it.
 const MAX_TENSOR_ELEMENTS: usize = 1 << 16;
@@ -176,7 +176,7 @@ impl Fixture {
 }
 
 /// Case count: `base`, times `PERFBENCH_FUZZ_CASES` in the long mode.
-fn runner(base: u32) -> TestRunner {
+pub(crate) fn runner(base: u32) -> TestRunner {
     let factor: u32 = std::env::var("PERFBENCH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let seed: u64 = std::env::var("PERFBENCH_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(13);
     TestRunner::new(Config {
@@ -189,7 +189,7 @@ fn runner(base: u32) -> TestRunner {
 }
 
 /// Runs `runner` and panics with the shrunk case, ready to be pasted into a fixed test.
-fn check<S: Strategy>(mut runner: TestRunner, strategy: S, test: impl Fn(S::Value) -> TestCaseResult)
+pub(crate) fn check<S: Strategy>(mut runner: TestRunner, strategy: S, test: impl Fn(S::Value) -> TestCaseResult)
 where
     S::Value: std::fmt::Debug,
 {
@@ -235,7 +235,7 @@ async fn http_answer(request: reqwest::RequestBuilder, unsupported_ok: bool) -> 
     Ok(status.as_u16())
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -324,11 +324,11 @@ fn shape() -> impl Strategy<Value = Vec<i64>> {
     prop::collection::vec(dim(), 0..5)
 }
 
-fn pick(list: &'static [&'static str]) -> impl Strategy<Value = String> {
+pub(crate) fn pick(list: &'static [&'static str]) -> impl Strategy<Value = String> {
     prop_oneof![8 => prop::sample::select(list).prop_map(str::to_string), 1 => "\\PC{0,10}"]
 }
 
-fn json_leaf() -> impl Strategy<Value = Value> {
+pub(crate) fn json_leaf() -> impl Strategy<Value = Value> {
     prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
@@ -342,7 +342,7 @@ fn json_leaf() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn json_value() -> impl Strategy<Value = Value> {
+pub(crate) fn json_value() -> impl Strategy<Value = Value> {
     json_leaf().prop_recursive(4, 40, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),

@@ -1,0 +1,165 @@
+//! What a person reads: the metrics table on stdout (AIPerf's rows and columns) with the token
+//! source and the client's own limits, and report.html with the same table and the run's settings.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::metrics::{MetricValue, Summary};
+use super::Outcome;
+use crate::report::html::{render_page, HtmlTable, Page, REPORT_HTML};
+
+/// Rows of the table, in AIPerf's console order.
+const ORDER: [&str; 6] = [
+    "time_to_first_token",
+    "request_latency",
+    "inter_token_latency",
+    "output_token_throughput_per_user",
+    "output_sequence_length",
+    "input_sequence_length",
+];
+
+const COLUMNS: [&str; 7] = ["avg", "min", "max", "p99", "p90", "p50", "std"];
+
+fn table(summary: &Summary) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut headers = vec!["Metric".to_string()];
+    headers.extend(COLUMNS.iter().map(|c| c.to_string()));
+    let mut rows = Vec::new();
+    for tag in ORDER {
+        let Some(metric) = summary.metrics.iter().find(|m| m.tag == tag) else { continue };
+        let MetricValue::Distribution(s) = &metric.value else { continue };
+        let mut row = vec![format!("{} ({})", metric.header, metric.unit)];
+        row.extend([s.avg, s.min, s.max, s.p99, s.p90, s.p50, s.std].iter().map(|v| format!("{v:.2}")));
+        rows.push(row);
+    }
+    for tag in [
+        "output_token_throughput",
+        "request_throughput",
+        "request_count",
+        "error_request_count",
+        "goodput",
+        "good_request_fraction",
+    ] {
+        let Some(metric) = summary.metrics.iter().find(|m| m.tag == tag) else { continue };
+        let MetricValue::Single(v) = metric.value else { continue };
+        let mut row = vec![format!("{} ({})", metric.header, metric.unit), format!("{v:.2}")];
+        row.extend(std::iter::repeat_n("N/A".to_string(), COLUMNS.len() - 1));
+        rows.push(row);
+    }
+    (headers, rows)
+}
+
+/// Notes under the table: where token counts came from, errors, the client's limits.
+pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
+    let summary = &outcome.summary;
+    let mut notes = Vec::new();
+    let sources: Vec<String> =
+        summary.token_sources.iter().map(|(source, n)| format!("{} ({n} requests)", source.describe())).collect();
+    notes.push(format!(
+        "Token counts: {} (client tokenizer: {tokenizer})",
+        if sources.is_empty() { "none".to_string() } else { sources.join(", ") }
+    ));
+    if !summary.errors.is_empty() {
+        let kinds: Vec<String> = summary.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        notes.push(format!("Errors: {}", kinds.join(", ")));
+        if let Some((kind, message)) = outcome.records.iter().find_map(|r| r.error.as_ref()) {
+            notes.push(format!("First error: {kind}: {message}"));
+        }
+    }
+    let gaps = &summary.gaps;
+    if !gaps.per_chunk.is_empty() {
+        notes.push(format!(
+            "Gaps between events (HDR, µs): p50 {} p99 {} p99.9 {} max {}; per token p50 {} p99 {}",
+            gaps.per_chunk.value_at_quantile(0.5),
+            gaps.per_chunk.value_at_quantile(0.99),
+            gaps.per_chunk.value_at_quantile(0.999),
+            gaps.per_chunk.max(),
+            gaps.per_token.value_at_quantile(0.5),
+            gaps.per_token.value_at_quantile(0.99),
+        ));
+    }
+    notes.push(format!(
+        "Client: {:.0}% of this process's CPU budget used (server included when in-process), send lag p99 {} µs",
+        outcome.client_cpu_fraction * 100.0,
+        summary.send_lag_p99_us
+    ));
+    if summary.send_lag_p99_us > 1000 || outcome.client_cpu_fraction > 0.9 {
+        notes.push(
+            "CLIENT-LIMITED: the client could not keep up (send lag p99 > 1 ms or CPU > 90%); TTFT is inflated".into(),
+        );
+    }
+    for (name, value) in &outcome.server_counters {
+        notes.push(format!("Server: {name} {value}"));
+    }
+    notes
+}
+
+pub fn print(outcome: &Outcome, title: &str, tokenizer: &str) -> String {
+    let (headers, rows) = table(&outcome.summary);
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "{title}");
+    let line = |cells: &[String], out: &mut String| {
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                let _ = write!(text, "{cell:<w$}");
+            } else {
+                let _ = write!(text, "  {cell:>w$}");
+            }
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    };
+    line(&headers, &mut out);
+    for row in &rows {
+        line(row, &mut out);
+    }
+    for note in notes(outcome, tokenizer) {
+        let _ = writeln!(out, "{note}");
+    }
+    out
+}
+
+pub fn write_html(
+    dir: &Path,
+    outcome: &Outcome,
+    title: &str,
+    config: &serde_json::Value,
+    tokenizer: &str,
+) -> anyhow::Result<()> {
+    let (headers, rows) = table(&outcome.summary);
+    let numeric = headers.iter().enumerate().map(|(i, _)| i > 0).collect();
+    let n = rows.len();
+    let mut config_rows = Vec::new();
+    if let Some(object) = config.as_object() {
+        for (key, value) in object {
+            config_rows.push([key.clone(), value.to_string()]);
+        }
+    }
+    let page = Page {
+        title: title.to_string(),
+        subtitle: format!("perfbench {} llm", env!("CARGO_PKG_VERSION")),
+        config: config_rows,
+        warnings: notes(outcome, tokenizer)
+            .into_iter()
+            .filter(|n| n.starts_with("CLIENT-LIMITED") || n.starts_with("Errors"))
+            .collect(),
+        plots: Vec::new(),
+        tables: vec![HtmlTable {
+            id: "llm-metrics".into(),
+            caption: "LLM metrics (AIPerf's definitions)".into(),
+            headers,
+            rows,
+            numeric,
+            sortable: false,
+            row_classes: vec![String::new(); n],
+        }],
+        notes: notes(outcome, tokenizer),
+    };
+    std::fs::write(dir.join(REPORT_HTML), render_page(&page)?)?;
+    Ok(())
+}

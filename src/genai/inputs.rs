@@ -1,0 +1,298 @@
+//! What to ask: conversations of one or more user turns, each with the output length to ask for
+//! and, for a trace, when to send it. Three sources, as AIPerf has them: synthetic prompts of a
+//! token-length distribution cut from a corpus, a JSONL file of prompts (single- or multi-turn,
+//! ShareGPT-like), and a mooncake trace, whose shared `hash_ids` become shared prompt prefixes.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+use serde_json::Value;
+
+/// Counts tokens: the one tokenizer the run counts with.
+pub trait Tokenizer: Send + Sync {
+    fn count(&self, text: &str) -> usize;
+    /// How the report names it.
+    fn name(&self) -> String;
+}
+
+/// One user turn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Turn {
+    pub text: String,
+    /// `max_tokens` to ask for (`None`: the server decides).
+    pub max_tokens: Option<u32>,
+}
+
+/// A session: its turns go one after another, each with the answers before it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conversation {
+    pub turns: Vec<Turn>,
+    /// For a trace: when to send the first turn, from the start of the run.
+    pub at: Option<Duration>,
+}
+
+/// A normal distribution of lengths, clamped to at least 1 (AIPerf's mean/stddev pairs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Length {
+    pub mean: f64,
+    pub stddev: f64,
+}
+
+impl Length {
+    pub fn sample(&self, rng: &mut impl Rng) -> usize {
+        if self.stddev <= 0.0 {
+            return self.mean.round().max(1.0) as usize;
+        }
+        let normal = Normal::new(self.mean, self.stddev).expect("finite stddev");
+        normal.sample(rng).round().max(1.0) as usize
+    }
+}
+
+/// Prompts cut from a corpus by token count, deterministic under a seed. The corpus is cut at
+/// words (each with its leading space), whose token counts are known, so a prompt is the number
+/// of tokens asked for (exactly, when words do not merge across spaces, as BPE pre-tokenizers
+/// split them) without decoding ids back to text.
+pub struct Synthetic {
+    words: Vec<(String, usize)>,
+    /// Tokens per `hash_id` block of a trace (mooncake's 512).
+    pub block_size: usize,
+}
+
+/// The bundled prompt corpus.
+pub const CORPUS: &str = include_str!("corpus.txt");
+
+impl Synthetic {
+    pub fn new(tokenizer: &dyn Tokenizer, corpus: &str) -> anyhow::Result<Self> {
+        let words: Vec<(String, usize)> = corpus
+            .split_whitespace()
+            .map(|w| {
+                let word = format!(" {w}");
+                let tokens = tokenizer.count(&word);
+                (word, tokens)
+            })
+            .filter(|(_, tokens)| *tokens > 0)
+            .collect();
+        if words.len() < 2 {
+            bail!("the prompt corpus has fewer than 2 words");
+        }
+        Ok(Synthetic { words, block_size: 512 })
+    }
+
+    /// Words from `offset` on (wrapping) until they make `n` tokens.
+    fn cut(&self, offset: usize, n: usize) -> String {
+        let mut text = String::new();
+        let mut tokens = 0;
+        let mut i = offset;
+        while tokens < n {
+            let (word, count) = &self.words[i % self.words.len()];
+            text.push_str(word);
+            tokens += count;
+            i += 1;
+        }
+        text
+    }
+
+    /// A prompt of `tokens` tokens from a random place in the corpus.
+    pub fn prompt(&self, tokens: usize, rng: &mut impl Rng) -> String {
+        self.cut(rng.random_range(0..self.words.len()), tokens.max(1))
+    }
+
+    /// `count` single-turn conversations with input and output lengths drawn from the two
+    /// distributions (output `None`: no `max_tokens`).
+    pub fn conversations(&self, count: usize, input: Length, output: Option<Length>, seed: u64) -> Vec<Conversation> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..count)
+            .map(|_| {
+                let text = self.prompt(input.sample(&mut rng), &mut rng);
+                let max_tokens = output.map(|o| o.sample(&mut rng) as u32);
+                Conversation { turns: vec![Turn { text, max_tokens }], at: None }
+            })
+            .collect()
+    }
+
+    /// The text of one `hash_id` block: the same id always gives the same text, so requests
+    /// sharing leading ids share a prompt prefix.
+    pub fn block(&self, hash_id: u64, tokens: usize) -> String {
+        let mut rng = ChaCha8Rng::seed_from_u64(hash_id ^ 0x9e37_79b9_7f4a_7c15);
+        self.cut(rng.random_range(0..self.words.len()), tokens)
+    }
+}
+
+/// One line of a mooncake trace.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct TraceLine {
+    /// Milliseconds from the start of the trace.
+    #[serde(default)]
+    pub timestamp: Option<f64>,
+    pub input_length: usize,
+    pub output_length: Option<u32>,
+    #[serde(default)]
+    pub hash_ids: Vec<u64>,
+}
+
+/// A mooncake trace as conversations: each line's prompt is its `hash_ids` blocks in order
+/// (`block_size` tokens each, the last one what `input_length` leaves), sent at `timestamp`.
+pub fn mooncake(text: &str, synthetic: &Synthetic) -> anyhow::Result<Vec<Conversation>> {
+    let mut out = Vec::new();
+    let mut blocks: HashMap<u64, String> = HashMap::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let line: TraceLine = serde_json::from_str(line).with_context(|| format!("trace line {}", i + 1))?;
+        let size = synthetic.block_size;
+        let mut prompt = String::new();
+        if line.hash_ids.is_empty() {
+            prompt = synthetic.block(i as u64 + (1 << 40), line.input_length.max(1));
+        }
+        for (k, id) in line.hash_ids.iter().enumerate() {
+            let tokens = if k + 1 == line.hash_ids.len() {
+                line.input_length.saturating_sub(size * k).clamp(1, size)
+            } else {
+                size
+            };
+            let full = blocks.entry(*id).or_insert_with(|| synthetic.block(*id, size));
+            if tokens == size {
+                prompt.push_str(full);
+            } else {
+                prompt.push_str(&synthetic.block(*id, tokens));
+            }
+        }
+        out.push(Conversation {
+            turns: vec![Turn { text: prompt, max_tokens: line.output_length }],
+            at: line.timestamp.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0)),
+        });
+    }
+    if out.is_empty() {
+        bail!("the trace has no lines");
+    }
+    Ok(out)
+}
+
+/// A JSONL prompt file. Each line is one conversation:
+/// `{"text": ...}` (or `"prompt"`), `{"texts": [...]}` (turns), `{"turns": [{"text": ...}, ...]}`,
+/// or ShareGPT's `{"conversations": [{"from": "human", "value": ...}, ...]}` (the human turns);
+/// `output_length` (or `max_tokens`) and `timestamp` (ms) are optional, per line or per turn.
+pub fn jsonl(text: &str) -> anyhow::Result<Vec<Conversation>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let value: Value = serde_json::from_str(line).with_context(|| format!("line {}", i + 1))?;
+        out.push(conversation(&value).map_err(|e| anyhow!("line {}: {e}", i + 1))?);
+    }
+    if out.is_empty() {
+        bail!("the file has no prompts");
+    }
+    Ok(out)
+}
+
+fn max_tokens(value: &Value) -> Option<u32> {
+    ["output_length", "max_tokens"].iter().find_map(|k| value.get(*k).and_then(Value::as_u64)).map(|n| n as u32)
+}
+
+fn turn(value: &Value, default_max: Option<u32>) -> Option<Turn> {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        _ => ["text", "prompt", "content", "value"].iter().find_map(|k| value.get(*k).and_then(Value::as_str))?.into(),
+    };
+    Some(Turn { text, max_tokens: max_tokens(value).or(default_max) })
+}
+
+fn conversation(value: &Value) -> anyhow::Result<Conversation> {
+    let default_max = max_tokens(value);
+    let at = value.get("timestamp").and_then(Value::as_f64).map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    let turns: Vec<Turn> =
+        if let Some(list) = value.get("turns").or_else(|| value.get("texts")).and_then(Value::as_array) {
+            list.iter().filter_map(|t| turn(t, default_max)).collect()
+        } else if let Some(list) = value.get("conversations").and_then(Value::as_array) {
+            list.iter()
+                .filter(|t| matches!(t.get("from").and_then(Value::as_str), Some("human" | "user")))
+                .filter_map(|t| turn(t, default_max))
+                .collect()
+        } else {
+            turn(value, default_max).into_iter().collect()
+        };
+    if turns.is_empty() {
+        bail!("no prompt (expected text, prompt, texts, turns or conversations)");
+    }
+    Ok(Conversation { turns, at })
+}
+
+/// Reads `--input-file`: a mooncake trace when its first line has `input_length`, else prompts.
+pub fn read_file(path: &Path, synthetic: &Synthetic) -> anyhow::Result<Vec<Conversation>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    let is_trace = serde_json::from_str::<Value>(first).ok().is_some_and(|v| v.get("input_length").is_some());
+    let read = if is_trace { mooncake(&text, synthetic) } else { jsonl(&text) };
+    read.with_context(|| format!("{}", path.display()))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Words as tokens: enough to check lengths and prefixes without a vocabulary.
+    pub struct Words;
+
+    impl Tokenizer for Words {
+        fn count(&self, text: &str) -> usize {
+            text.split_whitespace().count()
+        }
+        fn name(&self) -> String {
+            "words".into()
+        }
+    }
+
+    const TEXT: &str = "the quick brown fox jumps over the lazy dog while a cat sleeps in warm sun and \
+        birds sing of rain to come over hills and rivers far away from any town";
+
+    #[test]
+    fn synthetic_prompts_have_the_asked_length_and_are_seeded() {
+        let words = Words;
+        let synthetic = Synthetic::new(&words, TEXT).unwrap();
+        let length = Length { mean: 40.0, stddev: 0.0 };
+        let a = synthetic.conversations(5, length, Some(Length { mean: 9.0, stddev: 0.0 }), 7);
+        let b = synthetic.conversations(5, length, Some(Length { mean: 9.0, stddev: 0.0 }), 7);
+        assert_eq!(a, b);
+        for c in &a {
+            assert_eq!(words.count(&c.turns[0].text), 40);
+            assert_eq!(c.turns[0].max_tokens, Some(9));
+        }
+        assert_ne!(a[0].turns[0].text, a[1].turns[0].text, "different places in the corpus");
+    }
+
+    #[test]
+    fn shared_hash_ids_share_a_prefix_and_unique_ones_do_not() {
+        let words = Words;
+        let mut synthetic = Synthetic::new(&words, TEXT).unwrap();
+        synthetic.block_size = 8;
+        let trace = "{\"timestamp\": 0, \"input_length\": 20, \"output_length\": 4, \"hash_ids\": [1, 2, 3]}\n\
+                     {\"timestamp\": 250, \"input_length\": 19, \"output_length\": 4, \"hash_ids\": [1, 2, 9]}\n\
+                     {\"timestamp\": 500, \"input_length\": 16, \"hash_ids\": [5, 6]}\n";
+        let got = mooncake(trace, &synthetic).unwrap();
+        let tokens: Vec<Vec<&str>> = got.iter().map(|c| c.turns[0].text.split_whitespace().collect()).collect();
+        assert_eq!(tokens.iter().map(Vec::len).collect::<Vec<_>>(), vec![20, 19, 16]);
+        assert_eq!(tokens[0][..16], tokens[1][..16], "blocks 1 and 2 are shared");
+        assert_ne!(tokens[0][16..19], tokens[1][16..19], "block 3 is not block 9");
+        assert_ne!(tokens[0][..8], tokens[2][..8]);
+        assert_eq!(got[1].at, Some(Duration::from_millis(250)));
+        assert_eq!(got[2].turns[0].max_tokens, None);
+    }
+
+    #[test]
+    fn jsonl_reads_single_multi_turn_and_sharegpt_lines() {
+        let text = r#"{"text": "hello", "output_length": 12}
+{"turns": [{"text": "a"}, {"text": "b", "max_tokens": 3}], "timestamp": 100}
+{"conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"}, {"from": "human", "value": "q2"}]}
+"#;
+        let got = jsonl(text).unwrap();
+        assert_eq!(got[0].turns, vec![Turn { text: "hello".into(), max_tokens: Some(12) }]);
+        assert_eq!(got[1].turns.len(), 2);
+        assert_eq!(got[1].turns[1].max_tokens, Some(3));
+        assert_eq!(got[1].at, Some(Duration::from_millis(100)));
+        assert_eq!(got[2].turns.iter().map(|t| t.text.as_str()).collect::<Vec<_>>(), vec!["q1", "q2"]);
+        let bad = jsonl("{\"text\": \"x\"}\n{\"nothing\": 1}\n").unwrap_err();
+        assert!(format!("{bad:#}").contains("line 2"), "{bad:#}");
+    }
+}

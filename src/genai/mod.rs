@@ -1,0 +1,199 @@
+//! Generative profiling (`perfbench llm`): AIPerf's flags, metrics and output files over OpenAI
+//! chat/completions/embeddings and Triton's generate extension, with every SSE event timed on
+//! its own. See README "Generative profiling" for the metric definitions.
+//!
+//! `inputs` makes the conversations, `runner` sends them under a schedule and records each
+//! request, `metrics` adds the records up as AIPerf does, `export` writes AIPerf's files and
+//! `console` prints the table and report.html. Without `-u` the bundled server runs in-process.
+
+pub mod console;
+pub mod endpoint;
+pub mod export;
+pub mod inputs;
+pub mod metrics;
+pub mod pa_openai;
+pub mod runner;
+pub mod sse;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use self::endpoint::{BodyOptions, EndpointType};
+use self::inputs::{Conversation, Length, Synthetic, Tokenizer};
+use self::metrics::{Slos, Summary};
+use self::runner::{Amount, Runner, Schedule, Target};
+use crate::server::serve::{self, ServeConfig};
+use crate::server::ServerOptions;
+
+/// Where prompts come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompts {
+    /// `--synthetic-input-tokens-mean/-stddev` from the bundled corpus, `count` distinct ones.
+    Synthetic { input: Length, count: usize },
+    /// `--input-file`: JSONL prompts or a mooncake trace.
+    File(PathBuf),
+}
+
+/// One `perfbench llm` run, resolved from its flags.
+#[derive(Clone, Debug)]
+pub struct LlmConfig {
+    pub model: String,
+    /// `None`: the bundled server, in-process.
+    pub url: Option<String>,
+    pub endpoint_type: EndpointType,
+    /// `--endpoint`: a path in place of the endpoint type's.
+    pub endpoint: Option<String>,
+    pub streaming: bool,
+    pub schedule: Schedule,
+    pub amount: Amount,
+    pub prompts: Prompts,
+    /// Tokens per `hash_id` block of a mooncake trace.
+    pub block_size: usize,
+    pub output_tokens: Option<Length>,
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    pub headers: Vec<(String, String)>,
+    pub goodput: Option<Slos>,
+    pub artifact_dir: PathBuf,
+    pub seed: u64,
+    /// A Prometheus endpoint to read the server's counters from after the run (the bundled
+    /// server's own without `-u`).
+    pub server_metrics: Option<String>,
+}
+
+impl LlmConfig {
+    /// The settings as AIPerf's JSON `input_config`.
+    pub fn input_config(&self, tokenizer: &str) -> serde_json::Value {
+        serde_json::json!({
+            "model_names": [self.model],
+            "endpoint": {
+                "type": self.endpoint_type.name(),
+                "url": self.url,
+                "custom_endpoint": self.endpoint,
+                "streaming": self.streaming,
+            },
+            "load": format!("{:?}", self.schedule),
+            "request_count": self.amount.requests,
+            "benchmark_duration": self.amount.duration.map(|d| d.as_secs_f64()),
+            "warmup_request_count": self.amount.warmup,
+            "prompts": format!("{:?}", self.prompts),
+            "output_tokens": self.output_tokens.map(|o| serde_json::json!({"mean": o.mean, "stddev": o.stddev})),
+            "extra_inputs": self.extra,
+            "tokenizer": tokenizer,
+            "random_seed": self.seed,
+            "goodput": self.goodput.as_ref().map(|s| s.0.clone()),
+        })
+    }
+}
+
+/// What a run leaves: its records, their summary and what the server's counters said.
+pub struct Outcome {
+    pub records: Vec<metrics::Record>,
+    pub summary: Summary,
+    /// `name value` lines of the server's Prometheus counters worth showing (prefix cache).
+    pub server_counters: Vec<(String, f64)>,
+    pub client_cpu_fraction: f64,
+}
+
+/// The conversations of the run.
+pub fn conversations(config: &LlmConfig, tokenizer: &dyn Tokenizer) -> anyhow::Result<Vec<Conversation>> {
+    let mut synthetic = Synthetic::new(tokenizer, inputs::CORPUS)?;
+    synthetic.block_size = config.block_size;
+    let mut conversations = match &config.prompts {
+        Prompts::Synthetic { input, count } => {
+            synthetic.conversations(*count, *input, config.output_tokens, config.seed)
+        }
+        Prompts::File(path) => inputs::read_file(path, &synthetic)?,
+    };
+    // `--output-tokens-mean` also sets turns that name no length of their own.
+    if let (Some(output), Prompts::File(_)) = (config.output_tokens, &config.prompts) {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed);
+        for turn in conversations.iter_mut().flat_map(|c| c.turns.iter_mut()) {
+            turn.max_tokens = turn.max_tokens.or(Some(output.sample(&mut rng) as u32));
+        }
+    }
+    Ok(conversations)
+}
+
+/// Runs the profile and writes its files; the bundled server starts first when there is no URL.
+pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Result<Outcome> {
+    let conversations = Arc::new(conversations(config, tokenizer.as_ref())?);
+    let concurrency = match config.schedule {
+        Schedule::Concurrency(n) => n,
+        _ => 256,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("perfbench-llm")
+        .build()
+        .context("cannot start the client runtime")?;
+    runtime.block_on(async {
+        let mut server = None;
+        let (base, server_metrics) = match &config.url {
+            Some(url) => {
+                let base = if url.contains("://") { url.clone() } else { format!("http://{url}") };
+                (base, config.server_metrics.clone())
+            }
+            None => {
+                let options = ServerOptions { models: vec![config.model.clone()], ..ServerOptions::default() };
+                let running = serve::start(ServeConfig { options, ..ServeConfig::default() })
+                    .await
+                    .context("cannot start the bundled server")?;
+                let base = running.http_url();
+                let metrics = format!("http://{}/metrics", running.metrics_addr);
+                server = Some(running);
+                (base, Some(metrics))
+            }
+        };
+        let path = match &config.endpoint {
+            Some(path) => format!("/{}", path.trim_start_matches('/')),
+            None => config.endpoint_type.path(&config.model, config.streaming),
+        };
+        let target = Target {
+            url: format!("{}{path}", base.trim_end_matches('/')),
+            endpoint: config.endpoint_type,
+            body: BodyOptions {
+                model: config.model.clone(),
+                streaming: config.streaming,
+                max_tokens: None,
+                extra: config.extra.clone(),
+            },
+            headers: config.headers.clone(),
+            tokenizer: tokenizer.clone(),
+        };
+        let runner = Arc::new(Runner::new(target, concurrency)?);
+        let cpu_before = crate::measure::cpu::process_cpu_ns();
+        let wall = Instant::now();
+        let run_info = export::RunInfo::now(config.input_config(&tokenizer.name()));
+        let records = runner::run(runner, conversations, config.schedule, config.amount, config.seed).await;
+        let cpu = (crate::measure::cpu::process_cpu_ns() - cpu_before) as f64 / 1e9;
+        let cores = crate::measure::cpu::available_cores() as f64;
+        let client_cpu_fraction = cpu / (wall.elapsed().as_secs_f64() * cores).max(1e-9);
+        let server_counters = match &server_metrics {
+            Some(url) => read_counters(url).await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if let Some(server) = server {
+            server.shutdown().await;
+        }
+        let summary = metrics::summarize(&records, config.goodput.as_ref(), config.streaming);
+        export::write_all(&config.artifact_dir, &summary, &records, &run_info)?;
+        Ok(Outcome { records, summary, server_counters, client_cpu_fraction })
+    })
+}
+
+/// The server's generative counters (vLLM's names) from its Prometheus text.
+async fn read_counters(url: &str) -> anyhow::Result<Vec<(String, f64)>> {
+    let text = reqwest::Client::builder().no_proxy().build()?.get(url).send().await?.text().await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("vllm:prefix_cache_") || l.starts_with("vllm:prompt_tokens_total"))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect())
+}

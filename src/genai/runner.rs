@@ -1,0 +1,539 @@
+//! Sends the conversations and records what came back, one [`Record`] per request.
+//!
+//! Each request is one reqwest call whose body is read as the network delivers it: every read
+//! goes through the [`SseReader`] and is stamped once, so each event gets the instant its last
+//! byte arrived. Text is only kept during the request; tokens are counted after its last byte,
+//! off the timed path. Loads: a closed loop of N sessions in flight, or an open loop (constant
+//! or Poisson arrivals, or a trace's timestamps) where every request leaves at its scheduled
+//! instant whatever is still in flight (no coordinated omission), and how late it left is kept.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+
+use super::endpoint::{self, BodyOptions, EndpointType, Message, Piece};
+use super::inputs::{Conversation, Tokenizer};
+use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
+use super::sse::{SseEvent, SseReader};
+
+/// When requests go.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Schedule {
+    /// N sessions in flight, each sending its next request when the last one ends.
+    Concurrency(usize),
+    /// Requests per second, evenly spaced or Poisson.
+    Rate { per_second: f64, poisson: bool },
+    /// Each conversation at its own `at` (a trace).
+    Trace,
+}
+
+/// How much to send.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Amount {
+    pub requests: Option<usize>,
+    pub duration: Option<Duration>,
+    pub warmup: usize,
+}
+
+/// Everything a request needs besides its messages.
+pub struct Target {
+    pub url: String,
+    pub endpoint: EndpointType,
+    pub body: BodyOptions,
+    pub headers: Vec<(String, String)>,
+    pub tokenizer: Arc<dyn Tokenizer>,
+}
+
+pub struct Runner {
+    http: reqwest::Client,
+    target: Target,
+}
+
+impl Runner {
+    pub fn new(target: Target, concurrency: usize) -> anyhow::Result<Runner> {
+        crate::proto::install_crypto_provider();
+        let mut headers = HeaderMap::new();
+        for (name, value) in &target.headers {
+            let bad = || anyhow::anyhow!("bad header '{name}: {value}'");
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?,
+                HeaderValue::from_str(value).map_err(|_| bad())?,
+            );
+        }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .http1_only()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(concurrency.max(1))
+            .connect_timeout(Duration::from_secs(10))
+            .default_headers(headers)
+            .build()?;
+        Ok(Runner { http, target })
+    }
+
+    /// Sends one request and reads its whole answer; returns it with the text it generated.
+    pub async fn send(
+        &self,
+        messages: &[Message],
+        max_tokens: Option<u32>,
+        intended: Option<Instant>,
+    ) -> (Record, String) {
+        let options =
+            BodyOptions { max_tokens: max_tokens.or(self.target.body.max_tokens), ..self.target.body.clone() };
+        let body = serde_json::to_vec(&endpoint::body(self.target.endpoint, messages, &options)).expect("JSON");
+        let tokenizer = &self.target.tokenizer;
+        let prompt_tokens = || messages.iter().map(|m| tokenizer.count(&m.content) as u64).sum::<u64>();
+        self.send_body(body, intended, prompt_tokens, None).await
+    }
+
+    /// Sends a body as it is (perf_analyzer's `--service-kind openai` payloads); `raw` receives
+    /// every event's `data` (or the whole body) with its instant.
+    pub async fn send_body(
+        &self,
+        body: Vec<u8>,
+        intended: Option<Instant>,
+        prompt_tokens: impl FnOnce() -> u64,
+        mut raw: Option<&mut Vec<(Instant, String)>>,
+    ) -> (Record, String) {
+        let endpoint = self.target.endpoint;
+        let start = Instant::now();
+        let mut record = Record {
+            index: 0,
+            conversation: 0,
+            turn: 0,
+            start,
+            intended,
+            chunks: Vec::new(),
+            end: start,
+            input_tokens: None,
+            output_tokens: None,
+            token_source: None,
+            error: None,
+            request_id: String::new(),
+            warmup: false,
+        };
+        let mut texts: Vec<String> = Vec::new();
+        let mut usage = None;
+        let outcome = self.exchange(body, endpoint, &mut record, &mut texts, &mut usage, &mut raw).await;
+        record.end = Instant::now();
+        if let Err(error) = outcome {
+            record.error = Some(error);
+        } else if record.chunks.is_empty() && endpoint.produces_tokens() {
+            record.error = Some((ErrorKind::Protocol, "the answer carried no generated text".into()));
+        }
+        // Tokens, after the last byte: the server's usage when it sent one, else ours.
+        let tokenizer = &self.target.tokenizer;
+        for (chunk, text) in record.chunks.iter_mut().zip(&texts) {
+            chunk.tokens = tokenizer.count(text).max(1) as u32;
+        }
+        match usage {
+            Some(endpoint::Usage { prompt_tokens: p, completion_tokens: Some(c) }) => {
+                record.output_tokens = Some(c);
+                record.input_tokens = Some(p.unwrap_or_else(prompt_tokens));
+                record.token_source = Some(TokenSource::ServerUsage);
+            }
+            Some(endpoint::Usage { prompt_tokens: Some(p), completion_tokens: None })
+                if !endpoint.produces_tokens() =>
+            {
+                record.input_tokens = Some(p);
+                record.token_source = Some(TokenSource::ServerUsage);
+            }
+            _ => {
+                record.input_tokens = Some(prompt_tokens());
+                if endpoint.produces_tokens() {
+                    record.output_tokens = Some(texts.iter().map(|t| tokenizer.count(t) as u64).sum());
+                }
+                record.token_source = Some(TokenSource::ClientTokenizer);
+            }
+        }
+        (record, texts.concat())
+    }
+
+    async fn exchange(
+        &self,
+        body: Vec<u8>,
+        endpoint: EndpointType,
+        record: &mut Record,
+        texts: &mut Vec<String>,
+        usage: &mut Option<endpoint::Usage>,
+        raw: &mut Option<&mut Vec<(Instant, String)>>,
+    ) -> Result<(), (ErrorKind, String)> {
+        let mut response = self
+            .http
+            .post(&self.target.url)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| (ErrorKind::Transport, crate::client::error_chain(&e)))?;
+        if let Some(id) = response.headers().get("x-request-id").and_then(|v| v.to_str().ok()) {
+            record.request_id = id.to_string();
+        }
+        let status = response.status();
+        let streamed = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut reader = SseReader::new();
+        let mut events: Vec<SseEvent> = Vec::new();
+        let mut whole = Vec::new();
+        let mut take = |event_data: &str, at: Instant, record: &mut Record| -> Result<bool, (ErrorKind, String)> {
+            let piece: Piece = endpoint::parse(endpoint, event_data);
+            if let Some(message) = piece.error {
+                return Err((ErrorKind::Server, message));
+            }
+            if piece.usage.is_some() {
+                *usage = piece.usage;
+            }
+            if let Some(text) = piece.text {
+                record.chunks.push(Chunk { at, tokens: 0 });
+                texts.push(text);
+            } else if piece.embedding {
+                record.chunks.push(Chunk { at, tokens: 0 });
+                texts.push(String::new());
+            }
+            Ok(piece.done)
+        };
+        loop {
+            let read = response.chunk().await.map_err(|e| (ErrorKind::Transport, crate::client::error_chain(&e)))?;
+            let at = Instant::now();
+            let Some(bytes) = read else { break };
+            if !status.is_success() || !streamed {
+                whole.extend_from_slice(&bytes);
+                continue;
+            }
+            reader.feed(&bytes, at, &mut events);
+            for event in events.drain(..) {
+                if let Some(raw) = raw.as_deref_mut() {
+                    raw.push((event.at, event.data.clone()));
+                }
+                if take(&event.data, event.at, record)? {
+                    return Ok(());
+                }
+            }
+        }
+        let at = Instant::now();
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&whole);
+            let message = match endpoint::parse(endpoint, &text).error {
+                Some(message) => message,
+                None => text.chars().take(200).collect(),
+            };
+            return Err((ErrorKind::Status(status.as_u16()), message));
+        }
+        if streamed {
+            reader.finish(at, &mut events);
+            for event in events.drain(..) {
+                if let Some(raw) = raw.as_deref_mut() {
+                    raw.push((event.at, event.data.clone()));
+                }
+                if take(&event.data, event.at, record)? {
+                    break;
+                }
+            }
+        } else {
+            let text = String::from_utf8_lossy(&whole);
+            if let Some(raw) = raw.as_deref_mut() {
+                raw.push((at, text.to_string()));
+            }
+            take(&text, at, record)?;
+        }
+        Ok(())
+    }
+
+    /// One conversation, turn after turn (each turn sees the answers before it).
+    async fn converse(
+        &self,
+        index: usize,
+        conversation: &Conversation,
+        first_intended: Option<Instant>,
+        count: &RequestBudget,
+        warmup: bool,
+        out: &Mutex<Vec<Record>>,
+    ) {
+        let mut messages: Vec<Message> = Vec::new();
+        for (turn, step) in conversation.turns.iter().enumerate() {
+            if !count.take() {
+                return;
+            }
+            messages.push(Message { role: "user", content: step.text.clone() });
+            let intended = if turn == 0 { first_intended } else { None };
+            let (mut record, reply) = self.send(&messages, step.max_tokens, intended).await;
+            record.conversation = index;
+            record.turn = turn;
+            record.warmup = warmup;
+            let failed = !record.ok();
+            out.lock().push(record);
+            if failed {
+                return;
+            }
+            messages.push(Message { role: "assistant", content: reply });
+        }
+    }
+}
+
+/// How many requests may still start (and until when).
+struct RequestBudget {
+    left: AtomicUsize,
+    until: Option<Instant>,
+}
+
+impl RequestBudget {
+    fn new(requests: Option<usize>, until: Option<Instant>) -> RequestBudget {
+        RequestBudget { left: AtomicUsize::new(requests.unwrap_or(usize::MAX)), until }
+    }
+    fn take(&self) -> bool {
+        if self.until.is_some_and(|u| Instant::now() >= u) {
+            return false;
+        }
+        self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
+    }
+    fn exhausted(&self) -> bool {
+        self.left.load(Ordering::Acquire) == 0 || self.until.is_some_and(|u| Instant::now() >= u)
+    }
+}
+
+/// Runs the warm-up, then the measured load; returns every record (warm-up ones marked).
+pub async fn run(
+    runner: Arc<Runner>,
+    conversations: Arc<Vec<Conversation>>,
+    schedule: Schedule,
+    amount: Amount,
+    seed: u64,
+) -> Vec<Record> {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let workers = match schedule {
+        Schedule::Concurrency(n) => n,
+        _ => 1,
+    };
+    let next = Arc::new(AtomicUsize::new(0));
+    if amount.warmup > 0 {
+        let budget = Arc::new(RequestBudget::new(Some(amount.warmup), None));
+        closed_loop(&runner, &conversations, workers.max(1), &budget, &next, true, &out).await;
+    }
+    let until = amount.duration.map(|d| Instant::now() + d);
+    let budget = Arc::new(RequestBudget::new(amount.requests, until));
+    match schedule {
+        Schedule::Concurrency(n) => closed_loop(&runner, &conversations, n, &budget, &next, false, &out).await,
+        Schedule::Rate { per_second, poisson } => {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let exp = Exp::new(per_second).expect("a positive rate");
+            let (mut k, mut offset) = (0u64, 0.0f64);
+            let times = std::iter::from_fn(move || {
+                // Constant: the k-th at k / rate (no drift); Poisson: exponential gaps.
+                let at = if poisson { offset } else { k as f64 / per_second };
+                k += 1;
+                offset += exp.sample(&mut rng);
+                Some(Duration::from_secs_f64(at))
+            });
+            open_loop(&runner, &conversations, times, &budget, &next, &out).await
+        }
+        Schedule::Trace => {
+            let times: Vec<Duration> = conversations.iter().map(|c| c.at.unwrap_or_default()).collect();
+            open_loop(&runner, &conversations, times.into_iter(), &budget, &next, &out).await
+        }
+    }
+    let mut records = std::mem::take(&mut *out.lock());
+    records.sort_by_key(|r| r.start);
+    for (i, r) in records.iter_mut().enumerate() {
+        r.index = i;
+    }
+    records
+}
+
+async fn closed_loop(
+    runner: &Arc<Runner>,
+    conversations: &Arc<Vec<Conversation>>,
+    workers: usize,
+    budget: &Arc<RequestBudget>,
+    next: &Arc<AtomicUsize>,
+    warmup: bool,
+    out: &Arc<Mutex<Vec<Record>>>,
+) {
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let (runner, conversations, budget, next, out) =
+            (runner.clone(), conversations.clone(), budget.clone(), next.clone(), out.clone());
+        tasks.push(tokio::spawn(async move {
+            while !budget.exhausted() {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let conversation = &conversations[k % conversations.len()];
+                runner.converse(k, conversation, None, &budget, warmup, &out).await;
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+async fn open_loop(
+    runner: &Arc<Runner>,
+    conversations: &Arc<Vec<Conversation>>,
+    times: impl Iterator<Item = Duration>,
+    budget: &Arc<RequestBudget>,
+    next: &Arc<AtomicUsize>,
+    out: &Arc<Mutex<Vec<Record>>>,
+) {
+    let origin = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for offset in times {
+        if budget.exhausted() {
+            break;
+        }
+        let due = origin + offset;
+        tokio::time::sleep_until(due).await;
+        let (runner, conversations, budget, out) = (runner.clone(), conversations.clone(), budget.clone(), out.clone());
+        let intended = due.into_std();
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        tasks.push(tokio::spawn(async move {
+            let conversation = &conversations[k % conversations.len()];
+            runner.converse(k, conversation, Some(intended), &budget, false, &out).await;
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::genai::inputs::Turn;
+
+    struct Words;
+    impl Tokenizer for Words {
+        fn count(&self, text: &str) -> usize {
+            text.split_whitespace().count()
+        }
+        fn name(&self) -> String {
+            "words".into()
+        }
+    }
+
+    /// A server whose stream is written in known pieces: a role chunk, a content event, then
+    /// 30 ms later two content events in one write and one event split over two writes.
+    async fn sse_server(usage: bool) -> String {
+        use axum::body::Body;
+        use axum::routing::post;
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            post(move || async move {
+                let mut writes: Vec<(u64, String)> = vec![
+                    (0, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n".into()),
+                    (0, "data: {\"choices\":[{\"delta\":{\"content\":\" one\"}}]}\n\n".into()),
+                    (
+                        30,
+                        "data: {\"choices\":[{\"delta\":{\"content\":\" two\"}}]}\n\n\
+                         data: {\"choices\":[{\"delta\":{\"content\":\" three four\"}}]}\n\n"
+                            .into(),
+                    ),
+                    (0, "data: {\"choices\":[{\"delta\":{\"cont".into()),
+                    (30, "ent\":\" five\"}}]}\n\n".into()),
+                ];
+                if usage {
+                    let text = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":6}}\n\n";
+                    writes.push((0, text.into()));
+                }
+                writes.push((0, "data: [DONE]\n\n".into()));
+                let stream = futures::stream::unfold(writes.into_iter(), |mut rest| async move {
+                    let (delay, text) = rest.next()?;
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    Some((Ok::<_, std::convert::Infallible>(bytes::Bytes::from(text)), rest))
+                });
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .header("x-request-id", "req-1")
+                    .body(Body::from_stream(stream))
+                    .unwrap()
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}/v1/chat/completions")
+    }
+
+    fn runner(url: String) -> Runner {
+        let body = BodyOptions { model: "m".into(), streaming: true, ..Default::default() };
+        let target =
+            Target { url, endpoint: EndpointType::Chat, body, headers: Vec::new(), tokenizer: Arc::new(Words) };
+        Runner::new(target, 1).unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_event_gets_its_own_instant_and_usage_counts_tokens() {
+        let runner = runner(sse_server(true).await);
+        let (record, reply) = runner.send(&[Message { role: "user", content: "a b c".into() }], None, None).await;
+        assert!(record.ok(), "{:?}", record.error);
+        assert_eq!(reply, " one two three four five");
+        assert_eq!(record.request_id, "req-1");
+        let c = &record.chunks;
+        assert_eq!(c.len(), 4, "the role chunk and the usage chunk are not content responses");
+        assert!(c[1].at - c[0].at >= Duration::from_millis(30), "the second event waited 30 ms");
+        assert_eq!(c[1].at, c[2].at, "two events in one write arrive together");
+        assert!(c[3].at - c[2].at >= Duration::from_millis(30), "a split event arrives with its last byte");
+        assert_eq!(c.iter().map(|c| c.tokens).collect::<Vec<_>>(), vec![1, 1, 2, 1]);
+        assert_eq!((record.input_tokens, record.output_tokens), (Some(9), Some(6)));
+        assert_eq!(record.token_source, Some(TokenSource::ServerUsage));
+    }
+
+    #[tokio::test]
+    async fn without_usage_the_client_tokenizer_counts() {
+        let runner = runner(sse_server(false).await);
+        let (record, _) = runner.send(&[Message { role: "user", content: "a b c".into() }], None, None).await;
+        assert_eq!((record.input_tokens, record.output_tokens), (Some(3), Some(5)));
+        assert_eq!(record.token_source, Some(TokenSource::ClientTokenizer));
+    }
+
+    #[tokio::test]
+    async fn closed_loop_sends_the_count_and_multi_turn_sessions_carry_history() {
+        let runner = Arc::new(runner(sse_server(true).await));
+        let turns = vec![Turn { text: "q1".into(), max_tokens: Some(4) }, Turn { text: "q2".into(), max_tokens: None }];
+        let conversations = Arc::new(vec![Conversation { turns, at: None }]);
+        let amount = Amount { requests: Some(5), duration: None, warmup: 2 };
+        let records = run(runner, conversations, Schedule::Concurrency(2), amount, 1).await;
+        assert_eq!(records.iter().filter(|r| r.warmup).count(), 2);
+        assert_eq!(records.iter().filter(|r| !r.warmup).count(), 5);
+        assert!(records.iter().all(Record::ok));
+        assert!(records.iter().any(|r| r.turn == 1), "second turns were sent");
+    }
+
+    #[tokio::test]
+    async fn open_loop_keeps_its_schedule_and_each_request_its_intended_instant() {
+        let runner = Arc::new(runner(sse_server(true).await));
+        let turns = vec![Turn { text: "q".into(), max_tokens: None }];
+        let conversations = Arc::new(vec![Conversation { turns, at: None }]);
+        let amount = Amount { requests: Some(6), duration: None, warmup: 0 };
+        let schedule = Schedule::Rate { per_second: 100.0, poisson: false };
+        let records = run(runner, conversations, schedule, amount, 1).await;
+        assert_eq!(records.len(), 6);
+        let intended: Vec<Instant> = records.iter().map(|r| r.intended.expect("open loop")).collect();
+        for pair in intended.windows(2) {
+            // Each request takes 60 ms; they still leave 10 ms apart, not one after another.
+            let gap = pair[1] - pair[0];
+            assert!(gap.abs_diff(Duration::from_millis(10)) < Duration::from_micros(1), "{gap:?}");
+        }
+        assert!(records.iter().all(|r| r.start >= r.intended.unwrap()));
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_is_an_error_of_its_status() {
+        let runner = runner("http://127.0.0.1:9/nothing".into());
+        let (record, _) = runner.send(&[Message { role: "user", content: "x".into() }], None, None).await;
+        assert_eq!(record.error.map(|e| e.0), Some(ErrorKind::Transport));
+        let runner2 = {
+            let url = sse_server(true).await.replace("/v1/chat/completions", "/v1/missing");
+            super::tests::runner(url)
+        };
+        let (record, _) = runner2.send(&[Message { role: "user", content: "x".into() }], None, None).await;
+        assert_eq!(record.error.map(|e| e.0), Some(ErrorKind::Status(404)));
+    }
+}

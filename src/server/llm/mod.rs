@@ -1,0 +1,424 @@
+//! `llm`: the generative twin. A real iteration-level batcher ([`batcher`]) runs on its own
+//! thread and sleeps each step for the time the cost model ([`cost`]) gives it; the text is a
+//! bundled corpus ([`text`]), counted exactly by the model's tokenizer ([`crate::tokenize`]).
+//! The front ends (OpenAI routes, Triton's generate extension, gRPC streaming) submit requests
+//! here and read each one's tokens from a channel.
+
+use std::collections::VecDeque;
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rand::SeedableRng;
+use rand_distr::Distribution;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use super::config;
+use super::error::{ServerError, ServerResult};
+use super::stats::ModelStats;
+use crate::proto::inference::ModelConfig;
+use crate::tokenize::{Tokenizer, DEFAULT_TOKENIZER};
+
+pub mod batcher;
+pub mod cost;
+pub mod kv;
+pub mod record;
+pub mod telemetry;
+pub mod text;
+
+pub use batcher::StepRecord;
+pub use record::{monotonic_ns, RequestLog};
+pub use telemetry::Gauges;
+
+/// The `backend` of a generative model.
+pub const BACKEND: &str = "llm";
+
+/// Steps the step log keeps (the latest).
+const STEP_LOG_LEN: usize = 4096;
+
+pub fn is_llm(config: &ModelConfig) -> bool {
+    config.backend == BACKEND
+}
+
+/// Why a sequence ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It reached its (seeded) natural end.
+    Stop,
+    /// It reached `max_tokens`.
+    Length,
+    /// Its client went away.
+    Abort,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        }
+    }
+}
+
+/// What a request's channel carries.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The `index`th generated token left the model; `last`: no more follow.
+    Token {
+        index: usize,
+        last: bool,
+    },
+    Done(Finish),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub cached_tokens: usize,
+}
+
+/// The config's `parameters`, checked.
+#[derive(Clone, Debug)]
+pub struct LlmSettings {
+    pub cost: cost::CostModel,
+    pub limits: batcher::Limits,
+    pub block_size: usize,
+    pub num_blocks: usize,
+    pub max_model_len: usize,
+    pub mean_output_tokens: f64,
+    pub embedding_dim: usize,
+    pub tokenizer: String,
+}
+
+impl LlmSettings {
+    pub fn from_config(c: &ModelConfig) -> ServerResult<LlmSettings> {
+        let d = cost::CostModel::default();
+        let settings = LlmSettings {
+            cost: cost::CostModel {
+                step_us: config::parameter_or(c, "step_us", d.step_us)?,
+                decode_us_per_seq: config::parameter_or(c, "decode_us_per_seq", d.decode_us_per_seq)?,
+                prefill_us_per_token: config::parameter_or(c, "prefill_us_per_token", d.prefill_us_per_token)?,
+            },
+            limits: batcher::Limits {
+                max_num_seqs: config::parameter_or(c, "max_num_seqs", 256)?,
+                max_num_batched_tokens: config::parameter_or(c, "max_num_batched_tokens", 8192)?,
+            },
+            block_size: config::parameter_or(c, "kv_block_size", 16)?,
+            num_blocks: config::parameter_or(c, "num_kv_blocks", 25_000)?,
+            max_model_len: config::parameter_or(c, "max_model_len", 8192)?,
+            mean_output_tokens: config::parameter_or(c, "mean_output_tokens", 128.0)?,
+            embedding_dim: config::parameter_or(c, "embedding_dim", 384)?,
+            tokenizer: config::parameter(c, "tokenizer").unwrap_or(DEFAULT_TOKENIZER).to_string(),
+        };
+        let name = &c.name;
+        let costs = [settings.cost.step_us, settings.cost.decode_us_per_seq, settings.cost.prefill_us_per_token];
+        if costs.iter().any(|v| !(v.is_finite() && (0.0..=10_000_000.0).contains(v))) {
+            return Err(ServerError::invalid(format!("model '{name}': step costs must be 0 to 10 s in µs")));
+        }
+        let counts = [
+            ("max_num_seqs", settings.limits.max_num_seqs),
+            ("max_num_batched_tokens", settings.limits.max_num_batched_tokens),
+            ("kv_block_size", settings.block_size),
+            ("num_kv_blocks", settings.num_blocks),
+            ("max_model_len", settings.max_model_len),
+            ("embedding_dim", settings.embedding_dim),
+        ];
+        if let Some((key, _)) = counts.iter().find(|(_, v)| !(1..=100_000_000).contains(v)) {
+            return Err(ServerError::invalid(format!("model '{name}': parameter '{key}' must be 1 to 100000000")));
+        }
+        if !(settings.mean_output_tokens.is_finite() && settings.mean_output_tokens >= 1.0) {
+            return Err(ServerError::invalid(format!("model '{name}': mean_output_tokens must be at least 1")));
+        }
+        if !config::parameter(c, "tokenizer").is_none_or(|t| matches!(t, "cl100k_base" | "o200k_base"))
+            && !std::path::Path::new(&settings.tokenizer).exists()
+        {
+            return Err(ServerError::invalid(format!(
+                "model '{name}': tokenizer '{}' is neither cl100k_base, o200k_base nor an existing path",
+                settings.tokenizer
+            )));
+        }
+        Ok(settings)
+    }
+}
+
+/// A request for the engine. `max_tokens` `None`: up to the context length.
+#[derive(Clone, Debug, Default)]
+pub struct GenerateParams {
+    pub prompt: String,
+    pub max_tokens: Option<usize>,
+    pub min_tokens: usize,
+    pub ignore_eos: bool,
+    pub seed: Option<u64>,
+    pub request_id: String,
+    pub arrival_ns: u64,
+}
+
+/// A request the engine refused, with the OpenAI field it is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub message: String,
+    pub param: &'static str,
+    pub code: Option<&'static str>,
+}
+
+/// Why [`LlmEngine::generate`] failed: the request, or the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GenerateError {
+    Refused(Refusal),
+    Server(ServerError),
+}
+
+impl From<GenerateError> for ServerError {
+    fn from(e: GenerateError) -> Self {
+        match e {
+            GenerateError::Refused(r) => ServerError::invalid(r.message),
+            GenerateError::Server(e) => e,
+        }
+    }
+}
+
+/// A submitted request: its token count, where its text starts, and its events.
+pub struct Generation {
+    pub prompt_tokens: usize,
+    pub text_start: usize,
+    pub events: UnboundedReceiver<Event>,
+}
+
+struct Started {
+    tokenizer: Tokenizer,
+    text: text::TextSource,
+    submit: mpsc::Sender<batcher::Submission>,
+}
+
+pub struct LlmEngine {
+    pub name: String,
+    pub settings: LlmSettings,
+    stats: Arc<ModelStats>,
+    telemetry: Arc<telemetry::Telemetry>,
+    steps: Arc<Mutex<VecDeque<StepRecord>>>,
+    /// The tokenizer, the text and the batcher thread, made on first use: a server that never
+    /// generates does not pay for parsing a vocabulary.
+    started: OnceLock<Result<Started, ServerError>>,
+}
+
+impl LlmEngine {
+    pub fn new(config: &ModelConfig, stats: Arc<ModelStats>) -> ServerResult<LlmEngine> {
+        let name = &config.name;
+        let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        if !decoupled || config.max_batch_size != 0 {
+            return Err(ServerError::invalid(format!(
+                "model '{name}': backend 'llm' needs model_transaction_policy {{ decoupled: true }} and max_batch_size 0"
+            )));
+        }
+        Ok(LlmEngine {
+            name: name.clone(),
+            settings: LlmSettings::from_config(config)?,
+            stats,
+            telemetry: Default::default(),
+            steps: Default::default(),
+            started: OnceLock::new(),
+        })
+    }
+
+    fn started(&self) -> ServerResult<&Started> {
+        self.started.get_or_init(|| self.start()).as_ref().map_err(Clone::clone)
+    }
+
+    fn start(&self) -> ServerResult<Started> {
+        let tokenizer = Tokenizer::open(&self.settings.tokenizer)
+            .map_err(|e| ServerError::invalid(format!("model '{}': {e}", self.name)))?;
+        let text = text::TextSource::new(&tokenizer)?;
+        let (submit, arrivals) = mpsc::channel();
+        let s = &self.settings;
+        let batcher = batcher::Batcher::new(
+            s.limits,
+            s.cost,
+            kv::KvCache::new(s.block_size, s.num_blocks),
+            self.stats.clone(),
+            self.telemetry.clone(),
+        );
+        let steps = self.steps.clone();
+        std::thread::Builder::new()
+            .name(format!("llm-{}", self.name))
+            .spawn(move || run(batcher, arrivals, steps))
+            .map_err(|e| ServerError::internal(format!("cannot start the batcher thread: {e}")))?;
+        Ok(Started { tokenizer, text, submit })
+    }
+
+    /// The model's tokenizer (opened on first use).
+    pub fn tokenizer(&self) -> ServerResult<&Tokenizer> {
+        Ok(&self.started()?.tokenizer)
+    }
+
+    /// The `index`th generated piece of a text that starts at `start`.
+    pub fn piece(&self, start: usize, index: usize) -> &str {
+        self.started().map(|s| s.text.piece(start, index)).unwrap_or_default()
+    }
+
+    /// Checks a request, plans its output and queues it for the batcher.
+    pub fn generate(&self, params: GenerateParams, log: Option<Arc<RequestLog>>) -> Result<Generation, GenerateError> {
+        let started = self.started().map_err(GenerateError::Server)?;
+        let tokens = started.tokenizer.encode(&params.prompt);
+        let plan = self.plan(&params, tokens.len()).map_err(GenerateError::Refused)?;
+        let mut rng = match params.seed {
+            Some(seed) => rand_chacha::ChaCha8Rng::seed_from_u64(seed),
+            None => rand_chacha::ChaCha8Rng::from_rng(&mut rand::rng()),
+        };
+        let text_start = started.text.start(&mut rng);
+        let (target, reason) = match plan {
+            Plan::Embed => (0, FinishReason::Stop),
+            Plan::Generate { max_tokens } if params.ignore_eos => (max_tokens, FinishReason::Length),
+            Plan::Generate { max_tokens } => {
+                let natural = rand_distr::Exp::new(1.0 / self.settings.mean_output_tokens)
+                    .map(|d| 1 + d.sample(&mut rng) as usize)
+                    .unwrap_or(max_tokens)
+                    .max(params.min_tokens);
+                if natural >= max_tokens {
+                    (max_tokens, FinishReason::Length)
+                } else {
+                    (natural, FinishReason::Stop)
+                }
+            }
+        };
+        let (events, receiver) = unbounded_channel();
+        let submission = batcher::Submission {
+            request_id: params.request_id,
+            prompt_len: tokens.len(),
+            hashes: kv::block_hashes(&tokens, self.settings.block_size),
+            target,
+            reason,
+            arrival_ns: params.arrival_ns,
+            events,
+            log,
+        };
+        let stopped = |_| GenerateError::Server(ServerError::unavailable("the batcher has stopped"));
+        started.submit.send(submission).map_err(stopped)?;
+        Ok(Generation { prompt_tokens: tokens.len(), text_start, events: receiver })
+    }
+
+    /// Checks lengths against the context and the cache. `max_tokens` 0 means an embedding.
+    fn plan(&self, p: &GenerateParams, prompt: usize) -> Result<Plan, Refusal> {
+        let s = &self.settings;
+        let refuse = |message: String, param, code| Err(Refusal { message, param, code });
+        if prompt == 0 {
+            return refuse("the prompt is empty: at least one token is needed".into(), "prompt", None);
+        }
+        if p.max_tokens == Some(0) {
+            return self.fits(prompt, 0).map(|_| Plan::Embed);
+        }
+        let max_tokens = p.max_tokens.unwrap_or(s.max_model_len.saturating_sub(prompt).max(1));
+        if p.min_tokens > max_tokens {
+            let message =
+                format!("min_tokens ({}) must be less than or equal to max_tokens ({max_tokens})", p.min_tokens);
+            return refuse(message, "min_tokens", None);
+        }
+        self.fits(prompt, max_tokens)?;
+        Ok(Plan::Generate { max_tokens })
+    }
+
+    fn fits(&self, prompt: usize, max_tokens: usize) -> Result<(), Refusal> {
+        let s = &self.settings;
+        if prompt + max_tokens > s.max_model_len {
+            let message = format!(
+                "This model's maximum context length is {} tokens. However, you requested {} tokens ({prompt} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.",
+                s.max_model_len,
+                prompt + max_tokens
+            );
+            return Err(Refusal { message, param: "messages", code: Some("context_length_exceeded") });
+        }
+        let blocks = (prompt + max_tokens).div_ceil(s.block_size);
+        if blocks > s.num_blocks {
+            let message = format!(
+                "the request needs {blocks} KV-cache blocks of {} tokens, more than the whole cache ({})",
+                s.block_size, s.num_blocks
+            );
+            return Err(Refusal { message, param: "max_tokens", code: None });
+        }
+        Ok(())
+    }
+
+    /// A deterministic unit vector for a text's tokens (the twin has no weights to embed with).
+    pub fn embedding(&self, text: &str) -> ServerResult<Vec<f32>> {
+        let tokens = self.tokenizer()?.encode(text);
+        let mut v = vec![0f32; self.settings.embedding_dim];
+        for (i, t) in tokens.iter().enumerate() {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(u64::from(*t) ^ ((i as u64) << 32));
+            for x in v.iter_mut() {
+                let noise: f32 = rand_distr::StandardNormal.sample(&mut rng);
+                *x += noise;
+            }
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+        Ok(v.into_iter().map(|x| x / norm).collect())
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        self.telemetry.read_gauges()
+    }
+
+    /// The latest steps, oldest first.
+    pub fn step_log(&self) -> Vec<StepRecord> {
+        self.steps.lock().iter().cloned().collect()
+    }
+
+    /// The counters behind this model's vLLM-named metrics.
+    pub fn telemetry(&self) -> &telemetry::Telemetry {
+        &self.telemetry
+    }
+}
+
+enum Plan {
+    Embed,
+    Generate { max_tokens: usize },
+}
+
+/// The batcher thread: take arrivals, plan a step, sleep its duration, end it. It ends when
+/// the engine is gone and nothing is left to run.
+fn run(
+    mut batcher: batcher::Batcher,
+    arrivals: mpsc::Receiver<batcher::Submission>,
+    steps: Arc<Mutex<VecDeque<StepRecord>>>,
+) {
+    loop {
+        let mut closed = false;
+        loop {
+            match arrivals.try_recv() {
+                Ok(sub) => batcher.enqueue(sub),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if batcher.idle() {
+            if closed {
+                return;
+            }
+            match arrivals.recv() {
+                Ok(sub) => batcher.enqueue(sub),
+                Err(_) => return,
+            }
+            continue;
+        }
+        let start = Instant::now();
+        let Some(us) = batcher.schedule(monotonic_ns()) else {
+            // Everything left was dropped, or waits on blocks nobody holds: look again shortly.
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        };
+        let end = start + Duration::from_micros(us);
+        if let Some(left) = end.checked_duration_since(Instant::now()) {
+            std::thread::sleep(left);
+        }
+        let step = batcher.complete(monotonic_ns());
+        let mut log = steps.lock();
+        if log.len() == STEP_LOG_LEN {
+            log.pop_front();
+        }
+        log.push_back(step);
+    }
+}

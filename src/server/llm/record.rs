@@ -1,0 +1,94 @@
+//! The generative twin's ground truth (`perfbench serve --record-requests FILE`): one JSON line
+//! per finished request with the instants the scheduler saw. Instants are CLOCK_MONOTONIC
+//! nanoseconds, the clock Rust's `Instant` and Python's `time.monotonic_ns()` and
+//! `time.perf_counter_ns()` read on Linux, so a client on the same machine can subtract its own
+//! readings from them.
+
+use std::io::Write;
+use std::path::Path;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write into; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One request, as the scheduler saw it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RequestRecord {
+    /// `x-request-id` when the client sent one, else the response's own id.
+    pub id: String,
+    pub arrival_ns: u64,
+    /// First admitted into the running batch (`None`: it never was).
+    pub admitted_ns: Option<u64>,
+    pub first_chunk_ns: Option<u64>,
+    /// When each generated chunk left the model (one token per chunk).
+    pub chunk_ns: Vec<u64>,
+    pub finish_ns: u64,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+    pub preemptions: u32,
+    /// `stop`, `length`, or `abort` (the client went away).
+    pub finish_reason: &'static str,
+}
+
+/// An open `--record-requests` file.
+pub struct RequestLog {
+    file: Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl RequestLog {
+    pub fn create(path: &Path) -> std::io::Result<RequestLog> {
+        let file = std::fs::File::create(path)?;
+        Ok(RequestLog { file: Mutex::new(std::io::BufWriter::new(file)) })
+    }
+
+    /// Appends one line and flushes it, so a reader sees every finished request.
+    pub fn write(&self, record: &RequestRecord) {
+        let mut line = serde_json::to_vec(record).expect("a record serializes");
+        line.push(b'\n');
+        let mut file = self.file.lock();
+        if let Err(e) = file.write_all(&line).and_then(|_| file.flush()) {
+            tracing::warn!("--record-requests: cannot write a record: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_json_line_per_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let log = RequestLog::create(&path).unwrap();
+        let record = RequestRecord {
+            id: "a".into(),
+            arrival_ns: 1,
+            admitted_ns: Some(2),
+            first_chunk_ns: Some(3),
+            chunk_ns: vec![3, 4],
+            finish_ns: 4,
+            prompt_tokens: 5,
+            completion_tokens: 2,
+            cached_tokens: 0,
+            preemptions: 0,
+            finish_reason: "length",
+        };
+        log.write(&record);
+        log.write(&record);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["chunk_ns"], serde_json::json!([3, 4]));
+        assert_eq!(lines[1]["finish_reason"], "length");
+    }
+}
