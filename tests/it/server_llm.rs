@@ -204,7 +204,7 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
         ),
         (
             "/v1/completions",
-            json!({"model": "llm", "prompt": "hi", "max_tokens": 60}),
+            json!({"model": "llm", "prompt": "hi", "max_tokens": 64}),
             StatusCode::BAD_REQUEST,
             Some("context_length_exceeded"),
         ),
