@@ -584,6 +584,8 @@ async fn a_thousand_streams_on_one_core() {
         .output()
         .expect("taskset runs");
     assert!(pinned.status.success(), "{}", String::from_utf8_lossy(&pinned.stderr));
+    // No in-process server here to install rustls' crypto provider, which reqwest needs.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder().pool_max_idle_per_host(STREAMS).build().unwrap();
     let url = format!("http://{}/v1/completions", server.http);
     let start = Instant::now();
