@@ -214,7 +214,7 @@ impl Batcher {
             let seq = &mut self.running[i];
             let n = std::mem::take(&mut seq.scheduled);
             seq.computed += n;
-            let full_prompt_blocks = seq.computed.min(seq.sub.prompt_len) / block;
+            let full_prompt_blocks = (seq.computed.min(seq.sub.prompt_len) / block).min(seq.sub.hashes.len());
             while seq.published < full_prompt_blocks {
                 if seq.published == seq.holding.shared.len() {
                     self.kv.publish(&mut seq.holding, seq.sub.hashes[seq.published]);
