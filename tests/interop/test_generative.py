@@ -22,9 +22,9 @@ from peers import HERE, run_tool, start_perfbench, write_repository
 
 CORPUS = HERE.parent.parent / "src" / "server" / "llm" / "corpus.txt"
 # Step costs large enough that a client's own overhead (a Python process on a loaded machine)
-# stays well inside 5% of TTFT (about 60 ms) and request latency (about 200 ms).
+# stays well inside 5% of TTFT (about 160 ms) and request latency (about 310 ms).
 STEP_US = 10_000
-PREFILL_US_PER_TOKEN = 500
+PREFILL_US_PER_TOKEN = 1500
 INPUT_TOKENS = 100
 OUTPUT_TOKENS = 16
 REQUESTS = 8
@@ -156,7 +156,7 @@ def test_aiperf_profiles_the_twin(llm_server, tokenizer_dir, tmp_path, endpoint,
         str(Path(os.environ.get("AIPERF_BIN", "aiperf"))), "profile",
         "--model", "llm", "--url", f"http://{llm_server.http_url}",
         "--endpoint-type", endpoint, "--tokenizer", str(tokenizer_dir),
-        "--concurrency", "1", "--request-count", str(REQUESTS), "--warmup-request-count", "0",
+        "--concurrency", "1", "--request-count", str(REQUESTS),
         "--synthetic-input-tokens-mean", str(INPUT_TOKENS), "--synthetic-input-tokens-stddev", "0",
         "--random-seed", "7", "--ui-type", "none", "--artifact-dir", str(tmp_path / "aiperf"),
     ]
@@ -174,7 +174,7 @@ def test_aiperf_profiles_the_twin(llm_server, tokenizer_dir, tmp_path, endpoint,
     ours = records(llm_server)[before:]
     assert len(theirs) == REQUESTS, theirs[:2]
     assert all(not r.get("error") for r in theirs), [r["error"] for r in theirs if r.get("error")]
-    assert len(ours) == REQUESTS
+    assert len(ours) >= REQUESTS
     # AIPerf sends X-Request-ID; the server records it as the request's id.
     by_id = {o["id"]: o for o in ours}
     pairs = [(t, by_id[t["metadata"]["x_request_id"]]) for t in theirs]

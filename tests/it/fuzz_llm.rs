@@ -160,6 +160,18 @@ fn generative_routes() {
     // Still serving: a good request is answered in full.
     let good = json!({"model": "llm", "prompt": "hello", "max_tokens": 3, "ignore_eos": true});
     let url = format!("{}/v1/completions", server.http_url());
-    let reply: Value = rt.block_on(async { http.post(url).json(&good).send().await.unwrap().json().await.unwrap() });
+    let reply: Value = rt.block_on(async {
+        http.post(url)
+            .header("content-type", "application/json")
+            .body((&good).to_string())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .parse()
+            .unwrap()
+    });
     assert_eq!(reply["usage"]["completion_tokens"], 3);
 }

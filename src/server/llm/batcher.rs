@@ -214,7 +214,7 @@ impl Batcher {
             let seq = &mut self.running[i];
             let n = std::mem::take(&mut seq.scheduled);
             seq.computed += n;
-            let full_prompt_blocks = seq.computed.min(seq.sub.prompt_len) / block;
+            let full_prompt_blocks = (seq.computed.min(seq.sub.prompt_len) / block).min(seq.sub.hashes.len());
             while seq.published < full_prompt_blocks {
                 if seq.published == seq.holding.shared.len() {
                     self.kv.publish(&mut seq.holding, seq.sub.hashes[seq.published]);
@@ -293,12 +293,7 @@ impl Batcher {
                 admitted.saturating_sub(arrival),
             );
         }
-        let _ = seq.sub.events.send(Event::Done(Finish {
-            reason,
-            prompt_tokens: seq.sub.prompt_len,
-            completion_tokens: seq.generated,
-            cached_tokens: seq.cached_tokens,
-        }));
+        // The record first: a client that reads it after its answer finds it.
         if let Some(log) = &seq.sub.log {
             log.write(&RequestRecord {
                 id: std::mem::take(&mut seq.sub.request_id),
@@ -314,6 +309,12 @@ impl Batcher {
                 finish_reason: reason.as_str(),
             });
         }
+        let _ = seq.sub.events.send(Event::Done(Finish {
+            reason,
+            prompt_tokens: seq.sub.prompt_len,
+            completion_tokens: seq.generated,
+            cached_tokens: seq.cached_tokens,
+        }));
     }
 
     fn publish_gauges(&self) {
@@ -340,4 +341,124 @@ fn admit(kv: &mut KvCache, seq: &mut Seq, budget: usize) -> Option<usize> {
         seq.cached_tokens = computed;
     }
     Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+    fn batcher(max_num_seqs: usize, budget: usize, blocks: usize) -> Batcher {
+        let limits = Limits { max_num_seqs, max_num_batched_tokens: budget };
+        let cost = CostModel { step_us: 1000.0, decode_us_per_seq: 10.0, prefill_us_per_token: 1.0 };
+        Batcher::new(limits, cost, KvCache::new(4, blocks), Default::default(), Default::default())
+    }
+
+    fn submit(b: &mut Batcher, prompt_len: usize, target: usize) -> UnboundedReceiver<Event> {
+        let (events, rx) = unbounded_channel();
+        b.enqueue(Submission {
+            request_id: String::new(),
+            prompt_len,
+            hashes: vec![],
+            target,
+            reason: FinishReason::Length,
+            arrival_ns: 0,
+            events,
+            log: None,
+        });
+        rx
+    }
+
+    /// Runs steps until idle (at most `limit`), one µs apart; returns the steps.
+    fn run(b: &mut Batcher, limit: usize) -> Vec<StepRecord> {
+        let mut steps = Vec::new();
+        let mut now = 0;
+        while !b.idle() && steps.len() < limit {
+            if b.schedule(now).is_some() {
+                now += 1;
+                steps.push(b.complete(now));
+            }
+        }
+        steps
+    }
+
+    fn tokens(rx: &mut UnboundedReceiver<Event>) -> (usize, Option<Finish>) {
+        let mut n = 0;
+        let mut done = None;
+        while let Ok(e) = rx.try_recv() {
+            match e {
+                Event::Token { .. } => n += 1,
+                Event::Done(f) => done = Some(f),
+            }
+        }
+        (n, done)
+    }
+
+    #[test]
+    fn a_long_prompt_is_prefilled_in_chunks_while_others_decode() {
+        let mut b = batcher(8, 16, 100);
+        let mut short = submit(&mut b, 4, 20);
+        let first = run(&mut b, 2);
+        assert_eq!(first[0].prefill_tokens, 4);
+        let mut long = submit(&mut b, 40, 3);
+        let steps = run(&mut b, 100);
+        // The decoding sequence takes 1 token of each 16-token budget; the prompt takes 15.
+        assert_eq!(steps[0].prefill_tokens, 15);
+        assert_eq!(steps[0].decode_seqs, 1);
+        assert_eq!(tokens(&mut short).0, 20);
+        assert_eq!(
+            tokens(&mut long),
+            (
+                3,
+                Some(Finish {
+                    reason: FinishReason::Length,
+                    prompt_tokens: 40,
+                    completion_tokens: 3,
+                    cached_tokens: 0
+                })
+            )
+        );
+    }
+
+    #[test]
+    fn a_full_cache_preempts_the_latest_sequence_and_recomputes_it() {
+        // 4 blocks of 4 tokens; each sequence grows to 3 blocks, so both cannot finish together.
+        let mut b = batcher(8, 64, 4);
+        let mut a = submit(&mut b, 4, 8);
+        let mut c = submit(&mut b, 4, 8);
+        let steps = run(&mut b, 200);
+        assert!(steps.iter().any(|s| !s.preempted.is_empty()), "nothing was preempted");
+        assert_eq!(tokens(&mut a).0, 8);
+        assert_eq!(tokens(&mut c).0, 8);
+        assert!(b.idle());
+        assert_eq!(b.kv.used(), 0);
+    }
+
+    #[test]
+    fn max_num_seqs_bounds_the_batch_and_queued_sequences_join_as_others_leave() {
+        let mut b = batcher(2, 64, 100);
+        let mut rxs: Vec<_> = (0..5).map(|i| submit(&mut b, 4, 3 + i)).collect();
+        let steps = run(&mut b, 100);
+        assert!(steps.iter().all(|s| s.batch.len() <= 2));
+        assert!(steps.iter().skip(1).any(|s| !s.joined.is_empty()), "queued sequences never joined");
+        assert!(
+            steps.iter().any(|s| !s.left.is_empty() && s.batch.len() > s.left.len()),
+            "nobody left a running batch"
+        );
+        for (i, rx) in rxs.iter_mut().enumerate() {
+            assert_eq!(tokens(rx).0, 3 + i);
+        }
+    }
+
+    #[test]
+    fn a_dropped_receiver_frees_its_blocks_at_the_next_step() {
+        let mut b = batcher(8, 64, 100);
+        let rx = submit(&mut b, 20, 1000);
+        run(&mut b, 3);
+        assert!(b.kv.used() > 0);
+        drop(rx);
+        b.schedule(10);
+        assert_eq!(b.kv.used(), 0);
+        assert!(b.idle());
+    }
 }
