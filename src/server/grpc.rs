@@ -4,6 +4,9 @@
 //! does. Streamed inference reports each failure in its response and keeps the stream open; a
 //! decoupled model's responses are played out on the stream at their scheduled times.
 
+/// The decoupled `llm` model's ModelStreamInfer: one response per chunk.
+mod llm;
+
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -326,7 +329,7 @@ fn answer_stream(
     request: pb::ModelInferRequest,
 ) -> BoxStream<'static, pb::ModelStreamInferResponse> {
     if let Ok(engine) = service.core.llm(&request.model_name, &request.model_version) {
-        return super::grpc_llm::answer(service.core.clone(), engine, request);
+        return llm::answer(service.core.clone(), engine, request);
     }
     futures::stream::once(async move {
         let (id, name, version) = (request.id.clone(), request.model_name.clone(), request.model_version.clone());

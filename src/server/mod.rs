@@ -12,7 +12,6 @@ pub mod ensemble;
 pub mod error;
 pub mod generate;
 pub mod grpc;
-pub mod grpc_llm;
 pub mod http;
 pub mod http_json;
 pub mod infer;
