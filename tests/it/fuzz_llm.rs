@@ -163,7 +163,7 @@ fn generative_routes() {
     let reply: Value = rt.block_on(async {
         http.post(url)
             .header("content-type", "application/json")
-            .body((&good).to_string())
+            .body(good.to_string())
             .send()
             .await
             .unwrap()

@@ -314,7 +314,7 @@ async fn a_full_kv_cache_queues_requests_and_loses_none() {
         tasks.push(tokio::spawn(async move {
             http.post(url)
                 .header("content-type", "application/json")
-                .body((&body).to_string())
+                .body(body.to_string())
                 .send()
                 .await
                 .unwrap()
@@ -358,7 +358,7 @@ async fn a_client_that_goes_away_frees_its_blocks() {
         .http
         .post(llm.url("/v1/completions"))
         .header("content-type", "application/json")
-        .body((&body).to_string())
+        .body(body.to_string())
         .send()
         .await
         .unwrap();
@@ -437,7 +437,7 @@ async fn triton_generate_and_generate_stream() {
         .http
         .post(llm.url("/v2/models/llm/versions/1/generate_stream"))
         .header("content-type", "application/json")
-        .body((&request).to_string())
+        .body(request.to_string())
         .send()
         .await
         .unwrap();
@@ -523,7 +523,7 @@ async fn records_and_statistics_agree_with_what_was_served() {
             .header("x-request-id", format!("mine-{i}"))
             .header("content-type", "application/json")
             .body(
-                (&json!({"model": "llm", "prompt": "count the steps", "max_tokens": 4 + i, "ignore_eos": true}))
+                json!({"model": "llm", "prompt": "count the steps", "max_tokens": 4 + i, "ignore_eos": true})
                     .to_string(),
             )
             .send()
@@ -597,7 +597,7 @@ async fn a_thousand_streams_on_one_core() {
             tokio::spawn(async move {
                 http.post(url)
                     .header("content-type", "application/json")
-                    .body((&body).to_string())
+                    .body(body.to_string())
                     .send()
                     .await
                     .unwrap()

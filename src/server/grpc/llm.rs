@@ -8,15 +8,15 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
+use super::{decode_request, stream_error, with_final_flag};
+use crate::proto::inference as pb;
+use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::server::core::InferenceServer;
 use crate::server::error::{ServerError, ServerResult};
 use crate::server::generate::{Pieces, TextRequest};
-use super::{decode_request, stream_error, with_final_flag};
 use crate::server::infer::{InferRequest, InputData};
 use crate::server::llm::{monotonic_ns, LlmEngine};
 use crate::server::repository::MODEL_VERSION;
-use crate::proto::inference as pb;
-use crate::proto::inference::model_infer_response::InferOutputTensor;
 
 /// The responses to one streamed request for a generative model.
 pub fn answer(
