@@ -61,14 +61,7 @@ impl Llm {
     }
 
     async fn post(&self, path: &str, body: &Value) -> (StatusCode, String) {
-        let response = self
-            .http
-            .post(self.url(path))
-            .header("content-type", "application/json")
-            .body((body).to_string())
-            .send()
-            .await
-            .expect("reaches the server");
+        let response = send_json(&self.http, self.url(path), body).await;
         let status = response.status();
         (status, response.text().await.expect("a body"))
     }
@@ -101,6 +94,16 @@ fn metric(page: &str, name: &str) -> f64 {
 }
 
 /// The `data:` payloads of an SSE body, in order.
+/// POSTs `body` as JSON; the server must answer (any status).
+async fn send_json(http: &reqwest::Client, url: String, body: &Value) -> reqwest::Response {
+    http.post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("reaches the server")
+}
+
 fn sse_events(body: &str) -> Vec<String> {
     body.split("\n\n")
         .filter(|e| !e.is_empty())
@@ -249,19 +252,8 @@ async fn tokens_per_second(llm: &Llm, streams: usize, tokens: usize) -> f64 {
         let http = llm.http.clone();
         let url = llm.url("/v1/completions");
         let body = json!({"model": "llm", "prompt": format!("stream {i} of the test"), "max_tokens": tokens + i,
-                          "ignore_eos": true, "stream": true})
-        .to_string();
-        tasks.push(tokio::spawn(async move {
-            http.post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        }));
+                          "ignore_eos": true, "stream": true});
+        tasks.push(tokio::spawn(async move { send_json(&http, url, &body).await.text().await.unwrap() }));
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let mut total = 0;
@@ -312,17 +304,7 @@ async fn a_full_kv_cache_queues_requests_and_loses_none() {
         let url = llm.url("/v1/completions");
         let body = json!({"model": "llm", "prompt": prompt, "max_tokens": 40, "ignore_eos": true});
         tasks.push(tokio::spawn(async move {
-            http.post(url)
-                .header("content-type", "application/json")
-                .body(body.to_string())
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-                .parse::<Value>()
-                .unwrap()
+            send_json(&http, url, &body).await.text().await.unwrap().parse::<Value>().unwrap()
         }));
     }
     let mut saw_waiting = 0.0f64;
@@ -354,14 +336,7 @@ async fn a_full_kv_cache_queues_requests_and_loses_none() {
 async fn a_client_that_goes_away_frees_its_blocks() {
     let llm = Llm::start(&[("step_us", "3000")]).await;
     let body = json!({"model": "llm", "prompt": "a long story please", "max_tokens": 2000, "ignore_eos": true, "stream": true});
-    let mut response = llm
-        .http
-        .post(llm.url("/v1/completions"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut response = send_json(&llm.http, llm.url("/v1/completions"), &body).await;
     for _ in 0..3 {
         response.chunk().await.unwrap().expect("a chunk");
     }
@@ -433,14 +408,7 @@ async fn triton_generate_and_generate_stream() {
     assert_eq!(cl100k().count(&text["Hello".len()..]), 5);
 
     let request = json!({"text_input": "Hello", "stream": true, "sampling_parameters": "{\"max_tokens\": 7, \"ignore_eos\": true}"});
-    let response = llm
-        .http
-        .post(llm.url("/v2/models/llm/versions/1/generate_stream"))
-        .header("content-type", "application/json")
-        .body(request.to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = send_json(&llm.http, llm.url("/v2/models/llm/versions/1/generate_stream"), &request).await;
     assert_eq!(response.headers()["content-type"], "text/event-stream; charset=utf-8");
     let events = sse_events(&response.text().await.unwrap());
     assert_eq!(events.len(), 7, "{events:?}");
@@ -594,17 +562,7 @@ async fn a_thousand_streams_on_one_core() {
             let (http, url) = (http.clone(), url.clone());
             let body = json!({"model": "llm", "prompt": format!("stream {i}"), "max_tokens": TOKENS,
                               "ignore_eos": true, "stream": true});
-            tokio::spawn(async move {
-                http.post(url)
-                    .header("content-type", "application/json")
-                    .body(body.to_string())
-                    .send()
-                    .await
-                    .unwrap()
-                    .text()
-                    .await
-                    .unwrap()
-            })
+            tokio::spawn(async move { send_json(&http, url, &body).await.text().await.unwrap() })
         })
         .collect();
     let mut tokens = 0;
