@@ -14,7 +14,7 @@ use proptest::test_runner::TestCaseError;
 use serde_json::{json, Map, Value};
 use tokio::runtime::Runtime;
 
-use crate::fuzz_server::{check, error_chain, json_leaf, json_value, pick, runner, ANSWER_WITHIN};
+use crate::fuzz_server::{answered_in_time, check, json_leaf, json_value, pick, runner};
 
 /// Fast steps and a short context, so that a generated request that happens to be valid ends
 /// quickly even when it asks for every token the context allows.
@@ -107,17 +107,7 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
 
 /// An answer in time, never a 5xx, and an error in the route's shape.
 async fn answer(http: &reqwest::Client, url: String, body: Vec<u8>, openai: bool) -> Result<(), TestCaseError> {
-    let send = async {
-        let response = http.post(url).body(body).send().await?;
-        let status = response.status();
-        let body = response.bytes().await?;
-        Ok::<_, reqwest::Error>((status, body))
-    };
-    let (status, body) = match tokio::time::timeout(ANSWER_WITHIN, send).await {
-        Err(_) => return Err(TestCaseError::fail("no answer in time (hang)")),
-        Ok(Err(e)) => return Err(TestCaseError::fail(format!("no answer: {}", error_chain(&e)))),
-        Ok(Ok(pair)) => pair,
-    };
+    let (status, body) = answered_in_time(http.post(url).body(body)).await?;
     let text = String::from_utf8_lossy(&body);
     if status.is_server_error() {
         return Err(TestCaseError::fail(format!("server error {status}: {text}")));

@@ -207,21 +207,28 @@ where
 // ---------------------------------------------------------------------------------------------
 // What a good answer is.
 
-/// An HTTP answer: in time, on a live connection, not a 5xx, and an error that is a KServe
-/// `{"error": "..."}` body. 501 is allowed only where `unsupported_ok` (Triton's UNSUPPORTED:
-/// a feature the server does not have, such as changing trace settings).
-async fn http_answer(request: reqwest::RequestBuilder, unsupported_ok: bool) -> Result<u16, TestCaseError> {
+/// The status and body of `request`'s answer, which must come in time on a live connection.
+pub(crate) async fn answered_in_time(
+    request: reqwest::RequestBuilder,
+) -> Result<(reqwest::StatusCode, bytes::Bytes), TestCaseError> {
     let send = async {
         let response = request.send().await?;
         let status = response.status();
         let body = response.bytes().await?;
         Ok::<_, reqwest::Error>((status, body))
     };
-    let (status, body) = match tokio::time::timeout(ANSWER_WITHIN, send).await {
-        Err(_) => return Err(TestCaseError::fail("no answer in time (hang)")),
-        Ok(Err(e)) => return Err(TestCaseError::fail(format!("no answer: {}", error_chain(&e)))),
-        Ok(Ok(pair)) => pair,
-    };
+    match tokio::time::timeout(ANSWER_WITHIN, send).await {
+        Err(_) => Err(TestCaseError::fail("no answer in time (hang)")),
+        Ok(Err(e)) => Err(TestCaseError::fail(format!("no answer: {}", error_chain(&e)))),
+        Ok(Ok(pair)) => Ok(pair),
+    }
+}
+
+/// An HTTP answer: in time, on a live connection, not a 5xx, and an error that is a KServe
+/// `{"error": "..."}` body. 501 is allowed only where `unsupported_ok` (Triton's UNSUPPORTED:
+/// a feature the server does not have, such as changing trace settings).
+async fn http_answer(request: reqwest::RequestBuilder, unsupported_ok: bool) -> Result<u16, TestCaseError> {
+    let (status, body) = answered_in_time(request).await?;
     let text = String::from_utf8_lossy(&body);
     if status.is_server_error() && !(unsupported_ok && status == 501) {
         return Err(TestCaseError::fail(format!("server error {status}: {text}")));
