@@ -1,9 +1,13 @@
-//! perf_analyzer's `--service-kind openai` (and genai-perf's runs of `perf_analyzer`): resolved by
-//! [`super::profile::ProfileArgs::openai`], run by [`crate::genai::pa_openai`], reported in
+//! perf_analyzer's `--service-kind openai` (and genai-perf's runs of `perf_analyzer`): resolved here from
+//! [`ProfileArgs`] (`ProfileArgs::openai`), run by [`crate::genai::pa_openai`], reported in
 //! perf_analyzer's words.
 
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
+use super::profile::{concurrency_range, ProfileArgs};
+use crate::plan::{invalid, PlanError};
 use crate::run::{EXIT_BAD_INPUT, EXIT_TARGET};
 
 /// Runs the resolved line (or prints why it cannot run).
@@ -41,4 +45,66 @@ pub fn run(config: Result<crate::genai::pa_openai::PaOpenAi, crate::plan::PlanEr
         return ExitCode::from(EXIT_TARGET);
     }
     ExitCode::SUCCESS
+}
+
+/// `--service-kind openai`: perf_analyzer 2.50's checks (the plan's, in its words), then the
+/// run of [`crate::genai::pa_openai`].
+impl ProfileArgs {
+    pub fn openai(&self) -> Result<crate::genai::pa_openai::PaOpenAi, PlanError> {
+        match self.plan() {
+            Err(PlanError::NotSupported(what)) if what == "--service-kind openai" => {}
+            Err(e) => return Err(e),
+            Ok(_) => return Err(invalid("--service-kind openai: not an OpenAI run")),
+        }
+        if self.common.protocol.as_deref().is_some_and(|p| p.eq_ignore_ascii_case("grpc")) {
+            return Err(invalid(
+                "failed to create triton client backend: perf_analyzer does not support gRPC protocol with OpenAI \
+                 endpoints",
+            ));
+        }
+        if self.common.shared_memory.as_deref().is_some_and(|m| m != "none") {
+            return Err(invalid(
+                "Unable to init infer data manager: client backend of kind OPENAI does not support \
+                 CreateSharedMemoryRegion()",
+            ));
+        }
+        if self.request_rate_range.is_some()
+            || self.request_intervals.is_some()
+            || self.periodic_concurrency_range.is_some()
+        {
+            return Err(PlanError::NotSupported(
+                "--service-kind openai with a load other than --concurrency-range".into(),
+            ));
+        }
+        let levels = match &self.concurrency_range {
+            Some(text) => concurrency_range(text)?.values(1),
+            None => vec![1],
+        };
+        let input_data = self.input_data().into_iter().find(|d| d != "zero" && d != "random").map(PathBuf::from);
+        if let Some(path) = input_data.as_ref().filter(|p| !p.exists()) {
+            return Err(invalid(format!(
+                "Failed to parse --input-data. Unsupported type provided: '{}'. The available options are 'zero', \
+                 'random', path to a directory, or a json file.",
+                path.display()
+            )));
+        }
+        let headers = self
+            .common
+            .call
+            .headers
+            .iter()
+            .filter_map(|h| h.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+            .collect();
+        Ok(crate::genai::pa_openai::PaOpenAi {
+            url: self.common.url.clone().unwrap_or_else(|| "localhost:8000".into()),
+            endpoint: self.endpoint.clone().unwrap_or_default(),
+            input_data: input_data.unwrap_or_default(),
+            levels: levels.into_iter().map(|l| l.max(1) as usize).collect(),
+            request_count: self.request_count.filter(|&n| n > 0),
+            measurement: std::time::Duration::from_millis(self.common.measurement_interval_ms.unwrap_or(5000)),
+            warmup: self.common.warmup_request_count.unwrap_or(0),
+            headers,
+            export: self.profile_export_file.clone(),
+        })
+    }
 }

@@ -227,7 +227,7 @@ fn atoi(text: &str) -> u64 {
 const DEFAULT_REQUEST_PERIOD: u64 = 10;
 
 /// `--concurrency-range start[:end[:step]]`, its malformed values refused in perf_analyzer's words.
-fn concurrency_range(text: &str) -> Result<Levels, PlanError> {
+pub(super) fn concurrency_range(text: &str) -> Result<Levels, PlanError> {
     let parts: Vec<&str> = text.split(':').collect();
     if parts.len() > 3 {
         return Err(invalid("Failed to parse --concurrency-range. The value does not match <start:end:step>."));
@@ -277,7 +277,7 @@ impl ProfileArgs {
     }
 
     /// `--input-data` values, then `--data-directory` (perf_analyzer's older spelling).
-    fn input_data(&self) -> Vec<String> {
+    pub(super) fn input_data(&self) -> Vec<String> {
         self.common.input_data.iter().chain(&self.data_directory).cloned().collect()
     }
 
@@ -475,68 +475,6 @@ impl ProfileArgs {
         };
         plan.validate()?;
         Ok(plan)
-    }
-}
-
-/// `--service-kind openai`: perf_analyzer 2.50's checks (the plan's, in its words), then the
-/// run of [`crate::genai::pa_openai`].
-impl ProfileArgs {
-    pub fn openai(&self) -> Result<crate::genai::pa_openai::PaOpenAi, PlanError> {
-        match self.plan() {
-            Err(PlanError::NotSupported(what)) if what == "--service-kind openai" => {}
-            Err(e) => return Err(e),
-            Ok(_) => return Err(invalid("--service-kind openai: not an OpenAI run")),
-        }
-        if self.common.protocol.as_deref().is_some_and(|p| p.eq_ignore_ascii_case("grpc")) {
-            return Err(invalid(
-                "failed to create triton client backend: perf_analyzer does not support gRPC protocol with OpenAI \
-                 endpoints",
-            ));
-        }
-        if self.common.shared_memory.as_deref().is_some_and(|m| m != "none") {
-            return Err(invalid(
-                "Unable to init infer data manager: client backend of kind OPENAI does not support \
-                 CreateSharedMemoryRegion()",
-            ));
-        }
-        if self.request_rate_range.is_some()
-            || self.request_intervals.is_some()
-            || self.periodic_concurrency_range.is_some()
-        {
-            return Err(PlanError::NotSupported(
-                "--service-kind openai with a load other than --concurrency-range".into(),
-            ));
-        }
-        let levels = match &self.concurrency_range {
-            Some(text) => concurrency_range(text)?.values(1),
-            None => vec![1],
-        };
-        let input_data = self.input_data().into_iter().find(|d| d != "zero" && d != "random").map(PathBuf::from);
-        if let Some(path) = input_data.as_ref().filter(|p| !p.exists()) {
-            return Err(invalid(format!(
-                "Failed to parse --input-data. Unsupported type provided: '{}'. The available options are 'zero', \
-                 'random', path to a directory, or a json file.",
-                path.display()
-            )));
-        }
-        let headers = self
-            .common
-            .call
-            .headers
-            .iter()
-            .filter_map(|h| h.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
-            .collect();
-        Ok(crate::genai::pa_openai::PaOpenAi {
-            url: self.common.url.clone().unwrap_or_else(|| "localhost:8000".into()),
-            endpoint: self.endpoint.clone().unwrap_or_default(),
-            input_data: input_data.unwrap_or_default(),
-            levels: levels.into_iter().map(|l| l.max(1) as usize).collect(),
-            request_count: self.request_count.filter(|&n| n > 0),
-            measurement: std::time::Duration::from_millis(self.common.measurement_interval_ms.unwrap_or(5000)),
-            warmup: self.common.warmup_request_count.unwrap_or(0),
-            headers,
-            export: self.profile_export_file.clone(),
-        })
     }
 }
 
