@@ -5,6 +5,7 @@
 
 pub mod common;
 pub mod llm;
+pub mod pa_compat;
 pub mod pa_openai;
 pub mod profile;
 pub mod search;
@@ -261,12 +262,12 @@ fn run(command: Command, sharding: &shard::ShardArgs) -> ExitCode {
         Command::Gate(args) => other(crate::gate::run(&args).map_err(Into::into)),
         Command::Report(args) => other(crate::report::command::run(args)),
         Command::Compare(args) => other(crate::compare::run(args)),
-        Command::Profile(args) if args.version => {
+        Command::Profile(args) if args.pa.version => {
             // perf_analyzer's `--version` prints its version and exits, whatever else is given.
             println!("perfbench {} (perf_analyzer 2.50 command line)", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Profile(args) if args.service_kind == "openai" => pa_openai::run(args.openai()),
+        Command::Profile(args) if args.pa.service_kind == "openai" => pa_openai::run(args.openai()),
         Command::Profile(args) => plan_or_run(shard(args.plan()), args.common.print_plan),
         Command::Offline(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),
         Command::Online(args) => plan_or_run(shard(args.plan()), args.common.flags.print_plan),

@@ -6,8 +6,10 @@ use std::process::ExitCode;
 
 use std::path::PathBuf;
 
-use super::profile::{concurrency_range, ProfileArgs};
-use crate::plan::{invalid, PlanError};
+use super::pa_compat::concurrency_range;
+use super::profile::ProfileArgs;
+use crate::client::shm::SharedMemoryKind;
+use crate::plan::{invalid, PlanError, Protocol};
 use crate::run::{EXIT_BAD_INPUT, EXIT_TARGET};
 
 /// Runs the resolved line (or prints why it cannot run).
@@ -56,31 +58,31 @@ impl ProfileArgs {
             Err(e) => return Err(e),
             Ok(_) => return Err(invalid("--service-kind openai: not an OpenAI run")),
         }
-        if self.common.protocol.as_deref().is_some_and(|p| p.eq_ignore_ascii_case("grpc")) {
+        if self.common.call.protocol == Some(Protocol::Grpc) {
             return Err(invalid(
                 "failed to create triton client backend: perf_analyzer does not support gRPC protocol with OpenAI \
                  endpoints",
             ));
         }
-        if self.common.shared_memory.as_deref().is_some_and(|m| m != "none") {
+        if self.common.input.shared_memory.is_some_and(|m| m != SharedMemoryKind::None) {
             return Err(invalid(
                 "Unable to init infer data manager: client backend of kind OPENAI does not support \
                  CreateSharedMemoryRegion()",
             ));
         }
-        if self.request_rate_range.is_some()
-            || self.request_intervals.is_some()
-            || self.periodic_concurrency_range.is_some()
+        if self.sections.load.request_rate.is_some()
+            || self.sections.load.request_intervals.is_some()
+            || self.pa.periodic_concurrency_range.is_some()
         {
             return Err(PlanError::NotSupported(
                 "--service-kind openai with a load other than --concurrency-range".into(),
             ));
         }
-        let levels = match &self.concurrency_range {
+        let levels = match &self.pa.concurrency_range {
             Some(text) => concurrency_range(text)?.values(1),
             None => vec![1],
         };
-        let input_data = self.input_data().into_iter().find(|d| d != "zero" && d != "random").map(PathBuf::from);
+        let input_data = self.pa.input_data(&self.common.settings(&self.sections.load, &self.sections.output)).into_iter().find(|d| d != "zero" && d != "random").map(PathBuf::from);
         if let Some(path) = input_data.as_ref().filter(|p| !p.exists()) {
             return Err(invalid(format!(
                 "Failed to parse --input-data. Unsupported type provided: '{}'. The available options are 'zero', \
@@ -93,18 +95,19 @@ impl ProfileArgs {
             .call
             .headers
             .iter()
+            .flatten()
             .filter_map(|h| h.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
             .collect();
         Ok(crate::genai::pa_openai::PaOpenAi {
             url: self.common.url.clone().unwrap_or_else(|| "localhost:8000".into()),
-            endpoint: self.endpoint.clone().unwrap_or_default(),
+            endpoint: self.pa.endpoint.clone().unwrap_or_default(),
             input_data: input_data.unwrap_or_default(),
             levels: levels.into_iter().map(|l| l.max(1) as usize).collect(),
-            request_count: self.request_count.filter(|&n| n > 0),
-            measurement: std::time::Duration::from_millis(self.common.measurement_interval_ms.unwrap_or(5000)),
-            warmup: self.common.warmup_request_count.unwrap_or(0),
+            request_count: self.common.measurement.request_count.filter(|&n| n > 0),
+            measurement: std::time::Duration::from_millis(self.common.measurement.measurement_interval_ms.unwrap_or(5000)),
+            warmup: self.common.measurement.warmup_request_count.unwrap_or(0),
             headers,
-            export: self.profile_export_file.clone(),
+            export: self.sections.output.profile_export_file.clone(),
         })
     }
 }

@@ -1,14 +1,15 @@
-//! `perfbench profile`: perf_analyzer's command line. Its flags resolve into a one-sweep
-//! [`Plan`]; defaults not given on the command line come from the one defaults table
-//! ([`crate::plan::defaults`]), which follows perf_analyzer for `profile`.
-
-use std::path::PathBuf;
+//! `perfbench profile`: perf_analyzer's command line. Its flags are the sections of
+//! [`Settings`](crate::plan::settings::Settings) (shared with `offline` and `online`) plus
+//! perf_analyzer's quirk flags ([`PaCompat`]), resolved into a one-sweep [`Plan`]; defaults not
+//! given on the command line come from the one defaults table ([`crate::plan::defaults`]), which
+//! follows perf_analyzer for `profile`.
 
 use clap::Args;
 
-use super::common::{pa_batch_size, pa_number, target, CommonArgs};
-use crate::plan::settings::{resolve, Settings, TWO_LOAD_MODES};
-use crate::plan::{invalid, Levels, Model, ModelRef, Periodic, Plan, PlanError, SweepKind, TraceSetting};
+use super::common::{target, CommonArgs, SweepSections};
+use super::pa_compat::PaCompat;
+use crate::plan::settings::resolve;
+use crate::plan::{invalid, Model, Plan, PlanError, SweepKind};
 
 /// `perfbench profile`: a drop-in for `perf_analyzer` (same flag names). With no `-u`, the
 /// bundled server is started in this process on ephemeral loopback ports and profiled over the
@@ -21,450 +22,26 @@ pub struct ProfileArgs {
     /// Model version (empty: the latest).
     #[arg(short = 'x', long = "model-version", default_value = "")]
     pub model_version: String,
-    /// Batch size of each request.
-    #[arg(short = 'b', long = "batch-size", allow_negative_numbers = true, value_parser = pa_batch_size)]
-    pub batch_size: Option<u64>,
-    /// Closed loop: start:end:step concurrencies (end 0 with -l: until the limit).
-    #[arg(long = "concurrency-range")]
-    pub concurrency_range: Option<String>,
-    /// Open loop: start:end:step request rates, per second.
-    #[arg(long = "request-rate-range")]
-    pub request_rate_range: Option<String>,
-    /// Open-loop gaps: constant or poisson.
-    #[arg(long = "request-distribution")]
-    pub request_distribution: Option<String>,
-    /// Open loop from a trace: one interval in µs per line, cycled.
-    #[arg(long = "request-intervals")]
-    pub request_intervals: Option<PathBuf>,
-    /// Same as --input-data zero.
-    #[arg(short = 'z', long = "zero-input")]
-    pub zero_input: bool,
-    /// perf_analyzer's deprecated spelling of --input-data DIR.
-    #[arg(long = "data-directory", hide = true)]
-    pub data_directory: Option<String>,
-    /// Bytes reserved per batch item for each output of unknown size with shared memory.
-    #[arg(long = "output-shared-memory-size")]
-    pub output_shared_memory_size: Option<u64>,
-    /// Latency limit in ms: stop the sweep once exceeded (0: none).
-    #[arg(short = 'l', long = "latency-threshold", value_parser = pa_number::<f64>("-l"))]
-    pub latency_threshold_ms: Option<f64>,
-    /// Search the range for the largest value under -l.
-    #[arg(long = "binary-search")]
-    pub binary_search: bool,
-    /// Measure exactly this many requests per point (one window, no stability check).
-    #[arg(long = "request-count", value_parser = pa_number::<u64>("--request-count"))]
-    pub request_count: Option<u64>,
-    /// TensorFlow Serving's signature name: accepted and ignored, as perf_analyzer ignores it
-    /// for a Triton server.
-    #[arg(long = "model-signature-name", hide = true)]
-    pub model_signature_name: Option<String>,
-    /// The OpenAI service kind's endpoint: accepted and ignored, as perf_analyzer ignores it for
-    /// a Triton server (its routes are fixed).
-    #[arg(long = "endpoint", hide = true)]
-    pub endpoint: Option<String>,
-    /// Asynchronous calls (the engine is always asynchronous; kept for perf_analyzer parity).
-    #[arg(short = 'a', long = "async")]
-    pub asynchronous: bool,
-    /// Synchronous calls (perf_analyzer's default; same engine).
-    #[arg(long = "sync")]
-    pub sync: bool,
     #[command(flatten)]
     pub common: CommonArgs,
-    /// CSV report (perf_analyzer's format).
-    #[arg(short = 'f', long = "latency-report-file")]
-    pub latency_report_file: Option<PathBuf>,
-    /// Add Avg latency, request/response and response wait to the CSV.
-    #[arg(long = "verbose-csv")]
-    pub verbose_csv: bool,
-    /// Scrape interval in ms.
-    #[arg(long = "metrics-interval")]
-    pub metrics_interval_ms: Option<u64>,
-    /// Per-request timestamps as perf_analyzer's JSON.
-    #[arg(long = "profile-export-file")]
-    pub profile_export_file: Option<PathBuf>,
-    /// triton (a KServe v2 server) or inprocess (the bundled server, called directly).
-    /// perf_analyzer's other kinds (tfserving, torchserve, triton_c_api, openai) get its checks,
-    /// then "not supported".
-    #[arg(long = "service-kind", default_value = "triton")]
-    pub service_kind: String,
-    /// The Triton install of `--service-kind triton_c_api` (not supported).
-    #[arg(long = "triton-server-directory", hide = true)]
-    pub triton_server_directory: Option<String>,
-    /// Print the version and exit, as perf_analyzer's `--version`.
-    #[arg(long = "version")]
-    pub version: bool,
-    /// Seed of the Poisson schedule.
-    #[arg(long = "seed")]
-    pub seed: Option<u64>,
-    /// Concurrency (perf_analyzer's older spelling of --concurrency-range N).
-    #[arg(short = 't', value_name = "N")]
-    pub concurrency: Option<u64>,
-    /// perf_analyzer's deprecated dynamic concurrency: concurrency from -t (default 1) up to -c
-    /// (default 0: no end, until -l is exceeded).
-    #[arg(short = 'd', hide = true)]
-    pub dynamic_concurrency: bool,
-    /// The end of -d's range (perf_analyzer's deprecated -c, read as C's atoi; without -d it
-    /// changes nothing, as in perf_analyzer).
-    #[arg(short = 'c', hide = true, value_name = "N", allow_hyphen_values = true)]
-    pub max_concurrency: Option<String>,
-    /// Verbose: -v prints each measurement pass as perf_analyzer does.
-    #[arg(short = 'v', action = clap::ArgAction::Count)]
-    pub verbose: u8,
-    /// Length of generated BYTES (string) elements.
-    #[arg(long = "string-length")]
-    pub string_length: Option<usize>,
-    /// The value of every generated BYTES (string) element.
-    #[arg(long = "string-data")]
-    pub string_data: Option<String>,
-    /// Server trace level (OFF, TIMESTAMPS, TENSORS), set through the trace extension.
-    #[arg(long = "trace-level")]
-    pub trace_level: Vec<String>,
-    /// Server trace rate, set through the trace extension.
-    #[arg(long = "trace-rate")]
-    pub trace_rate: Option<String>,
-    /// Server trace count, set through the trace extension.
-    #[arg(long = "trace-count")]
-    pub trace_count: Option<String>,
-    /// Server trace log frequency, set through the trace extension.
-    #[arg(long = "log-frequency")]
-    pub log_frequency: Option<String>,
-    /// perf_analyzer's periodic concurrency mode, start:end:step: `start` requests, then `step`
-    /// more each time the latest ones have had --request-period responses, `end` in all (gRPC
-    /// streaming and --profile-export-file only).
-    #[arg(long = "periodic-concurrency-range", hide = true)]
-    pub periodic_concurrency_range: Option<String>,
-    /// Responses per request before the periodic concurrency grows (perf_analyzer ignores it
-    /// without --periodic-concurrency-range, and so does perfbench).
-    #[arg(long = "request-period", hide = true, allow_negative_numbers = true)]
-    pub request_period: Option<String>,
-    /// Models the (BLS) model calls, NAME[:VERSION],...: their server statistics are reported
-    /// as an ensemble's composing models are.
-    #[arg(long = "bls-composing-models", value_name = "model[:version],...")]
-    pub bls_composing_models: Option<String>,
-}
-
-/// `--bls-composing-models a:3,b` read as perf_analyzer reads it: spaces dropped, one model per
-/// comma, an optional version after a colon. An empty name (`a,`) is refused here; perf_analyzer
-/// asks the server for it and fails. So is the model under test itself, on which perf_analyzer
-/// crashes.
-fn bls_composing_models(text: &str, model: &str) -> Result<Vec<ModelRef>, PlanError> {
-    let text: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    text.split(',')
-        .map(|item| {
-            let (name, version) = item.split_once(':').unwrap_or((item, ""));
-            if name.is_empty() {
-                // The server's answer to perf_analyzer, then why.
-                return Err(invalid(format!("--bls-composing-models '{text}': model '' Not Found (a name is empty)")));
-            }
-            if name == model {
-                return Err(invalid(format!(
-                    "--bls-composing-models: '{name}' is the model under test, not one of its composing models"
-                )));
-            }
-            Ok(ModelRef { name: name.to_string(), version: version.to_string() })
-        })
-        .collect()
-}
-
-/// `--request-period`: perf_analyzer reads it even without a periodic range, and refuses one
-/// that is not above 0.
-fn request_period(text: &str) -> Result<u64, PlanError> {
-    match text.trim().parse::<i64>() {
-        Ok(n) if n > 0 => Ok(n as u64),
-        _ => Err(invalid("Failed to parse --request-period. The value must be > 0")),
-    }
-}
-
-/// `--periodic-concurrency-range start:end:step` and `--request-period`, checked in perf_analyzer
-/// 2.50's order and words.
-fn check_periodic(range: &str, period: Option<&str>) -> Result<Periodic, PlanError> {
-    let bad = |why: &str| invalid(format!("Failed to parse --periodic-concurrency-range. {why}"));
-    let parts: Vec<&str> = range.split(':').collect();
-    if parts.len() < 2 {
-        return Err(bad("Both <start> and <end> values must be provided."));
-    }
-    if parts.len() > 3 {
-        return Err(bad("The value does not match <start:end:step>."));
-    }
-    let values = parts
-        .iter()
-        .map(|p| p.trim().parse::<u64>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| bad(&format!("Invalid value provided: {range}")))?;
-    let (start, end, step) = (values[0], values[1], values.get(2).copied().unwrap_or(1));
-    if step == 0 {
-        return Err(bad("The <step> value must be > 0."));
-    }
-    if start > end {
-        return Err(bad("The <start> must be <= <end>."));
-    }
-    if (end - start) % step != 0 {
-        return Err(bad("The <step> value must be a factor of the range size (<end> - <start>)."));
-    }
-    let request_period = match period {
-        Some(text) => request_period(text)?,
-        None => DEFAULT_REQUEST_PERIOD,
-    };
-    Ok(Periodic { start, end, step, request_period })
-}
-
-/// C's `atoi`, as perf_analyzer reads `-c`: leading digits after optional blanks and sign, 0 when
-/// there are none (a negative value counts as 0, no end).
-fn atoi(text: &str) -> u64 {
-    let text = text.trim_start();
-    let (negative, digits) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    let digits: String = digits.chars().take_while(|c| c.is_ascii_digit()).collect();
-    if negative {
-        return 0;
-    }
-    digits.parse().unwrap_or(0)
-}
-
-/// perf_analyzer 2.50's `--request-period` when none is given.
-const DEFAULT_REQUEST_PERIOD: u64 = 10;
-
-/// `--concurrency-range start[:end[:step]]`, its malformed values refused in perf_analyzer's words.
-pub(super) fn concurrency_range(text: &str) -> Result<Levels, PlanError> {
-    let parts: Vec<&str> = text.split(':').collect();
-    if parts.len() > 3 {
-        return Err(invalid("Failed to parse --concurrency-range. The value does not match <start:end:step>."));
-    }
-    if parts.iter().any(|p| p.trim().parse::<u64>().is_err()) {
-        return Err(invalid(format!("Failed to parse --concurrency-range. Invalid value provided: {text}")));
-    }
-    Levels::parse_colon(text).map_err(|e| invalid(format!("bad --concurrency-range {e}")))
-}
-
-/// perf_analyzer's binary search refuses a range whose end (other than 0, refused on its own
-/// when the plan is checked) is below its start; a plain sweep measures the start alone.
-fn check_binary_search_range(text: Option<&str>) -> Result<(), PlanError> {
-    let values: Vec<f64> = text.unwrap_or("").split(':').map(|p| p.trim().parse().unwrap_or(f64::NAN)).collect();
-    match values.as_slice() {
-        [start, end, ..] if *end != 0.0 && end < start => {
-            Err(invalid("The end of the range can not be less than start of the range for binary search mode."))
-        }
-        _ => Ok(()),
-    }
+    #[command(flatten)]
+    pub sections: SweepSections,
+    #[command(flatten)]
+    pub pa: PaCompat,
 }
 
 impl ProfileArgs {
-    /// perf_analyzer 2.50's deprecated `-t`, `-c` and `-d` as a concurrency range: `-t` is the
-    /// start, and with `-d` the range goes up to `-c` (0 or absent: no end). Without `-d`, `-c`
-    /// is ignored and only the start is measured. They mix with no other load mode.
-    fn deprecated_concurrency(&self) -> Result<Option<Levels>, PlanError> {
-        if self.concurrency.is_none() && self.max_concurrency.is_none() && !self.dynamic_concurrency {
-            return Ok(None);
-        }
-        if self.concurrency_range.is_some() {
-            return Err(invalid("Cannot use deprecated options with --concurrency-range."));
-        }
-        if self.request_rate_range.is_some() {
-            return Err(invalid("Cannot use concurrency options with --request-rate-range."));
-        }
-        if self.request_intervals.is_some() {
-            return Err(invalid("Cannot use deprecated options with --request-intervals."));
-        }
-        let start = self.concurrency.unwrap_or(1);
-        let end = match self.dynamic_concurrency {
-            true => self.max_concurrency.as_deref().map_or(0, atoi),
-            false => 1,
-        };
-        let levels = Levels::parse_colon(&format!("{start}:{end}")).map_err(|e| invalid(format!("bad -t {e}")))?;
-        Ok(Some(levels))
-    }
-
-    /// `--input-data` values, then `--data-directory` (perf_analyzer's older spelling).
-    pub(super) fn input_data(&self) -> Vec<String> {
-        self.common.input_data.iter().chain(&self.data_directory).cloned().collect()
-    }
-
-    /// perf_analyzer 2.50's checks of `--request-count` against the load range, in its words.
-    fn check_request_count(&self) -> Result<(), PlanError> {
-        let Some(count) = self.request_count.filter(|&n| n > 0) else {
-            return Ok(());
-        };
-        let bounds = |text: &str| -> (f64, f64) {
-            let mut parts = text.split(':').map(|p| p.trim().parse::<f64>().unwrap_or(0.0));
-            let start = parts.next().unwrap_or(1.0);
-            (start, parts.next().unwrap_or(1.0))
-        };
-        for (text, what) in [(&self.concurrency_range, "concurrency"), (&self.request_rate_range, "request-rate")] {
-            let Some((start, end)) = text.as_deref().map(bounds) else {
-                continue;
-            };
-            if (count as f64) < start.trunc() {
-                return Err(invalid(format!("request-count can not be less than {what}")));
-            }
-            if start < end {
-                return Err(invalid(format!("request-count not supported with multiple {what} values in one run")));
-            }
-        }
-        Ok(())
-    }
-
-    /// perf_analyzer's checks for the service kinds perfbench does not speak, in its words, so
-    /// a line that perf_analyzer refuses is refused for the same reason; one that passes them
-    /// is "not supported" here.
-    fn check_service_kind(&self, user_data: bool) -> Result<(), PlanError> {
-        let grpc = self.common.protocol.as_deref().is_some_and(|p| p.eq_ignore_ascii_case("grpc"));
-        let streaming = self.common.call.streaming;
-        let why = match self.service_kind.as_str() {
-            "triton" | "inprocess" => None,
-            "tfserving" if !grpc => Some("perf_analyzer supports only grpc protocol for TensorFlow Serving."),
-            "tfserving" if streaming => Some("perf_analyzer does not support streaming for TensorFlow Serving."),
-            "tfserving" if self.asynchronous => {
-                Some("perf_analyzer does not support async API for TensorFlow Serving.")
-            }
-            "torchserve" if !user_data => {
-                Some("--input-data should be provided with a json file with input data for torchserve.")
-            }
-            "triton_c_api" if self.common.model_repository.is_none() => {
-                Some("--model-repository should not be empty when using service-kind=triton_c_api.")
-            }
-            "triton_c_api"
-                if self.asynchronous
-                    && streaming
-                    && self.common.shared_memory.as_deref().is_some_and(|m| m != "none") =>
-            {
-                Some(
-                    "Cannot use --shared-memory=system or --shared-memory=cuda with --service-kind=triton_c_api and \
-                     --async and --streaming.",
-                )
-            }
-            "openai" if !user_data => Some("Must supply --input-data for OpenAI service kind."),
-            "openai" if self.endpoint.is_none() => {
-                Some("Must supply --endpoint for OpenAI service kind. For example, \"v1/chat/completions\".")
-            }
-            "openai" if !self.asynchronous => Some("Only async mode is currently supported for OpenAI service-kind"),
-            "openai" if self.batch_size.is_some_and(|b| b != 1) => {
-                Some("Batching is not currently supported with OpenAI service-kind")
-            }
-            "tfserving" | "torchserve" | "triton_c_api" | "openai" if self.common.call.collect_metrics => {
-                Some("Server-side metric collection is only supported with Triton client backend.")
-            }
-            "tfserving" | "torchserve" | "triton_c_api" | "openai" => None,
-            other => {
-                return Err(invalid(format!(
-                    "Failed to parse --service-kind. Unsupported type provided: '{other}'. The available options are \
-                     'triton', 'tfserving', 'torchserve', or 'triton_c_api' (and perfbench's 'inprocess')."
-                )))
-            }
-        };
-        match why {
-            Some(why) => Err(invalid(why)),
-            None => Ok(()),
-        }
-    }
-
     /// Resolves the flags into a one-sweep plan. No file is created and no socket opened,
     /// except reading the `--request-intervals` trace.
     pub fn plan(&self) -> Result<Plan, PlanError> {
         let Some(model) = self.model.clone() else {
             return Err(invalid("Failed to parse -m (model name). The value must be specified."));
         };
-        let input_data = self.input_data();
-        // perf_analyzer's "user data": files and folders, as opposed to zero or random.
-        let user_data = input_data.iter().any(|d| d != "zero" && d != "random");
-        if (self.zero_input || input_data.iter().any(|d| d == "zero")) && user_data {
-            return Err(invalid("The -z flag cannot be set when --data-directory is provided."));
-        }
-        if self.asynchronous && self.sync {
-            return Err(invalid("Cannot specify --async and --sync simultaneously."));
-        }
-        self.check_request_count()?;
-        if self.binary_search {
-            check_binary_search_range(self.concurrency_range.as_deref())?;
-            check_binary_search_range(self.request_rate_range.as_deref())?;
-        }
-        self.check_service_kind(user_data)?;
-        if self.metrics_interval_ms.is_some() && !self.common.call.collect_metrics {
-            return Err(invalid("Must specify --collect-metrics when using the --metrics-interval option."));
-        }
-        if self.common.call.streaming && self.sync {
-            return Err(invalid("can not use streaming with synchronous API"));
-        }
-        let periodic = match &self.periodic_concurrency_range {
-            Some(range) => Some(check_periodic(range, self.request_period.as_deref())?),
-            None => None,
-        };
-        if let (None, Some(text)) = (&periodic, &self.request_period) {
-            request_period(text)?;
-        }
-        let deprecated = self.deprecated_concurrency()?;
-        let other_modes =
-            [self.concurrency_range.is_some(), self.request_rate_range.is_some(), self.request_intervals.is_some()];
-        if self.periodic_concurrency_range.is_some() && other_modes.contains(&true) {
-            return Err(invalid(TWO_LOAD_MODES));
-        }
-        // perf_analyzer 2.50 lets the deprecated -t/-c/-d win over --periodic-concurrency-range:
-        // the run is their concurrency sweep, though the periodic range's own checks still hold.
-        let periodic = periodic.filter(|_| deprecated.is_none());
-        let target = target(&self.common.url, &self.service_kind, &self.common.model_repository)?;
-        let concurrency = match (deprecated, &self.concurrency_range) {
-            (Some(levels), _) => Some(levels),
-            (None, Some(text)) => Some(concurrency_range(text)?),
-            (None, None) => None,
-        };
-        let mut trace = Vec::new();
-        if !self.trace_level.is_empty() {
-            trace.push(TraceSetting { key: "trace_level".into(), values: self.trace_level.clone() });
-        }
-        for (key, value) in [
-            ("trace_rate", &self.trace_rate),
-            ("trace_count", &self.trace_count),
-            ("log_frequency", &self.log_frequency),
-        ] {
-            if let Some(v) = value {
-                trace.push(TraceSetting { key: key.into(), values: vec![v.clone()] });
-            }
-        }
-        let common = self.common.settings();
-        let settings = Settings {
-            batch: self.batch_size,
-            concurrency,
-            request_rate: self.request_rate_range.clone(),
-            request_distribution: self.request_distribution.clone(),
-            seed: self.seed,
-            request_intervals: self.request_intervals.clone(),
-            latency_threshold_ms: self.latency_threshold_ms,
-            binary_search: Some(self.binary_search),
-            output_shared_memory_size: self.output_shared_memory_size,
-            input_data: if self.zero_input {
-                Some(vec!["zero".into()])
-            } else {
-                (!input_data.is_empty()).then_some(input_data)
-            },
-            request_count: self.request_count,
-            asynchronous: if self.sync { Some(false) } else { self.asynchronous.then_some(true) },
-            metrics_interval_ms: self.metrics_interval_ms,
-            latency_report_file: self.latency_report_file.clone(),
-            verbose_csv: Some(self.verbose_csv),
-            profile_export_file: self.profile_export_file.clone(),
-            verbose: Some(self.verbose),
-            string_length: self.string_length,
-            string_data: self.string_data.clone(),
-            trace: (!trace.is_empty()).then_some(trace),
-            periodic_concurrency: periodic,
-            ..common
-        };
+        let mut settings = self.common.settings(&self.sections.load, &self.sections.output);
+        self.pa.apply(&mut settings, self.common.model_repository.is_some())?;
+        let target = target(&self.common.url, &self.pa.service_kind, &self.common.model_repository)?;
         let mut sweep = resolve(SweepKind::Profile, &settings, &target)?;
-        if let Some(text) = &self.bls_composing_models {
-            sweep.bls_composing_models = bls_composing_models(text, &model)?;
-        }
-        if self.periodic_concurrency_range.is_some() {
-            sweep.output.no_closing_report = true;
-            if !sweep.call.streaming {
-                return Err(invalid("The --periodic-concurrency-range option requires bi-directional gRPC streaming."));
-            }
-            if sweep.output.profile_export_file.is_none() {
-                return Err(invalid(
-                    "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
-                ));
-            }
-        }
+        self.pa.finish(&mut sweep, &model)?;
         let plan = Plan {
             shard: None,
             resume: false,
@@ -483,7 +60,7 @@ mod tests {
     use super::*;
     use crate::client::shm::SharedMemoryKind;
     use crate::plan::Target;
-    use crate::plan::{Distribution, Load, Protocol, WindowKind};
+    use crate::plan::{Distribution, Levels, Load, ModelRef, Periodic, Protocol, WindowKind};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -492,9 +69,14 @@ mod tests {
         args: ProfileArgs,
     }
 
+    /// The plan of a command line; a value refused as the flags are parsed is an error too, in
+    /// the one line `main` prints.
     fn resolve(line: &str) -> Result<Plan, PlanError> {
         let argv = std::iter::once("profile").chain(line.split_whitespace());
-        Cli::try_parse_from(argv).expect("parses").args.plan()
+        match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.args.plan(),
+            Err(e) => Err(invalid(e.to_string().lines().next().unwrap_or_default())),
+        }
     }
 
     #[test]
@@ -616,7 +198,6 @@ mod tests {
         ] {
             assert_eq!(levels(line).unwrap_err(), invalid(want).to_string(), "{line}");
         }
-        assert_eq!((atoi(" 12ab"), atoi("-3"), atoi("+7"), atoi("")), (12, 0, 7, 0));
     }
 
     #[test]

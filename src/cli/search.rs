@@ -9,7 +9,7 @@ use clap::Args;
 use super::common::{target, CommonArgs};
 use crate::plan::scenario::Scenario;
 use crate::plan::search::{SearchPlan, SearchSettings};
-use crate::plan::settings::{default_out, Settings};
+use crate::plan::settings::{default_out, LoadSettings, OutputSettings, Settings};
 use crate::plan::{invalid, FileKind, Model, PlanError};
 
 #[derive(Args, Debug, Clone)]
@@ -87,7 +87,8 @@ impl SearchArgs {
 
     /// The measuring flags given, as online settings to lay over a scenario's `[online]`.
     fn online_settings(&self) -> Settings {
-        Settings { batch: self.batch, ..self.flags.settings() }
+        let load = LoadSettings { batch: self.batch, ..LoadSettings::default() };
+        self.flags.settings(&load, &OutputSettings::default())
     }
 
     pub fn plan(&self) -> Result<SearchPlan, PlanError> {

@@ -21,40 +21,38 @@ pub fn overlay<T: Serialize + DeserializeOwned>(base: &T, over: &T) -> T {
 mod tests {
     use super::*;
     use crate::plan::search::SearchSettings;
-    use crate::plan::{Levels, Settings};
+    use crate::plan::{Levels, Protocol, Settings};
+
+    fn settings(text: &str) -> Settings {
+        toml::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
 
     #[test]
     fn a_later_layer_wins_key_by_key_and_unset_keys_fall_through() {
-        let base = Settings {
-            batch_sizes: Some(Levels::List(vec![1, 8])),
-            protocol: Some("grpc".into()),
-            input_data: Some(vec!["a.json".into(), "b.json".into()]),
-            streaming: Some(true),
-            ..Settings::default()
-        };
-        let over = Settings {
-            batch_sizes: Some(Levels::one(4)),
-            input_data: Some(vec!["c.json".into()]),
-            streaming: Some(false),
-            max_trials: Some(3),
-            ..Settings::default()
-        };
+        let base = settings("batch_sizes = [1, 8]\nprotocol = \"grpc\"\ninput_data = [\"a.json\", \"b.json\"]\nstreaming = true");
+        assert_eq!(base.call.protocol, Some(Protocol::Grpc));
+        assert_eq!(base.load.batch_sizes, Some(Levels::List(vec![1, 8])));
+        let over = settings("batch_sizes = [4]\ninput_data = \"c.json\"\nstreaming = false\nmax_trials = 3");
         let merged = overlay(&base, &over);
-        assert_eq!(
-            merged,
-            Settings {
-                batch_sizes: Some(Levels::one(4)),
-                protocol: Some("grpc".into()),
-                input_data: Some(vec!["c.json".into()]),
-                streaming: Some(false),
-                max_trials: Some(3),
-                ..Settings::default()
-            }
-        );
+        let want = "batch_sizes = [4]\nprotocol = \"grpc\"\ninput_data = [\"c.json\"]\nstreaming = false\nmax_trials = 3";
+        assert_eq!(merged, settings(want));
         assert_eq!(overlay(&base, &Settings::default()), base);
         assert_eq!(overlay(&Settings::default(), &base), base);
         let search = SearchSettings { max_configs: Some(5), ..SearchSettings::default() };
         let over = SearchSettings { objective: Some("throughput".into()), ..SearchSettings::default() };
         assert_eq!(overlay(&search, &over), SearchSettings { objective: Some("throughput".into()), ..search });
+    }
+}
+
+#[cfg(test)]
+mod keys {
+    use crate::plan::Settings;
+
+    #[test]
+    fn a_key_no_section_knows_or_a_value_its_type_refuses_is_named() {
+        let err = |text: &str| toml::from_str::<Settings>(text).unwrap_err().message().to_string();
+        assert!(err("batch = 4\nbacth = 4").contains("unknown field `bacth`"), "{}", err("bacth = 4"));
+        assert!(err("protocol = \"udp\"").contains("Failed to parse -i (protocol)"), "{}", err("protocol = \"udp\""));
+        assert!(err("request_rate = \"0\"").contains("must be > 0"), "{}", err("request_rate = \"0\""));
     }
 }

@@ -303,6 +303,15 @@ impl FromStr for TensorFormat {
     }
 }
 
+impl fmt::Display for TensorFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TensorFormat::Binary => "binary",
+            TensorFormat::Json => "json",
+        })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Header {
@@ -363,6 +372,29 @@ pub struct Periodic {
 pub enum Distribution {
     Constant,
     Poisson,
+}
+
+impl FromStr for Distribution {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Distribution, String> {
+        match s {
+            "constant" => Ok(Distribution::Constant),
+            "poisson" => Ok(Distribution::Poisson),
+            // perf_analyzer's words, its spelling included.
+            other => Err(format!(
+                "Failed to parse --request-distribution. Unsupported type provided: '{other}'. Choices are 'posson' or 'constant'."
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Distribution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Distribution::Constant => "constant",
+            Distribution::Poisson => "poisson",
+        })
+    }
 }
 
 /// What each request carries.

@@ -138,7 +138,7 @@ impl Scenario {
         let mut sweeps = Vec::new();
         for (kind, section) in [(SweepKind::Offline, offline), (SweepKind::Online, online)] {
             if let Some(mut settings) = section {
-                settings.out = Some(out.join(kind.name()));
+                settings.output.out = Some(out.join(kind.name()));
                 sweeps.push(resolve(kind, &settings, &target).map_err(invalid)?);
             }
         }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 use super::layers::overlay;
-use super::settings::{resolve, Settings};
+use super::settings::{resolve, LoadSettings, Settings};
 use super::validate::{check_config_served, check_model_named};
 use super::{invalid, Levels, Load, Model, PlanError, Sweep, SweepKind, Target};
 use crate::results::ReportRow;
@@ -492,19 +492,20 @@ impl SearchPlan {
         out: PathBuf,
     ) -> Result<SearchPlan, PlanError> {
         let search = search.resolve()?;
-        if online.batch_sizes.as_ref().is_some_and(|b| b.max() != Some(b.first())) {
+        if online.load.batch_sizes.as_ref().is_some_and(|b| b.max() != Some(b.first())) {
             return Err(invalid("a search sends one client batch size: give batch (-b), not batch_sizes"));
         }
-        let settings = Settings {
+        let mut settings = online.clone();
+        settings.load = LoadSettings {
             concurrency: Some(Levels::List(search.space.concurrency.clone())),
             request_rate: None,
             request_intervals: None,
             periodic_concurrency: None,
             latency_threshold_ms: None,
             binary_search: None,
-            out: Some(out),
-            ..online.clone()
+            ..online.load.clone()
         };
+        settings.output.out = Some(out);
         let sweep = resolve(SweepKind::Online, &settings, &target)?;
         let plan = SearchPlan { target, model, search, sweep };
         plan.validate()?;
@@ -646,12 +647,10 @@ mod tests {
             ..SearchSettings::default()
         };
         // The online section's own load is its sweep's; the search ramps its own concurrency.
-        let online = Settings {
-            concurrency: Some("1..8".parse().unwrap()),
-            batch: Some(4),
-            measurement_request_count: Some(40),
-            ..Settings::default()
-        };
+        let mut online = Settings::default();
+        online.load.concurrency = Some("1..8".parse().unwrap());
+        online.load.batch = Some(4);
+        online.measurement.measurement_request_count = Some(40);
         let plan = resolved(&search, &online).unwrap();
         assert_eq!(plan.sweep.load, Load::Concurrency { levels: Levels::List(vec![2, 4, 8, 16]) });
         assert_eq!(plan.sweep.batch_sizes, Levels::one(4));
@@ -664,7 +663,8 @@ mod tests {
         // A plan file is checked as it is read.
         let edited = text.replace("improvement_pct = 5.0", "improvement_pct = -1.0");
         assert!(SearchPlan::from_toml(&edited).unwrap_err().to_string().contains("improvement_pct"), "{edited}");
-        let many = Settings { batch_sizes: Some("1,8".parse().unwrap()), ..Settings::default() };
+        let mut many = Settings::default();
+        many.load.batch_sizes = Some("1,8".parse().unwrap());
         assert!(resolved(&search, &many).unwrap_err().to_string().contains("one client batch size"));
     }
 

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::layers::overlay;
@@ -16,74 +17,215 @@ use crate::client::shm::SharedMemoryKind;
 use crate::client::tls::TlsOptions;
 use crate::input::{InputData, ShapeOverride};
 
-/// One sweep's settings; scenario keys are these names. Unknown keys are an error.
+/// One sweep's settings, in five sections; scenario keys are the sections' field names, side by
+/// side (the sections are flattened). Unknown keys are an error. Each section is also a group of
+/// command-line flags: a field's doc is its help, its `#[arg]` its flag and parser. Values are
+/// typed where they are read (flag or TOML key), through the type's `FromStr`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "toml::Table")]
 pub struct Settings {
+    #[serde(flatten)]
+    pub call: CallSettings,
+    #[serde(flatten)]
+    pub load: LoadSettings,
+    #[serde(flatten)]
+    pub input: InputSettings,
+    #[serde(flatten)]
+    pub measurement: MeasurementSettings,
+    #[serde(flatten)]
+    pub output: OutputSettings,
+}
+
+/// How requests are sent and what is scraped beside them.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallSettings {
+    /// Protocol: http or grpc.
+    #[arg(short = 'i', long = "protocol")]
+    #[serde(default, with = "text")]
+    pub protocol: Option<Protocol>,
+    /// Extra HTTP header / gRPC metadata, "Name: value" (repeatable).
+    #[arg(short = 'H')]
+    pub headers: Option<Vec<String>>,
+    /// gRPC: a request parameter sent with every inference request, NAME:VALUE:TYPE with TYPE
+    /// int, bool or string (repeatable; a later one of the same name wins).
+    #[arg(long = "request-parameter", value_name = "name:value:type")]
+    pub request_parameters: Option<Vec<String>>,
+    /// Seconds any call may wait for its answer; one that waits longer fails (counted as a
+    /// timeout), and when nothing is answered for that long the run ends with exit 3.
+    #[arg(long = "request-timeout", value_name = "SECS")]
+    pub request_timeout: Option<f64>,
+    /// Send requests over gRPC `ModelStreamInfer` streams (needs `-i grpc`).
+    #[arg(long = "streaming", num_args = 0, default_missing_value = "true")]
+    pub streaming: Option<bool>,
+    /// Asynchronous calls or not (perf_analyzer's `-a` / `--sync`, mapped in `cli::pa_compat`).
+    #[arg(skip)]
+    pub asynchronous: Option<bool>,
+    /// Client worker threads, at most one per core (default: one per 16 concurrent requests
+    /// against a remote server; every core with the bundled server).
+    #[arg(long = "max-threads", value_parser = pa_number::<usize>("--max-threads"))]
+    pub max_threads: Option<usize>,
+    /// Scrape the server's GPU metrics during each point and add them to the CSV.
+    #[arg(long = "collect-metrics", num_args = 0, default_missing_value = "true")]
+    pub collect_metrics: Option<bool>,
+    /// Metrics endpoint (default: localhost:8002/metrics, or the bundled server's).
+    #[arg(long = "metrics-url")]
+    pub metrics_url: Option<String>,
+    /// Scrape interval in ms.
+    #[arg(long = "metrics-interval")]
+    pub metrics_interval_ms: Option<u64>,
+    /// perf_analyzer's `--ssl-*` and `--grpc-compression-algorithm` (flags: `cli::tls`).
+    #[arg(skip)]
+    pub tls: Option<TlsOptions>,
+    /// HTTP: send input tensors as binary data or JSON.
+    #[arg(long = "input-tensor-format", value_name = "binary|json", value_parser = tensor_format("--input-tensor-format"))]
+    #[serde(default, with = "text")]
+    pub input_tensor_format: Option<TensorFormat>,
+    /// HTTP: ask for output tensors as binary data or JSON.
+    #[arg(long = "output-tensor-format", value_name = "binary|json", value_parser = tensor_format("--output-tensor-format"))]
+    #[serde(default, with = "text")]
+    pub output_tensor_format: Option<TensorFormat>,
+    /// Server trace settings (perf_analyzer's `--trace-*` flags, mapped in `cli::pa_compat`).
+    #[arg(skip)]
+    pub trace: Option<Vec<TraceSetting>>,
+}
+
+/// The load: batch sizes, and closed-loop concurrencies or an open-loop schedule.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadSettings {
+    /// Batch sizes: a list 1,8,16 or a range 1..64:8.
+    #[arg(long = "batch-sizes")]
     pub batch_sizes: Option<Levels>,
-    /// One batch size (`-b`); the same as `batch_sizes` with one value.
+    /// Batch size of each request; the same as `batch_sizes` with one value.
+    #[arg(short = 'b', long = "batch-size", allow_negative_numbers = true, value_parser = pa_batch_size)]
     pub batch: Option<u64>,
+    /// Closed loop: concurrencies A..B (step A), A..B:S, or a list 8,16,64.
+    #[arg(long = "concurrency")]
     pub concurrency: Option<Levels>,
-    /// `start:end:step` requests per second.
-    pub request_rate: Option<String>,
-    pub request_distribution: Option<String>,
+    /// Open loop: start:end:step request rates, per second.
+    #[arg(long = "request-rate-range", value_name = "start:end:step")]
+    #[serde(default, with = "text")]
+    pub request_rate: Option<RateRange>,
+    /// Open-loop gaps: constant or poisson.
+    #[arg(long = "request-distribution")]
+    #[serde(default, with = "text")]
+    pub request_distribution: Option<Distribution>,
+    /// Seed of the Poisson schedule.
+    #[arg(long = "seed")]
     pub seed: Option<u64>,
+    /// Open loop from a trace: one interval in µs per line, cycled.
+    #[arg(long = "request-intervals")]
     pub request_intervals: Option<PathBuf>,
+    /// Latency limit in ms: stop the sweep once exceeded (0: none).
+    #[arg(short = 'l', long = "latency-threshold", value_parser = pa_number::<f64>("-l"))]
     pub latency_threshold_ms: Option<f64>,
+    /// Search the range for the largest value under -l.
+    #[arg(long = "binary-search", num_args = 0, default_missing_value = "true")]
     pub binary_search: Option<bool>,
-    pub protocol: Option<String>,
+    /// perf_analyzer's periodic concurrency (`--periodic-concurrency-range` with
+    /// `--request-period`, mapped and checked in `cli::pa_compat`).
+    #[arg(skip)]
+    pub periodic_concurrency: Option<Periodic>,
+}
+
+/// What each request carries: tensor values and shapes, where they travel, and sequences.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InputSettings {
+    /// Per-item shape of a variable-size input: NAME:d1,d2 (repeatable).
+    #[arg(long = "shape")]
     pub shapes: Option<Vec<String>>,
-    pub shared_memory: Option<String>,
-    pub output_shared_memory_size: Option<u64>,
-    /// `--input-data`, repeatable; a scenario may give one string or a list.
+    /// Input values: zero, random, a perf_analyzer JSON file or a directory of raw files
+    /// (repeatable: the files' steps are sent in turn); a scenario may give one or a list.
+    #[arg(long = "input-data")]
     #[serde(default, with = "crate::input::one_or_many::option")]
     pub input_data: Option<Vec<String>>,
-    pub measurement_mode: Option<String>,
-    /// `stable` or `ci=P%[,max=T]` ([`StopWhen`]).
-    pub stop_when: Option<String>,
-    pub measurement_interval_ms: Option<u64>,
-    pub measurement_request_count: Option<u64>,
-    pub request_count: Option<u64>,
-    pub warmup_request_count: Option<u64>,
-    pub stability_percentage: Option<f64>,
-    pub max_trials: Option<usize>,
-    pub percentile: Option<f64>,
-    pub headers: Option<Vec<String>>,
-    /// `name:value:type`, repeatable (gRPC).
-    pub request_parameters: Option<Vec<String>>,
-    /// Seconds any call waits for its answer.
-    pub request_timeout: Option<f64>,
-    pub streaming: Option<bool>,
-    pub asynchronous: Option<bool>,
-    pub max_threads: Option<usize>,
-    pub collect_metrics: Option<bool>,
-    pub metrics_url: Option<String>,
-    pub metrics_interval_ms: Option<u64>,
-    pub latency_report_file: Option<PathBuf>,
-    pub verbose_csv: Option<bool>,
-    pub profile_export_file: Option<PathBuf>,
-    /// The results folder.
-    pub out: Option<PathBuf>,
-    pub verbose: Option<u8>,
+    /// Where tensors travel: none, system or cuda shared memory.
+    #[arg(long = "shared-memory")]
+    pub shared_memory: Option<SharedMemoryKind>,
+    /// Bytes reserved per batch item for each output of unknown size with shared memory.
+    #[arg(long = "output-shared-memory-size")]
+    pub output_shared_memory_size: Option<u64>,
+    /// Length of generated BYTES (string) elements.
+    #[arg(long = "string-length")]
     pub string_length: Option<usize>,
+    /// The value of every generated BYTES (string) element.
+    #[arg(long = "string-data")]
     pub string_data: Option<String>,
-    pub trace: Option<Vec<TraceSetting>>,
-    /// perf_analyzer's `--ssl-*` and `--grpc-compression-algorithm`.
-    pub tls: Option<TlsOptions>,
-    /// `binary` or `json` (HTTP).
-    pub input_tensor_format: Option<String>,
-    pub output_tensor_format: Option<String>,
-    /// Sequence models: `--sequence-length`, `--sequence-length-variation` (%),
-    /// `--sequence-id-range start[:end]`, `--num-of-sequences`, `--serial-sequences`.
+    /// Sequence models: the base number of requests of a sequence (default 20; with
+    /// --input-data streams, a stream's length unless given).
+    #[arg(long = "sequence-length")]
     pub sequence_length: Option<u64>,
+    /// Sequence models: each sequence's length varies within ± this percent (default 20).
+    #[arg(long = "sequence-length-variation")]
     pub sequence_length_variation: Option<f64>,
+    /// Sequence models: sequence ids start[:end] (end excluded; default 1, no end).
+    #[arg(long = "sequence-id-range", value_name = "start[:end]")]
     pub sequence_id_range: Option<String>,
+    /// Sequence models, open loop: sequences kept alive at once (default 4).
+    #[arg(long = "num-of-sequences")]
     pub num_of_sequences: Option<u64>,
+    /// Sequence models, open loop: at most one request of a sequence in flight.
+    #[arg(long = "serial-sequences", num_args = 0, default_missing_value = "true")]
     pub serial_sequences: Option<bool>,
-    /// `--validate-outputs`: check every answer, counting mismatches as failed requests.
+}
+
+/// How each point is measured and when it ends.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MeasurementSettings {
+    /// time_windows or count_windows.
+    #[arg(long = "measurement-mode")]
+    #[serde(default, with = "text")]
+    pub measurement_mode: Option<WindowKind>,
+    /// When a point ends: `stable` (three windows within -s, perf_analyzer's rule) or
+    /// `ci=P%[,max=T]` (95% intervals of throughput, p50 and p99 within ±P%, at most T).
+    #[arg(long = "stop-when")]
+    #[serde(default, with = "text")]
+    pub stop_when: Option<StopWhen>,
+    /// Window length in ms (time_windows).
+    #[arg(short = 'p', long = "measurement-interval", value_parser = pa_number::<u64>("-p"))]
+    pub measurement_interval_ms: Option<u64>,
+    /// Requests per window (count_windows).
+    #[arg(long = "measurement-request-count", value_parser = pa_number::<u64>("--measurement-request-count"))]
+    pub measurement_request_count: Option<u64>,
+    /// Measure exactly this many requests per point (one window, no stability check).
+    #[arg(long = "request-count", value_parser = pa_number::<u64>("--request-count"))]
+    pub request_count: Option<u64>,
+    /// Requests sent before measuring, not counted.
+    #[arg(long = "warmup-request-count")]
+    pub warmup_request_count: Option<u64>,
+    /// Windows agree when within this percentage.
+    #[arg(short = 's', long = "stability-percentage", value_parser = pa_number::<f64>("-s"))]
+    pub stability_percentage: Option<f64>,
+    /// Most windows measured per point.
+    #[arg(short = 'r', long = "max-trials", value_parser = pa_number::<usize>("-r"))]
+    pub max_trials: Option<usize>,
+    /// Stabilise and threshold on this latency percentile instead of the average (-1: the
+    /// average, as perf_analyzer reads it).
+    #[arg(long = "percentile", allow_negative_numbers = true)]
+    pub percentile: Option<f64>,
+    /// Check every answer (the `accumulate` model's running sum, or validation_data): a
+    /// mismatch counts as a failed request and the run exits non-zero.
+    #[arg(long = "validate-outputs", num_args = 0, default_missing_value = "true")]
     pub validate_outputs: Option<bool>,
-    /// `--periodic-concurrency-range` with `--request-period` (checked by the command line).
-    pub periodic_concurrency: Option<Periodic>,
+}
+
+/// What is written, and where.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutputSettings {
+    /// Results folder (offline and online: results/<model>-<kind>-<timestamp>/ unless given).
+    #[arg(long = "out")]
+    pub out: Option<PathBuf>,
+    /// CSV report (perf_analyzer's format).
+    #[arg(short = 'f', long = "latency-report-file")]
+    pub latency_report_file: Option<PathBuf>,
+    /// Add Avg latency, request/response and response wait to the CSV.
+    #[arg(long = "verbose-csv", num_args = 0, default_missing_value = "true")]
+    pub verbose_csv: Option<bool>,
+    /// Per-request timestamps as perf_analyzer's JSON.
+    #[arg(long = "profile-export-file")]
+    pub profile_export_file: Option<PathBuf>,
+    /// How much is printed (perf_analyzer's `-v`, mapped in `cli::pa_compat`).
+    #[arg(skip)]
+    pub verbose: Option<u8>,
 }
 
 impl Settings {
@@ -93,31 +235,123 @@ impl Settings {
     }
 }
 
+/// The sections of a table of keys; a key no section knows is an error naming it.
+impl TryFrom<toml::Table> for Settings {
+    type Error = String;
+    fn try_from(keys: toml::Table) -> Result<Settings, String> {
+        fn section<T: serde::de::DeserializeOwned>(keys: &toml::Table) -> Result<T, String> {
+            toml::Value::Table(keys.clone()).try_into().map_err(|e: toml::de::Error| e.message().to_string())
+        }
+        let settings = Settings {
+            call: section(&keys)?,
+            load: section(&keys)?,
+            input: section(&keys)?,
+            measurement: section(&keys)?,
+            output: section(&keys)?,
+        };
+        // Every key a section took comes back when the settings are written out again.
+        let known = match toml::Value::try_from(&settings) {
+            Ok(toml::Value::Table(known)) => known,
+            other => return Err(format!("settings are not a table: {other:?}")),
+        };
+        match keys.keys().find(|key| !known.contains_key(*key)) {
+            Some(key) => Err(format!("unknown field `{key}`")),
+            None => Ok(settings),
+        }
+    }
+}
+
+/// serde through a type's text (`Display` / `FromStr`), so a scenario key is read as its flag is.
+mod text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(value: &Option<T>, out: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => out.collect_str(value),
+            None => out.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T, D>(input: D) -> Result<Option<T>, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let text = Option::<String>::deserialize(input)?;
+        text.map(|t| t.parse().map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
+/// A clap parser for a perf_analyzer number: a value that does not parse is refused in
+/// perf_analyzer's words ("Failed to parse -p. Invalid value provided: abc").
+pub fn pa_number<T: std::str::FromStr + Clone + Send + Sync + 'static>(
+    flag: &'static str,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static {
+    move |text| text.trim().parse().map_err(|_| format!("Failed to parse {flag}. Invalid value provided: {text}"))
+}
+
+/// `-b`: a negative batch size reads as 0, which the plan refuses in perf_analyzer's words
+/// ("The value must be > 0"), as it refuses 0.
+pub fn pa_batch_size(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) => Ok(n.max(0) as u64),
+        Err(_) => Err(format!("Failed to parse -b. Invalid value provided: {text}")),
+    }
+}
+
+/// A clap parser for `--input-tensor-format` / `--output-tensor-format`, refusing in
+/// perf_analyzer's words.
+fn tensor_format(flag: &'static str) -> impl Fn(&str) -> Result<TensorFormat, String> + Clone + Send + Sync {
+    move |text| text.parse().map_err(|e| format!("Failed to parse {flag}. {e}"))
+}
+
+/// `--request-rate-range start[:end[:step]]` requests per second, as given: [`resolve`] reads a
+/// missing end as the start and a missing step as 1, and measures the start alone when the end
+/// is below it (perf_analyzer's own checks read a missing end as 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateRange {
+    pub start: f64,
+    pub end: Option<f64>,
+    pub step: Option<f64>,
+}
+
+impl std::str::FromStr for RateRange {
+    type Err = String;
+    fn from_str(text: &str) -> Result<RateRange, String> {
+        let parts: Vec<&str> = text.split(':').collect();
+        if parts.len() > 3 {
+            return Err(format!("bad --request-rate-range '{text}': expected start:end:step"));
+        }
+        let num = |s: &str| {
+            s.trim().parse::<f64>().map_err(|_| format!("bad --request-rate-range '{text}': '{s}' is not a number"))
+        };
+        let start = num(parts[0])?;
+        let end = parts.get(1).map(|s| num(s)).transpose()?;
+        let step = parts.get(2).map(|s| num(s)).transpose()?;
+        if start <= 0.0 {
+            return Err("Failed to parse --request-rate-range. The start of the search range must be > 0.".into());
+        }
+        Ok(RateRange { start, end, step })
+    }
+}
+
+impl std::fmt::Display for RateRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.start)?;
+        for part in [self.end, self.step].into_iter().flatten() {
+            write!(f, ":{part}")?;
+        }
+        Ok(())
+    }
+}
+
 /// perf_analyzer's load-mode conflict, in its words (its spelling included: scripts grep them).
 pub const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
     following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
-
-/// Splits "start[:end[:step]]" of request rates; missing end = start, missing step = 1.
-fn parse_rate_range(text: &str) -> Result<(f64, f64, f64), PlanError> {
-    let parts: Vec<&str> = text.split(':').collect();
-    if parts.len() > 3 {
-        return Err(invalid(format!("bad --request-rate-range '{text}': expected start:end:step")));
-    }
-    let num = |s: &str| {
-        s.trim()
-            .parse::<f64>()
-            .map_err(|_| invalid(format!("bad --request-rate-range '{text}': '{s}' is not a number")))
-    };
-    let start = num(parts[0])?;
-    let end = parts.get(1).map(|s| num(s)).transpose()?.unwrap_or(start);
-    let step = parts.get(2).map(|s| num(s)).transpose()?.unwrap_or(1.0);
-    if start <= 0.0 {
-        return Err(invalid("Failed to parse --request-rate-range. The start of the search range must be > 0."));
-    }
-    // perf_analyzer measures the start and steps on while at most the end: an end below the
-    // start measures the start alone.
-    Ok((start, end.max(start), step))
-}
 
 /// `--sequence-id-range start[:end]` (end excluded), as perf_analyzer reads it.
 fn parse_id_range(text: &str) -> Result<(u64, Option<u64>), PlanError> {
@@ -137,69 +371,70 @@ fn parse_id_range(text: &str) -> Result<(u64, Option<u64>), PlanError> {
 
 /// The sequence settings of a sweep, checked.
 fn sequences(s: &Settings, d: &defaults::Defaults) -> Result<Sequences, PlanError> {
-    let length = match s.sequence_length {
+    let length = match s.input.sequence_length {
         Some(0) => return Err(invalid("Failed to parse --sequence-length. The value must be > 0.")),
         Some(n) => n,
         None => d.sequence_length,
     };
-    let variation = s.sequence_length_variation.unwrap_or(d.sequence_length_variation);
+    let variation = s.input.sequence_length_variation.unwrap_or(d.sequence_length_variation);
     if !(variation.is_finite() && variation >= 0.0) {
         return Err(invalid("Failed to parse --sequence-length-variation. The value must be >= 0.0."));
     }
-    let (id_start, id_end) = match &s.sequence_id_range {
+    let (id_start, id_end) = match &s.input.sequence_id_range {
         Some(text) => parse_id_range(text)?,
         None => (d.sequence_id_start, None),
     };
     if id_end == Some(id_start) {
         return Err(invalid("Failed to parse --sequence-id-range. The range holds no sequence id."));
     }
-    let count = match s.num_of_sequences {
+    let count = match s.input.num_of_sequences {
         Some(0) => return Err(invalid("Failed to parse --num-of-sequences. The value must be > 0.")),
         Some(n) => n,
         None => d.num_of_sequences,
     };
     Ok(Sequences {
         length,
-        length_given: s.sequence_length.is_some(),
+        length_given: s.input.sequence_length.is_some(),
         length_variation_pct: variation,
         // perf_analyzer takes sequence id 0 (no sequence) as its default start, 1.
         id_start: id_start.max(1),
         id_end,
         count,
-        serial: s.serial_sequences.unwrap_or(false),
+        serial: s.input.serial_sequences.unwrap_or(false),
     })
 }
 
 /// Fills `s` from the defaults of `kind` into a checked sweep against `target`.
 pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, PlanError> {
     let d = defaults::of(kind);
-    let protocol: Protocol = s.protocol.as_deref().unwrap_or(d.protocol).parse().map_err(PlanError::Invalid)?;
-    let batch_sizes = match (&s.batch_sizes, s.batch) {
+    let protocol: Protocol = match s.call.protocol {
+        Some(protocol) => protocol,
+        None => d.protocol.parse().expect("the default protocol parses"),
+    };
+    let batch_sizes = match (&s.load.batch_sizes, s.load.batch) {
         (Some(_), Some(_)) => return Err(invalid("give batch sizes or one batch, not both")),
         (Some(levels), None) => levels.clone(),
         (None, Some(0)) => return Err(invalid("Failed to parse -b (batch size). The value must be > 0.")),
         (None, Some(b)) => Levels::one(b),
         (None, None) => d.batch_sizes.parse().expect("default batch sizes parse"),
     };
-    let other_mode = s.concurrency.is_some() || s.request_rate.is_some() || s.request_intervals.is_some();
-    let load = match (&s.concurrency, &s.request_rate, &s.request_intervals) {
-        _ if s.periodic_concurrency.is_some() && other_mode => return Err(invalid(TWO_LOAD_MODES)),
-        _ if s.periodic_concurrency.is_some() => Load::Periodic(s.periodic_concurrency.expect("checked above")),
+    let other_mode = s.load.concurrency.is_some() || s.load.request_rate.is_some() || s.load.request_intervals.is_some();
+    let load = match (&s.load.concurrency, &s.load.request_rate, &s.load.request_intervals) {
+        _ if s.load.periodic_concurrency.is_some() && other_mode => return Err(invalid(TWO_LOAD_MODES)),
+        _ if s.load.periodic_concurrency.is_some() => Load::Periodic(s.load.periodic_concurrency.expect("checked above")),
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             return Err(invalid(TWO_LOAD_MODES));
         }
         (_, Some(range), None) => {
-            let (start, end, step) = parse_rate_range(range)?;
-            let distribution = match s.request_distribution.as_deref().unwrap_or(d.request_distribution) {
-                "constant" => Distribution::Constant,
-                "poisson" => Distribution::Poisson,
-                other => {
-                    return Err(invalid(format!(
-                        "Failed to parse --request-distribution. Unsupported type provided: '{other}'. Choices are 'posson' or 'constant'."
-                    )))
-                }
+            let RateRange { start, end, step } = *range;
+            let (end, step) = (end.unwrap_or(start), step.unwrap_or(1.0));
+            let distribution = match s.load.request_distribution {
+                Some(distribution) => distribution,
+                None => d.request_distribution.parse().map_err(PlanError::Invalid)?,
             };
-            Load::RequestRate { start, end, step, distribution, seed: s.seed.unwrap_or(d.seed) }
+            // perf_analyzer measures the start and steps on while at most the end: an end below
+            // the start measures the start alone.
+            Load::RequestRate { start, end: end.max(start), step, distribution, seed: s.load.seed.unwrap_or(d.seed) }
         }
         (None, None, Some(path)) => Load::Trace { intervals: path.clone() },
         (levels, None, None) => Load::Concurrency {
@@ -209,14 +444,16 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     if kind == SweepKind::Offline && !matches!(&load, Load::Concurrency { levels } if *levels == Levels::one(1)) {
         return Err(invalid("an offline sweep runs at concurrency 1: use an online sweep for other loads"));
     }
-    let latency_limit_ms = match s.latency_threshold_ms {
+    let latency_limit_ms = match s.load.latency_threshold_ms {
         Some(l) if l.is_nan() || l < 0.0 => return Err(invalid("-l must be a number of milliseconds >= 0")),
         Some(l) if l > 0.0 => Some(l),
         _ => None,
     };
-    let shared_memory: SharedMemoryKind =
-        s.shared_memory.as_deref().unwrap_or(d.shared_memory).parse().map_err(|e| invalid(format!("{e}")))?;
-    let data = match s.input_data.as_deref() {
+    let shared_memory: SharedMemoryKind = match s.input.shared_memory {
+        Some(kind) => kind,
+        None => d.shared_memory.parse().map_err(|e| invalid(format!("{e}")))?,
+    };
+    let data = match s.input.input_data.as_deref() {
         Some(texts) if !texts.is_empty() => texts.iter().map(String::as_str).collect(),
         _ => vec![d.input_data],
     }
@@ -224,46 +461,40 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     .map(|t| t.parse::<InputData>().map_err(|e| invalid(format!("{e}"))))
     .collect::<Result<Vec<_>, _>>()?;
     let shapes = s
+        .input
         .shapes
         .iter()
         .flatten()
         .map(|t| t.parse::<ShapeOverride>().map_err(|e| invalid(e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
     let headers = s
+        .call
         .headers
         .iter()
         .flatten()
         .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
         .collect::<Result<Vec<_>, _>>()?;
     let request_parameters =
-        crate::client::parse_request_parameters(s.request_parameters.as_deref().unwrap_or_default())
+        crate::client::parse_request_parameters(s.call.request_parameters.as_deref().unwrap_or_default())
             .map_err(PlanError::Invalid)?;
-    let format = |flag: &str, text: &Option<String>| -> Result<TensorFormat, PlanError> {
-        text.as_deref()
-            .map(|t| t.parse().map_err(|e| invalid(format!("Failed to parse {flag}. {e}"))))
-            .transpose()
-            .map(Option::unwrap_or_default)
-    };
-    let input_tensor_format = format("--input-tensor-format", &s.input_tensor_format)?;
-    let output_tensor_format = format("--output-tensor-format", &s.output_tensor_format)?;
-    let tls = s.tls.clone().unwrap_or_default();
+    let tls = s.call.tls.clone().unwrap_or_default();
     tls.check().map_err(PlanError::Invalid)?;
-    if let Some(t) = s.request_timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
+    if let Some(t) = s.call.request_timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
         return Err(invalid(format!("--request-timeout must be a number of seconds > 0, got {t}")));
     }
-    let collect = s.collect_metrics.unwrap_or(false);
-    if s.metrics_url.is_some() && !collect {
+    let collect = s.call.collect_metrics.unwrap_or(false);
+    if s.call.metrics_url.is_some() && !collect {
         return Err(invalid("Must specify --collect-metrics when using the --metrics-url option."));
     }
-    if collect && s.metrics_url.is_none() && matches!(target, Target::InProcess { .. }) {
+    if collect && s.call.metrics_url.is_none() && matches!(target, Target::InProcess { .. }) {
         return Err(invalid("--collect-metrics needs --metrics-url with --service-kind inprocess"));
     }
-    let mode: WindowKind = match &s.measurement_mode {
-        Some(text) => text.parse().map_err(PlanError::Invalid)?,
-        None => d.window,
+    let mode: WindowKind = s.measurement.measurement_mode.unwrap_or(d.window);
+    let stop_when: StopWhen = match s.measurement.stop_when {
+        Some(stop_when) => stop_when,
+        None => d.stop_when.parse().map_err(PlanError::Invalid)?,
     };
-    let stop_when: StopWhen = s.stop_when.as_deref().unwrap_or(d.stop_when).parse().map_err(PlanError::Invalid)?;
-    let out = match (kind, &s.out) {
+    let out = match (kind, &s.output.out) {
         (SweepKind::Profile, out) => out.clone(),
         (_, Some(out)) => Some(out.clone()),
         (_, None) => None,
@@ -273,53 +504,54 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         protocol,
         call: Call {
             headers,
-            streaming: s.streaming.unwrap_or(false),
-            asynchronous: s.asynchronous,
-            max_threads: s.max_threads,
+            streaming: s.call.streaming.unwrap_or(false),
+            asynchronous: s.call.asynchronous,
+            max_threads: s.call.max_threads,
             tls,
-            input_tensor_format,
-            output_tensor_format,
+            input_tensor_format: s.call.input_tensor_format.unwrap_or_default(),
+            output_tensor_format: s.call.output_tensor_format.unwrap_or_default(),
             request_parameters,
-            request_timeout_s: s.request_timeout,
+            request_timeout_s: s.call.request_timeout,
             metrics: collect.then(|| Metrics {
-                url: s.metrics_url.clone(),
-                interval_ms: s.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),
+                url: s.call.metrics_url.clone(),
+                interval_ms: s.call.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),
             }),
         },
         batch_sizes,
         load,
         latency_limit_ms,
-        binary_search: s.binary_search.unwrap_or(false),
+        binary_search: s.load.binary_search.unwrap_or(false),
         input: Input {
             data,
             shapes,
             shared_memory,
-            output_shared_memory_size: s.output_shared_memory_size,
-            string_length: s.string_length.unwrap_or(crate::input::DEFAULT_STRING_LENGTH),
-            string_data: s.string_data.clone(),
+            output_shared_memory_size: s.input.output_shared_memory_size,
+            string_length: s.input.string_length.unwrap_or(crate::input::DEFAULT_STRING_LENGTH),
+            string_data: s.input.string_data.clone(),
         },
         measurement: Measurement {
             mode,
             stop_when,
-            interval_ms: s.measurement_interval_ms.unwrap_or(d.measurement_interval_ms),
-            request_count: s.measurement_request_count.unwrap_or(d.measurement_request_count),
-            stability_percentage: s.stability_percentage.unwrap_or(d.stability_percentage),
-            max_trials: s.max_trials.unwrap_or(d.max_trials),
-            percentile: s.percentile,
-            total_requests: s.request_count.filter(|&n| n > 0),
-            warmup_requests: s.warmup_request_count.unwrap_or(d.warmup_request_count),
+            interval_ms: s.measurement.measurement_interval_ms.unwrap_or(d.measurement_interval_ms),
+            request_count: s.measurement.measurement_request_count.unwrap_or(d.measurement_request_count),
+            stability_percentage: s.measurement.stability_percentage.unwrap_or(d.stability_percentage),
+            max_trials: s.measurement.max_trials.unwrap_or(d.max_trials),
+            // perf_analyzer's -1: no percentile (stabilise on the average).
+            percentile: s.measurement.percentile.filter(|&p| p != -1.0),
+            total_requests: s.measurement.request_count.filter(|&n| n > 0),
+            warmup_requests: s.measurement.warmup_request_count.unwrap_or(d.warmup_request_count),
         },
         output: Output {
             dir: out,
-            latency_report_file: s.latency_report_file.clone(),
-            verbose_csv: s.verbose_csv.unwrap_or(false),
-            profile_export_file: s.profile_export_file.clone(),
-            verbose: s.verbose.unwrap_or(0),
+            latency_report_file: s.output.latency_report_file.clone(),
+            verbose_csv: s.output.verbose_csv.unwrap_or(false),
+            profile_export_file: s.output.profile_export_file.clone(),
+            verbose: s.output.verbose.unwrap_or(0),
             no_closing_report: false,
         },
-        trace: s.trace.clone().unwrap_or_default(),
+        trace: s.call.trace.clone().unwrap_or_default(),
         sequences: sequences(s, d)?,
-        validate_outputs: s.validate_outputs.unwrap_or(false),
+        validate_outputs: s.measurement.validate_outputs.unwrap_or(false),
         bls_composing_models: Vec::new(),
     };
     sweep.validate(target)?;

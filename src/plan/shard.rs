@@ -198,14 +198,11 @@ mod tests {
     fn a_sweep_part_splits_counts_and_sequence_ids_into_disjoint_parts() {
         use crate::plan::settings::{resolve, Settings};
         use crate::plan::{SweepKind, Target};
-        let settings = Settings {
-            request_count: Some(9),
-            warmup_request_count: Some(5),
-            sequence_id_range: Some("10:20".into()),
-            num_of_sequences: Some(5),
-            out: Some("out".into()),
-            ..Default::default()
-        };
+        let mut settings = Settings::default();
+        (settings.measurement.request_count, settings.measurement.warmup_request_count) = (Some(9), Some(5));
+        settings.input.sequence_id_range = Some("10:20".into());
+        settings.input.num_of_sequences = Some(5);
+        settings.output.out = Some("out".into());
         let sweep = resolve(SweepKind::Online, &settings, &Target::Remote { url: "localhost:1".into() }).unwrap();
         let parts: Vec<Sweep> = (0..2).map(|index| Shard::new(index, 2).sweep_part(&sweep)).collect();
         let of = |f: &dyn Fn(&Sweep) -> u64| parts.iter().map(f).collect::<Vec<_>>();

@@ -209,13 +209,10 @@ mod tests {
     use crate::plan::settings::{resolve, Settings};
 
     fn profile(concurrency: &str, asynchronous: Option<bool>, max_threads: Option<usize>) -> Sweep {
-        let settings = Settings {
-            concurrency: Some(Levels::parse_colon(concurrency).unwrap()),
-            latency_threshold_ms: Some(100.0),
-            asynchronous,
-            max_threads,
-            ..Settings::default()
-        };
+        let mut settings = Settings::default();
+        settings.load.concurrency = Some(Levels::parse_colon(concurrency).unwrap());
+        settings.load.latency_threshold_ms = Some(100.0);
+        (settings.call.asynchronous, settings.call.max_threads) = (asynchronous, max_threads);
         resolve(SweepKind::Profile, &settings, &Target::Embedded { model_repository: None }).unwrap()
     }
 
