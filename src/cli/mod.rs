@@ -177,8 +177,7 @@ pub fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            let text = e.to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("error: bad command line"));
+            eprintln!("{}", usage_error(&e));
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -209,7 +208,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())?;
+    let cli = Cli::try_parse_from(argv).map_err(|e| usage_error(&e))?;
     let plan = match cli.command {
         Command::Profile(args) => args.plan(),
         Command::Offline(args) => args.plan(),
@@ -219,6 +218,15 @@ where
     };
     let plan = cli.shard.apply(plan);
     plan.map_err(|e| e.to_string())
+}
+
+/// A command-line error on one line. A value its flag's parser refused is told in the parser's
+/// own words (they name the flag), as the plan words any other bad value.
+pub(crate) fn usage_error(e: &clap::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(why) if e.kind() == clap::error::ErrorKind::ValueValidation => format!("error: {why}"),
+        _ => e.to_string().lines().next().unwrap_or("error: bad command line").to_string(),
+    }
 }
 
 /// The error and its causes on one line.

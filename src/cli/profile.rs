@@ -75,7 +75,7 @@ mod tests {
         let argv = std::iter::once("profile").chain(line.split_whitespace());
         match Cli::try_parse_from(argv) {
             Ok(cli) => cli.args.plan(),
-            Err(e) => Err(invalid(e.to_string().lines().next().unwrap_or_default())),
+            Err(e) => Err(invalid(crate::cli::usage_error(&e))),
         }
     }
 

@@ -93,13 +93,13 @@ pub struct CallSettings {
 #[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoadSettings {
     /// Batch sizes: a list 1,8,16 or a range 1..64:8.
-    #[arg(long = "batch-sizes")]
+    #[arg(long = "batch-sizes", value_parser = levels("--batch-sizes"))]
     pub batch_sizes: Option<Levels>,
     /// Batch size of each request; the same as `batch_sizes` with one value.
     #[arg(short = 'b', long = "batch-size", allow_negative_numbers = true, value_parser = pa_batch_size)]
     pub batch: Option<u64>,
     /// Closed loop: concurrencies A..B (step A), A..B:S, or a list 8,16,64.
-    #[arg(long = "concurrency")]
+    #[arg(long = "concurrency", value_parser = levels("--concurrency"))]
     pub concurrency: Option<Levels>,
     /// Open loop: start:end:step request rates, per second.
     #[arg(long = "request-rate-range", value_name = "start:end:step")]
@@ -301,6 +301,11 @@ pub fn pa_batch_size(text: &str) -> Result<u64, String> {
         Ok(n) => Ok(n.max(0) as u64),
         Err(_) => Err(format!("Failed to parse -b. Invalid value provided: {text}")),
     }
+}
+
+/// A clap parser for concurrencies or batch sizes, naming the flag.
+fn levels(flag: &'static str) -> impl Fn(&str) -> Result<Levels, String> + Clone + Send + Sync {
+    move |text| text.parse().map_err(|e| format!("bad {flag} {e}"))
 }
 
 /// A clap parser for `--input-tensor-format` / `--output-tensor-format`, refusing in
