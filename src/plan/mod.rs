@@ -374,29 +374,6 @@ pub enum Distribution {
     Poisson,
 }
 
-impl FromStr for Distribution {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Distribution, String> {
-        match s {
-            "constant" => Ok(Distribution::Constant),
-            "poisson" => Ok(Distribution::Poisson),
-            // perf_analyzer's words, its spelling included.
-            other => Err(format!(
-                "Failed to parse --request-distribution. Unsupported type provided: '{other}'. Choices are 'posson' or 'constant'."
-            )),
-        }
-    }
-}
-
-impl fmt::Display for Distribution {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Distribution::Constant => "constant",
-            Distribution::Poisson => "poisson",
-        })
-    }
-}
-
 /// What each request carries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

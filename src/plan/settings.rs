@@ -354,6 +354,30 @@ impl std::fmt::Display for RateRange {
     }
 }
 
+/// `--request-distribution`, read as perf_analyzer reads it.
+impl std::str::FromStr for Distribution {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Distribution, String> {
+        match s {
+            "constant" => Ok(Distribution::Constant),
+            "poisson" => Ok(Distribution::Poisson),
+            // perf_analyzer's words, its spelling included.
+            other => Err(format!(
+                "Failed to parse --request-distribution. Unsupported type provided: '{other}'. Choices are 'posson' or 'constant'."
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Distribution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Distribution::Constant => "constant",
+            Distribution::Poisson => "poisson",
+        })
+    }
+}
+
 /// perf_analyzer's load-mode conflict, in its words (its spelling included: scripts grep them).
 pub const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
     following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
