@@ -7,6 +7,9 @@
 #     is saturated (req/s alone also moves with whatever else runs on the machine),
 #     for HTTP JSON and HTTP binary tensors (wrk), gRPC unary (h2load), gRPC streaming
 #     (`perfbench profile --streaming`), and in-process (`--service-kind inprocess`, one process);
+#   - streamed tokens: server CPU-µs per SSE chunk of `perfbench serve`'s llm twin (step costs
+#     set to 0, so the batcher runs flat out) next to echo_axum's bare SSE answer of the same
+#     number of chunks of the same shape (wrk posting streamed /v1/completions, SSE_TOKENS each);
 #   - the client's CPU-µs per request (user + system from /usr/bin/time over the run) for
 #     `perfbench profile` against wrk / h2load (and perf_analyzer when installed) on the same
 #     server at the same concurrency;
@@ -17,7 +20,8 @@
 # Env: BENCH_SECONDS (5, per wrk/h2load row), BENCH_REQUESTS (20000, per perfbench row, a
 #      quarter of it for 64 KiB), BENCH_PORT (24100), PERFBENCH_PEERS / PERFBENCH_PA (optional
 #      perf_analyzer, see scripts/setup-peers.sh), BENCH_SKIP_BUILD=1 (use target/release as is),
-#      PERFBENCH_BIN (another perfbench binary to measure, e.g. an older build, against the same echoes).
+#      PERFBENCH_BIN (another perfbench binary to measure, e.g. an older build, against the same echoes),
+#      BENCH_SSE_ONLY=1 (only the SSE row).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/benches/common.sh"
@@ -26,6 +30,8 @@ REQUESTS=${BENCH_REQUESTS:-20000}
 CONCURRENCY=16
 ECHO_HTTP_PORT=$((PORT + 10))
 ECHO_GRPC_PORT=$((PORT + 11))
+LLM_PORT=$((PORT + 20))
+SSE_TOKENS=64
 SERVER_CORE=0
 LOAD_CORE=1
 EXTRA_PIDS=()
@@ -60,7 +66,9 @@ build() {
       die "cargo build --release failed"
   fi
   BIN=${PERFBENCH_BIN:-$TARGET/perfbench}
-  for b in "$BIN" "$TARGET/examples/echo_axum" "$TARGET/examples/echo_tonic"; do
+  local needed=("$BIN" "$TARGET/examples/echo_axum")
+  [ -n "${BENCH_SSE_ONLY:-}" ] || needed+=("$TARGET/examples/echo_tonic")
+  for b in "${needed[@]}"; do
     [ -x "$b" ] || die "missing $b"
   done
 }
@@ -135,10 +143,23 @@ start_servers() {
   SERVER_PID=$!
   taskset -c $SERVER_CORE "$TARGET/examples/echo_axum" "$ECHO_HTTP_PORT" >"$BENCH_TMP/echo_axum.log" 2>&1 &
   ECHO_HTTP_PID=$!
-  taskset -c $SERVER_CORE "$TARGET/examples/echo_tonic" "$ECHO_GRPC_PORT" >"$BENCH_TMP/echo_tonic.log" 2>&1 &
-  ECHO_GRPC_PID=$!
-  EXTRA_PIDS+=("$ECHO_HTTP_PID" "$ECHO_GRPC_PID")
-  for p in "$PORT" $((PORT + 1)) "$ECHO_HTTP_PORT" "$ECHO_GRPC_PORT"; do wait_port "$p"; done
+  EXTRA_PIDS+=("$ECHO_HTTP_PID")
+  local ports=("$PORT" $((PORT + 1)) "$ECHO_HTTP_PORT")
+  if [ -z "${BENCH_SSE_ONLY:-}" ]; then
+    taskset -c $SERVER_CORE "$TARGET/examples/echo_tonic" "$ECHO_GRPC_PORT" >"$BENCH_TMP/echo_tonic.log" 2>&1 &
+    ECHO_GRPC_PID=$!
+    EXTRA_PIDS+=("$ECHO_GRPC_PID")
+    ports+=("$ECHO_GRPC_PORT")
+  fi
+  # The llm twin with free steps: what is left is the server's own work per token.
+  mkdir -p "$BENCH_TMP/llm-repo/llm"
+  sed -E 's/key: "(step_us|decode_us_per_seq|prefill_us_per_token)" value \{ string_value: "[0-9]+" \}/key: "\1" value { string_value: "0" }/' \
+    "$ROOT/src/server/zoo/llm.pbtxt" >"$BENCH_TMP/llm-repo/llm/config.pbtxt"
+  taskset -c $SERVER_CORE "$BIN" serve --host "$HOST" --http-port "$LLM_PORT" --grpc-port $((LLM_PORT + 1)) \
+    --metrics-port $((LLM_PORT + 2)) --model-repository "$BENCH_TMP/llm-repo" >"$BENCH_TMP/serve-llm.log" 2>&1 &
+  LLM_PID=$!
+  EXTRA_PIDS+=("$LLM_PID")
+  for p in "${ports[@]}" "$LLM_PORT"; do wait_port "$p"; done
   curl -sf "http://$HOST:$PORT/v2/models/identity/ready" >/dev/null || die "identity not ready"
 }
 
@@ -253,6 +274,28 @@ server_table() {
         "$([ "$echo_rate" = - ] && echo - || python3 -c "print(f'{$echo_cpu / $our_cpu:.2f}')")"
     done
   done
+  sse_row
+}
+
+# sse_row: server CPU-µs per streamed chunk, the twin against the SSE echo.
+sse_row() {
+  local body='{"model":"llm","prompt":"Hello there","max_tokens":'$SSE_TOKENS',"stream":true,"ignore_eos":true}'
+  printf 'wrk.method = "POST"\nwrk.body = %s\nwrk.headers["Content-Type"] = "application/json"\n' \
+    "'$body'" >"$BENCH_TMP/sse.lua"
+  local name pid port rates=() cpus=()
+  for name in perfbench echo; do
+    pid=$LLM_PID port=$LLM_PORT
+    [ $name = echo ] && pid=$ECHO_HTTP_PID port=$ECHO_HTTP_PORT
+    curl -sf "http://$HOST:$port/v1/completions" -d "$body" | grep -q '^data: \[DONE\]' || die "no SSE stream from $name"
+    taskset -c $LOAD_CORE wrk -t1 -c$CONCURRENCY -d1s -s "$BENCH_TMP/sse.lua" "http://$HOST:$port/v1/completions" >/dev/null
+    run_load "$pid" wrk -t1 -c$CONCURRENCY -d"${SECONDS_PER_ROW}s" -s "$BENCH_TMP/sse.lua" "http://$HOST:$port/v1/completions"
+    parse_wrk
+    rates+=("$(python3 -c "print($RATE * $SSE_TOKENS)")")
+    cpus+=("$(per_request_us "$(ticks_s "$SERVER_CPU_TICKS")" "$((REQS * SSE_TOKENS))")")
+  done
+  printf '%-14s %-8s %12.0f %10s %12.0f %10s %7s\n' "SSE chunks/s" "$SSE_TOKENS tok" "${rates[0]}" "${cpus[0]}" \
+    "${rates[1]}" "${cpus[1]}" "$(python3 -c "print(f'{${cpus[1]} / ${cpus[0]}:.2f}')")"
+  echo "(SSE row: per chunk, not per request: llm twin with zero step costs, streamed /v1/completions, $SSE_TOKENS chunks a request; goal ratio >= 0.5)"
 }
 
 client_table() {
@@ -326,6 +369,11 @@ build
 make_bodies 16 16384
 start_servers
 echo "perfbench $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), $(nproc --all) cores, $SECONDS_PER_ROW s per wrk/h2load row, $REQUESTS requests per perfbench row (a quarter for 64 KiB)"
+if [ -n "${BENCH_SSE_ONLY:-}" ]; then
+  printf '%-14s %-8s %12s %10s %12s %10s %7s\n' path payload "perfbench/s" "CPU-us/chk" "echo/s" "CPU-us/chk" ratio
+  sse_row
+  exit 0
+fi
 server_table
 client_table
 queue_table

@@ -96,6 +96,11 @@ pub fn body(endpoint: EndpointType, messages: &[Message], options: &BodyOptions)
                 target.insert("stream_options".into(), json!({"include_usage": true}));
             }
         }
+        // Triton's vLLM backend repeats the prompt before a non-streamed answer unless told
+        // not to; the output tokens are counted from the text.
+        if endpoint == EndpointType::Generate {
+            target.insert("exclude_input_in_output".into(), Value::Bool(true));
+        }
         if let Some(n) = options.max_tokens {
             target.insert("max_tokens".into(), n.into());
             target.insert("ignore_eos".into(), Value::Bool(true));
@@ -191,8 +196,8 @@ mod tests {
         let body = body(EndpointType::Generate, &user("x"), &options);
         assert_eq!(
             body,
-            json!({"text_input": "x", "parameters": {"stream": true, "max_tokens": 5, "ignore_eos": true,
-                   "temperature": 0.5}})
+            json!({"text_input": "x", "parameters": {"stream": true, "exclude_input_in_output": true,
+                   "max_tokens": 5, "ignore_eos": true, "temperature": 0.5}})
         );
         assert_eq!(EndpointType::Generate.path("m", true), "/v2/models/m/generate_stream");
     }

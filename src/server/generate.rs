@@ -124,7 +124,7 @@ fn count(key: &str, value: &Value) -> ServerResult<u64> {
 /// Parses a generate request body.
 fn parse_body(body: &[u8]) -> ServerResult<TextRequest> {
     let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ServerError::invalid(format!("failed to parse the request JSON: {e}")))?;
+        .map_err(|e| ServerError::invalid(format!("failed to parse the request JSON buffer: {e}")))?;
     let Value::Object(mut fields) = value else {
         return Err(ServerError::invalid("the generate request must be a JSON object"));
     };
@@ -137,8 +137,18 @@ fn parse_body(body: &[u8]) -> ServerResult<TextRequest> {
     let parameters = match fields.remove("parameters") {
         None => Map::new(),
         Some(Value::Object(p)) => p,
-        Some(other) => return Err(ServerError::invalid(format!("parameters must be an object, got {other}"))),
+        Some(_) => {
+            return Err(ServerError::invalid(
+                "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object",
+            ))
+        }
     };
+    // Triton's words: a request parameter is an int, a bool or a string (a float passes too).
+    if let Some((key, _)) = parameters.iter().find(|(_, v)| matches!(v, Value::Null | Value::Array(_) | Value::Object(_))) {
+        return Err(ServerError::invalid(format!(
+            "Converting keyword: 'parameters': parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+        )));
+    }
     request.read_sampling(&parameters)?;
     request.read_sampling(&fields)?;
     Ok(request)
@@ -186,12 +196,17 @@ async fn start(
     if sse_reply {
         return Ok(pieces.into_sse());
     }
-    let mut out = String::new();
-    match pieces.whole(&mut out).await {
-        Ok(()) => Ok(Json(output(model, &out)).into_response()),
-        Err(e) => Err(e),
+    // As Triton: `generate` takes exactly one response, so a streamed request fails unless its
+    // first token is its last (Triton answers 200 with this error; a 4xx here, by our rule).
+    match pieces.next().await? {
+        Some((text, true)) => Ok(Json(output(model, &text)).into_response()),
+        Some((_, false)) => Err(ServerError::invalid(ONE_RESPONSE)),
+        None => Err(ServerError::unavailable("the batcher stopped before the request finished")),
     }
 }
+
+/// Triton's reply when `generate` meets a model that sends more than one response.
+pub const ONE_RESPONSE: &str = "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses";
 
 fn output(model: &str, text: &str) -> Value {
     json!({ "model_name": model, "model_version": MODEL_VERSION, "text_output": text })
@@ -253,7 +268,7 @@ impl Pieces {
                 match pieces.next().await {
                     Ok(Some((text, _))) => Some((Ok::<_, Infallible>(sse(&output(&model, &text))), Some(pieces))),
                     Ok(None) => None,
-                    Err(e) => Some((Ok(sse(&json!({ "error": e.message }))), None)),
+                    Err(e) => Some((Ok(error_event(&e.message)), None)),
                 }
             }
         });
@@ -261,5 +276,34 @@ impl Pieces {
         let content_type = HeaderValue::from_static("text/event-stream; charset=utf-8");
         response.headers_mut().insert(CONTENT_TYPE, content_type);
         response
+    }
+}
+
+/// An error after the stream began, framed as Triton frames it.
+fn error_event(message: &str) -> bytes::Bytes {
+    sse(&json!({ "error": message }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes real Triton 2.51 sends when a decoupled model fails after its first response
+    /// (tests/interop/test_triton_generate.py checks Triton still sends exactly these).
+    #[test]
+    fn an_error_mid_stream_is_framed_as_tritons() {
+        assert_eq!(&error_event("failed on purpose")[..], b"data: {\"error\":\"failed on purpose\"}\n\n");
+    }
+
+    #[test]
+    fn parameters_take_tritons_types_only() {
+        let e = parse_body(br#"{"text_input": "a", "parameters": {"n": [1]}}"#).unwrap_err();
+        assert_eq!(
+            e.message,
+            "Converting keyword: 'parameters': parameter 'n' has invalid type. It should be either 'int', 'bool', or 'string'."
+        );
+        assert!(parse_body(br#"{"text_input": "a", "parameters": {"temperature": 0.5, "seed": 3}}"#).is_ok());
+        let e = parse_body(b"{").unwrap_err();
+        assert!(e.message.starts_with("failed to parse the request JSON buffer: "), "{}", e.message);
     }
 }

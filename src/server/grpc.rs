@@ -20,7 +20,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::core::{InferenceServer, EXTENSIONS, SERVER_NAME, SERVER_VERSION};
-use super::error::{ServerError, ServerResult};
+use super::error::{ErrorKind, ServerError, ServerResult};
 use super::http::{blocking, no_repository_name};
 use super::infer::{
     Answer, CorrelationId, DecoupledResponses, InferRequest, InferResponse, InputData, InputTensor, OutputData,
@@ -336,18 +336,26 @@ fn answer_stream(
         let empty_final = wants_empty_final(&request);
         let answer = match decode_request(request) {
             Ok(request) => service.core.infer_stream(request).await,
-            Err(e) => Err(e),
+            Err(e) => return futures::stream::once(async move { rejected(e, id) }).boxed(),
         };
         match answer {
             Ok(Answer::Decoupled(answer)) => decoupled_stream(answer, empty_final),
             Ok(Answer::Single(response)) => {
                 futures::stream::once(async move { with_final_flag(encode_response(response), true) }).boxed()
             }
+            Err(e) if e.kind == ErrorKind::NotFound => futures::stream::once(async move { rejected(e, id) }).boxed(),
             Err(e) => futures::stream::once(async move { stream_error(e, id, name, version) }).boxed(),
         }
     })
     .flatten()
     .boxed()
+}
+
+/// A streamed request the server refused before a model saw it (an unknown model, a malformed
+/// request): as Triton, the error with only the request's id, no model and no final flag.
+pub(super) fn rejected(error: ServerError, id: String) -> pb::ModelStreamInferResponse {
+    let response = pb::ModelInferResponse { id, ..Default::default() };
+    pb::ModelStreamInferResponse { error_message: error.message, infer_response: Some(response) }
 }
 
 /// A failed streamed request: the error with the request's identity, marked final.

@@ -277,16 +277,12 @@ impl Batcher {
         let admitted = seq.admitted_ns.unwrap_or(now_ns);
         let arrival = seq.sub.arrival_ns;
         let ns = |d: u64| std::time::Duration::from_nanos(d);
-        if reason == FinishReason::Abort {
-            self.stats.record_failure(ns(now_ns.saturating_sub(arrival)));
-        } else {
-            let compute = ComputeTimes { infer: ns(now_ns.saturating_sub(admitted)), ..Default::default() };
-            self.stats.record_success(
-                ns(now_ns.saturating_sub(arrival)),
-                ns(admitted.saturating_sub(arrival)),
-                compute,
-            );
-            self.stats.record_execution(1, compute);
+        // Triton counts a decoupled request a success once its model took it, whatever
+        // becomes of its responses, so one whose client left is a success too.
+        let compute = ComputeTimes { infer: ns(now_ns.saturating_sub(admitted)), ..Default::default() };
+        self.stats.record_success(ns(now_ns.saturating_sub(arrival)), ns(admitted.saturating_sub(arrival)), compute);
+        self.stats.record_execution(1, compute);
+        if reason != FinishReason::Abort {
             self.telemetry.finished(
                 reason == FinishReason::Length,
                 now_ns.saturating_sub(arrival),
