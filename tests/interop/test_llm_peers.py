@@ -86,16 +86,18 @@ def _print_table(title, names, rows):
 # --- AIPerf 0.13 and perfbench llm ---------------------------------------------------------------
 
 REQUESTS = {1: 12, 8: 48, 32: 128}
-# Measured on the loaded 2-core machine (README, "Against AIPerf"): ITL p50 and output tokens/s
-# per user agree within 2% at every concurrency. TTFT and request latency differ by more, for
-# two measured reasons: AIPerf's TTFT reads 1-12 ms late (its own client time: the ground-truth
-# table), and in a closed loop the twin's TTFT depends on where in its 20 ms decode step a
-# request lands, which follows each client's turnaround between one request's end and the next
-# one's start (AIPerf's is tens of ms, ours under 1 ms; printed). So those two get one step on
-# top of the 5%. At 32 streams AIPerf's TTFT read 75 ms above ours with builds beside it: its
-# client, not the server, was the bottleneck, so only the per-token figures are held there.
-# Total tokens/s is printed, not held: a closed loop's includes the client's turnaround.
+# Measured on the loaded 2-core machine (README, "Against AIPerf"), two runs at load 13 and 16:
+# ITL p50 agreed within 2% in the first; in the second AIPerf, starved of CPU, read 1.6%, 6.8%
+# and 4.6% above ours at 1, 8, 32 streams. A starved client only ever reads late, so perfbench
+# may read at most 5% above AIPerf and at most STARVED below. TTFT and request latency also
+# depend on each client's turnaround between one request's end and its session's next start
+# (AIPerf's 17-77 ms, ours 0.1-0.3 ms; printed): in a closed loop the twin's TTFT follows where
+# in its 20 ms step a request lands. So they get one step on top of the 5%, both ways at one
+# stream (where AIPerf kept up: 4.4% and 1.9%), and one way (perfbench not later) at 8 and 32,
+# where AIPerf's own client time reached +17 ms and +128 ms. Total tokens/s is printed, not held:
+# a closed loop's includes the turnaround.
 AGREEMENT = 0.05
+STARVED = 0.10
 STEP_PHASE_MS = STEP_US / 1000
 
 
@@ -155,11 +157,14 @@ def test_llm_agrees_with_aiperf(llm_server, tokenizer_dir, tmp_path, concurrency
         assert export["output_sequence_length"]["avg"] == OSL
     for tag in ("inter_token_latency", "output_token_throughput_per_user"):
         a, b = ours[tag]["p50"], theirs[tag]["p50"]
-        assert abs(a - b) <= AGREEMENT * b, f"{tag} p50: perfbench {a:.3f}, AIPerf {b:.3f}"
-    if concurrency <= 8:
-        for tag in ("time_to_first_token", "request_latency"):
-            a, b = ours[tag]["p50"], theirs[tag]["p50"]
-            assert abs(a - b) <= AGREEMENT * b + STEP_PHASE_MS, f"{tag} p50: perfbench {a:.3f}, AIPerf {b:.3f}"
+        # Per user tokens/s is 1/ITL: a late client reads it low, so the bounds swap.
+        over, under = (AGREEMENT, STARVED) if tag == "inter_token_latency" else (STARVED, AGREEMENT)
+        assert -under * b <= a - b <= over * b, f"{tag} p50: perfbench {a:.3f}, AIPerf {b:.3f}"
+    for tag in ("time_to_first_token", "request_latency"):
+        a, b = ours[tag]["p50"], theirs[tag]["p50"]
+        assert a - b <= AGREEMENT * b + STEP_PHASE_MS, f"{tag} p50: perfbench {a:.3f} above AIPerf {b:.3f}"
+        if concurrency == 1:
+            assert b - a <= AGREEMENT * b + STEP_PHASE_MS, f"{tag} p50: perfbench {a:.3f}, AIPerf {b:.3f}"
 
 
 # --- genai-perf on perf_analyzer 2.50 and on perfbench as perf_analyzer --------------------------
