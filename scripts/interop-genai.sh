@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the generative interop tests (tests/interop/test_generative.py) under the AIPerf
-# virtualenv of scripts/setup-genai-peers.sh: the openai Python client and AIPerf 0.13 against
-# `perfbench serve`'s generative twin. Extra arguments go to pytest.
+# Runs the generative interop tests under the AIPerf virtualenv of scripts/setup-genai-peers.sh:
+# the openai Python client and AIPerf 0.13 against `perfbench serve`'s generative twin
+# (test_generative.py), and the peers' numbers beside ours: AIPerf against `perfbench llm`,
+# genai-perf on the real perf_analyzer (scripts/setup-peers.sh) against genai-perf on perfbench
+# (test_llm_peers.py). Arguments: the test files (default test_generative.py), then pytest's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
@@ -9,5 +11,9 @@ VENV=$PEERS/aiperf-venv
 cargo build --locked --quiet
 export PERFBENCH_BIN=${PERFBENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/debug/perfbench}
 export AIPERF_BIN=$VENV/bin/aiperf
+export PERFBENCH_PA=${PERFBENCH_PA:-$PEERS/pa.sh}
 export PYTHONUNBUFFERED=1
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/interop/test_generative.py "$@"
+tests=()
+while [ $# -gt 0 ] && [[ $1 == tests/* ]]; do tests+=("$1"); shift; done
+[ ${#tests[@]} -gt 0 ] || tests=(tests/interop/test_generative.py)
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}" "$@"

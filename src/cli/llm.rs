@@ -62,9 +62,10 @@ pub struct LlmArgs {
     pub output_tokens_mean: Option<f64>,
     #[arg(long = "output-tokens-stddev", visible_alias = "osl-stddev", default_value_t = 0.0)]
     pub output_tokens_stddev: f64,
-    /// Distinct synthetic prompts.
-    #[arg(long = "num-dataset-entries", visible_alias = "num-prompts", default_value_t = 100)]
-    pub num_dataset_entries: usize,
+    /// Distinct synthetic prompts (default, as AIPerf 0.13: one per request, warm-up included,
+    /// so no prompt is sent twice; 100 with --benchmark-duration).
+    #[arg(long = "num-dataset-entries", visible_alias = "num-prompts")]
+    pub num_dataset_entries: Option<usize>,
     /// Extra body fields, `key:value` (a JSON value, else a string), or one JSON object.
     #[arg(long = "extra-inputs")]
     pub extra_inputs: Vec<String>,
@@ -144,14 +145,15 @@ impl LlmArgs {
             Some(mean) => Some(Length { mean, stddev: self.output_tokens_stddev }),
             None => None,
         };
-        if self.num_dataset_entries == 0 || self.block_size == 0 {
+        let entries = self.num_dataset_entries.unwrap_or(requests.map_or(100, |n| n + self.warmup_request_count));
+        if entries == 0 || self.block_size == 0 {
             return Err(bad("--num-dataset-entries and --prompt-input-tokens-block-size must be at least 1"));
         }
         let prompts = match &self.input_file {
             Some(path) => Prompts::File(path.clone()),
             None => Prompts::Synthetic {
                 input: Length { mean: self.input_tokens_mean, stddev: self.input_tokens_stddev },
-                count: self.num_dataset_entries,
+                count: entries,
             },
         };
         let goodput = self.goodput.as_deref().map(Slos::parse).transpose()?;

@@ -53,10 +53,12 @@ impl Length {
     }
 }
 
-/// Prompts cut from a corpus by token count, deterministic under a seed. The corpus is cut at
-/// words (each with its leading space), whose token counts are known, so a prompt is the number
+/// Prompts drawn from a corpus by token count, deterministic under a seed. A prompt is words of
+/// the corpus (each with its leading space), whose token counts are known, so it is the number
 /// of tokens asked for (exactly, when words do not merge across spaces, as BPE pre-tokenizers
-/// split them) without decoding ids back to text.
+/// split them) without decoding ids back to text. Each word is drawn on its own: the bundled
+/// corpus has a few hundred words, so prompts cut from it at random places would often start at
+/// the same place and share their leading KV blocks, which a prefix cache counts as hits.
 pub struct Synthetic {
     words: Vec<(String, usize)>,
     /// Tokens per `hash_id` block of a trace (mooncake's 512).
@@ -83,23 +85,21 @@ impl Synthetic {
         Ok(Synthetic { words, block_size: 512 })
     }
 
-    /// Words from `offset` on (wrapping) until they make `n` tokens.
-    fn cut(&self, offset: usize, n: usize) -> String {
+    /// Random words of the corpus until they make `n` tokens.
+    fn draw(&self, n: usize, rng: &mut impl Rng) -> String {
         let mut text = String::new();
         let mut tokens = 0;
-        let mut i = offset;
         while tokens < n {
-            let (word, count) = &self.words[i % self.words.len()];
+            let (word, count) = &self.words[rng.random_range(0..self.words.len())];
             text.push_str(word);
             tokens += count;
-            i += 1;
         }
         text
     }
 
-    /// A prompt of `tokens` tokens from a random place in the corpus.
+    /// A prompt of `tokens` tokens.
     pub fn prompt(&self, tokens: usize, rng: &mut impl Rng) -> String {
-        self.cut(rng.random_range(0..self.words.len()), tokens.max(1))
+        self.draw(tokens.max(1), rng)
     }
 
     /// `count` single-turn conversations with input and output lengths drawn from the two
@@ -115,11 +115,10 @@ impl Synthetic {
             .collect()
     }
 
-    /// The text of one `hash_id` block: the same id always gives the same text, so requests
-    /// sharing leading ids share a prompt prefix.
+    /// The text of one `hash_id` block: the same id always gives the same text (and fewer
+    /// tokens a prefix of it), so requests sharing leading ids share a prompt prefix.
     pub fn block(&self, hash_id: u64, tokens: usize) -> String {
-        let mut rng = ChaCha8Rng::seed_from_u64(hash_id ^ 0x9e37_79b9_7f4a_7c15);
-        self.cut(rng.random_range(0..self.words.len()), tokens)
+        self.draw(tokens, &mut ChaCha8Rng::seed_from_u64(hash_id ^ 0x9e37_79b9_7f4a_7c15))
     }
 }
 
@@ -260,6 +259,19 @@ pub(crate) mod tests {
             assert_eq!(c.turns[0].max_tokens, Some(9));
         }
         assert_ne!(a[0].turns[0].text, a[1].turns[0].text, "different places in the corpus");
+    }
+
+    #[test]
+    fn synthetic_prompts_share_no_leading_block() {
+        // 30 words: cut at random places, 300 prompts would share their first words many times.
+        let synthetic = Synthetic::new(&Words, TEXT).unwrap();
+        let length = Length { mean: 20.0, stddev: 0.0 };
+        let prompts = synthetic.conversations(300, length, None, 3);
+        let mut leading = std::collections::HashSet::new();
+        for c in &prompts {
+            let first: Vec<&str> = c.turns[0].text.split_whitespace().take(16).collect();
+            assert!(leading.insert(first), "two prompts share their first 16 tokens");
+        }
     }
 
     #[test]

@@ -103,6 +103,8 @@ impl Runner {
         mut raw: Option<&mut Vec<(Instant, String)>>,
     ) -> (Record, String) {
         let endpoint = self.target.endpoint;
+        // AIPerf's habit: every request names itself, so a server's log joins with our records.
+        let request_id = format!("{:032x}", rand::random::<u128>());
         let start = Instant::now();
         let mut record = Record {
             index: 0,
@@ -116,7 +118,7 @@ impl Runner {
             output_tokens: None,
             token_source: None,
             error: None,
-            request_id: String::new(),
+            request_id,
             warmup: false,
         };
         let mut texts: Vec<String> = Vec::new();
@@ -168,6 +170,7 @@ impl Runner {
         let mut response = self
             .http
             .post(&self.target.url)
+            .header("x-request-id", &record.request_id)
             .body(body)
             .send()
             .await
@@ -210,13 +213,22 @@ impl Runner {
                 continue;
             }
             reader.feed(&bytes, at, &mut events);
+            let mut done = false;
             for event in events.drain(..) {
                 if let Some(raw) = raw.as_deref_mut() {
                     raw.push((event.at, event.data.clone()));
                 }
                 if take(&event.data, event.at, record)? {
-                    return Ok(());
+                    done = true;
+                    break;
                 }
+            }
+            if done {
+                // Read the body to its end: a response dropped unread closes its connection, and
+                // the next request would pay a new one (connect and accept) inside its TTFT.
+                let rest = async { while let Ok(Some(_)) = response.chunk().await {} };
+                let _ = tokio::time::timeout(Duration::from_secs(1), rest).await;
+                return Ok(());
             }
         }
         let at = Instant::now();
@@ -474,7 +486,7 @@ mod tests {
         let (record, reply) = runner.send(&[Message { role: "user", content: "a b c".into() }], None, None).await;
         assert!(record.ok(), "{:?}", record.error);
         assert_eq!(reply, " one two three four five");
-        assert_eq!(record.request_id, "req-1");
+        assert_eq!(record.request_id, "req-1", "the server's name for the request wins");
         let c = &record.chunks;
         assert_eq!(c.len(), 4, "the role chunk and the usage chunk are not content responses");
         assert!(c[1].at - c[0].at >= Duration::from_millis(30), "the second event waited 30 ms");
