@@ -92,6 +92,9 @@ pub struct LlmArgs {
     /// Prometheus URL to read the server's vLLM counters from after the run (with -u).
     #[arg(long = "server-metrics-url")]
     pub server_metrics_url: Option<String>,
+    /// Test-only: block each SSE event's handling this many µs (a throttled client).
+    #[arg(long = "throttle-event-handler-us", hide = true, default_value_t = 0)]
+    pub throttle_event_handler_us: u64,
 }
 
 /// The client tokenizer of `--tokenizer`: the one the bundled server counts `usage` with.
@@ -154,6 +157,9 @@ impl LlmArgs {
                 count: self.num_dataset_entries,
             },
         };
+        if self.endpoint.is_some() && self.endpoint_type == EndpointType::Kserve {
+            return Err(bad("--endpoint names an HTTP path; --endpoint-type kserve is gRPC ModelStreamInfer"));
+        }
         let goodput = self.goodput.as_deref().map(Slos::parse).transpose()?;
         let headers = self
             .header
@@ -189,6 +195,7 @@ impl LlmArgs {
             artifact_dir,
             seed: self.random_seed,
             server_metrics: self.server_metrics_url.clone(),
+            event_delay: Duration::from_micros(self.throttle_event_handler_us),
         })
     }
 
@@ -326,5 +333,7 @@ mod tests {
         assert!(config(&["-m", "x", "--goodput", "nope:1"]).unwrap_err().contains("unknown metric"));
         assert!(config(&["-m", "x", "--extra-inputs", "novalue"]).unwrap_err().contains("key:value"));
         assert!(config(&["-m", "x", "--concurrency", "2", "--request-rate", "3"]).is_err());
+        let kserve_path = config(&["-m", "x", "--endpoint-type", "kserve", "--endpoint", "v1/x"]).unwrap_err();
+        assert!(kserve_path.contains("gRPC"), "{kserve_path}");
     }
 }

@@ -15,6 +15,7 @@ mod gate;
 mod gate_run;
 mod input;
 mod large_run;
+mod llm_client;
 mod plan;
 mod profile;
 mod proxy;
