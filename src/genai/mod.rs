@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod pa_openai;
 pub mod runner;
 pub mod sse;
+pub mod sweep;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -208,3 +208,49 @@ fn a_throttled_streaming_client_is_flagged_client_limited() {
     let html = std::fs::read_to_string(artifacts.join("report.html")).unwrap();
     assert!(html.contains("CLIENT-LIMITED"), "report.html warns too");
 }
+
+#[test]
+fn an_online_generative_sweep_writes_one_row_per_level_and_the_token_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("sweep");
+    let out = perfbench(&[
+        "online",
+        "-m",
+        "llm",
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--concurrency",
+        "1,4",
+        "--request-count",
+        "8",
+        "--synthetic-input-tokens-mean",
+        "16",
+        "--output-tokens-mean",
+        "6",
+        "--artifact-dir",
+        artifacts.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let csv = std::fs::read_to_string(artifacts.join("report.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("concurrency,requests,errors,ttft_p50_ms,ttft_p99_ms,itl_p50_ms"), "{csv}");
+    assert_eq!(lines.len(), 3, "{csv}");
+    for (line, level) in lines[1..].iter().zip(["1", "4"]) {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells[0], level);
+        assert_eq!(cells[1], "8", "every level measured its 8 requests: {line}");
+        for cell in &cells[3..11] {
+            assert!(cell.parse::<f64>().is_ok_and(|v| v > 0.0), "{line}");
+        }
+    }
+    assert!(artifacts.join("concurrency4/profile_export.jsonl").exists());
+    assert!(std::fs::read_to_string(artifacts.join("report.md")).unwrap().contains("| 4 | 8 |"));
+    let html = std::fs::read_to_string(artifacts.join("report.html")).unwrap();
+    assert!(html.contains("c1: ") && html.contains("c4: "), "both levels are on the plots");
+    for stem in ["ttft_itl_vs_token_throughput", "tokens_per_user_vs_token_throughput"] {
+        assert!(artifacts.join(format!("{stem}.png")).exists());
+        assert!(artifacts.join(format!("{stem}.svg")).exists());
+    }
+}
