@@ -120,7 +120,7 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
     let reasons = client.reasons();
     if !reasons.is_empty() {
         notes.push(format!(
-            "CLIENT-LIMITED: the client could not keep up ({}); TTFT and ITL are inflated",
+            "CLIENT-LIMITED: the client acted late ({}); TTFT and ITL include that delay",
             reasons.join("; ")
         ));
     }
