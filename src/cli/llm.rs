@@ -23,7 +23,7 @@ pub enum ArrivalPattern {
 #[derive(Args, Debug, Clone)]
 pub struct LlmArgs {
     /// Model name (sent as `model`; the bundled server loads it without -u).
-    #[arg(short = 'm', long = "model", visible_alias = "model-names")]
+    #[arg(short = 'm', long = "model", visible_alias = "model-names", alias = "model-name")]
     pub model: String,
     /// Server address (host:port or a URL). Without it, the bundled server runs in-process.
     #[arg(short = 'u', long = "url")]
@@ -37,8 +37,10 @@ pub struct LlmArgs {
     #[arg(long = "streaming")]
     pub streaming: bool,
     /// Sessions in flight (closed loop). The default when no --request-rate is given: 1.
+    /// Several (a list 1,8,32 or a range A..B:S) make a sweep: one run per level, then
+    /// report.csv/md/html with one row each.
     #[arg(long = "concurrency")]
-    pub concurrency: Option<usize>,
+    pub concurrency: Option<String>,
     /// Requests per second (open loop: each leaves on schedule, whatever is in flight).
     #[arg(long = "request-rate", conflicts_with = "concurrency")]
     pub request_rate: Option<f64>,
@@ -93,6 +95,9 @@ pub struct LlmArgs {
     /// Prometheus URL to read the server's vLLM counters from after the run (with -u).
     #[arg(long = "server-metrics-url")]
     pub server_metrics_url: Option<String>,
+    /// Test-only: block each SSE event's handling this many µs (a throttled client).
+    #[arg(long = "throttle-event-handler-us", hide = true, default_value_t = 0)]
+    pub throttle_event_handler_us: u64,
 }
 
 /// The client tokenizer of `--tokenizer`: the one the bundled server counts `usage` with.
@@ -110,8 +115,23 @@ fn bad(message: impl Into<String>) -> String {
 }
 
 impl LlmArgs {
+    /// The `--concurrency` levels (one without the flag or for a single value).
+    pub fn concurrency_levels(&self) -> Result<Vec<usize>, String> {
+        let Some(text) = &self.concurrency else { return Ok(Vec::new()) };
+        let levels: crate::plan::Levels = text.parse().map_err(|e| format!("bad --concurrency {e}"))?;
+        let values = levels.values(levels.first());
+        if values.is_empty() || values.contains(&0) {
+            return Err(bad("--concurrency must be at least 1"));
+        }
+        if values.len() > 64 {
+            return Err(bad(format!("--concurrency '{text}' makes {} levels; at most 64", values.len())));
+        }
+        Ok(values.into_iter().map(|v| v as usize).collect())
+    }
+
     pub fn config(&self) -> Result<LlmConfig, String> {
-        let schedule = match (self.concurrency, self.request_rate) {
+        let first = self.concurrency_levels()?.first().copied();
+        let schedule = match (first, self.request_rate) {
             (Some(0), _) => return Err(bad("--concurrency must be at least 1")),
             (Some(n), None) => Schedule::Concurrency(n),
             (None, Some(rate)) if !(rate.is_finite() && rate > 0.0) => {
@@ -156,6 +176,9 @@ impl LlmArgs {
                 count: entries,
             },
         };
+        if self.endpoint.is_some() && self.endpoint_type == EndpointType::Kserve {
+            return Err(bad("--endpoint names an HTTP path; --endpoint-type kserve is gRPC ModelStreamInfer"));
+        }
         let goodput = self.goodput.as_deref().map(Slos::parse).transpose()?;
         let headers = self
             .header
@@ -166,7 +189,9 @@ impl LlmArgs {
                     .ok_or_else(|| bad(format!("-H '{h}': expected Name:Value")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let levels = self.concurrency_levels()?;
         let load = match schedule {
+            Schedule::Concurrency(_) if levels.len() > 1 => "concurrency_sweep".into(),
             Schedule::Concurrency(n) => format!("concurrency{n}"),
             Schedule::Rate { per_second, .. } => format!("request_rate{per_second}"),
             Schedule::Trace => "trace".into(),
@@ -191,6 +216,7 @@ impl LlmArgs {
             artifact_dir,
             seed: self.random_seed,
             server_metrics: self.server_metrics_url.clone(),
+            event_delay: Duration::from_micros(self.throttle_event_handler_us),
         })
     }
 
@@ -240,6 +266,16 @@ pub fn run(args: &LlmArgs) -> ExitCode {
         }
     };
     let name = tokenizer.name().to_string();
+    let levels = match args.concurrency_levels() {
+        Ok(levels) => levels,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    if levels.len() > 1 {
+        return sweep(&config, &levels, Arc::new(tokenizer), &name);
+    }
     let outcome = match crate::genai::profile(&config, Arc::new(tokenizer)) {
         Ok(outcome) => outcome,
         Err(e) => {
@@ -265,6 +301,35 @@ pub fn run(args: &LlmArgs) -> ExitCode {
         eprintln!("error: no request succeeded");
         return ExitCode::from(EXIT_TARGET);
     }
+    ExitCode::SUCCESS
+}
+
+/// One run per `--concurrency` level, each with its table, then the sweep's reports.
+fn sweep(
+    config: &LlmConfig,
+    levels: &[usize],
+    tokenizer: Arc<dyn crate::genai::inputs::Tokenizer>,
+    name: &str,
+) -> ExitCode {
+    let done = match crate::genai::sweep::run(config, levels, tokenizer) {
+        Ok(done) => done,
+        Err(e) => {
+            eprintln!("error: {}", super::one_line(&e));
+            return ExitCode::from(EXIT_TARGET);
+        }
+    };
+    let what = format!("{} {}", config.endpoint_type, if config.streaming { "streaming" } else { "" });
+    for level in &done {
+        let title = format!("perfbench llm | {} | {what} | concurrency {}", config.model, level.concurrency);
+        print!("{}", console::print(&level.outcome, &title, name));
+        println!();
+    }
+    let title = format!("perfbench llm | {} | {what} | concurrency {levels:?}", config.model);
+    if let Err(e) = crate::genai::sweep::write_reports(&config.artifact_dir, &done, &title) {
+        eprintln!("error: reports: {}", super::one_line(&e));
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    println!("Files: {}", config.artifact_dir.display());
     ExitCode::SUCCESS
 }
 
@@ -319,6 +384,10 @@ mod tests {
         let rate = config(&["-m", "x", "--request-rate", "5", "--arrival-pattern", "constant"]).unwrap();
         assert_eq!(rate.schedule, Schedule::Rate { per_second: 5.0, poisson: false });
         assert_eq!(rate.amount.requests, Some(10), "AIPerf's default request count");
+        let sweep = config(&["-m", "llm", "--concurrency", "1,8,32"]).unwrap();
+        assert_eq!(sweep.schedule, Schedule::Concurrency(1));
+        assert_eq!(sweep.artifact_dir, PathBuf::from("artifacts/llm-chat-concurrency_sweep"));
+        assert!(config(&["-m", "x", "--concurrency", "1,0"]).unwrap_err().contains("at least 1"));
     }
 
     #[test]
@@ -328,5 +397,7 @@ mod tests {
         assert!(config(&["-m", "x", "--goodput", "nope:1"]).unwrap_err().contains("unknown metric"));
         assert!(config(&["-m", "x", "--extra-inputs", "novalue"]).unwrap_err().contains("key:value"));
         assert!(config(&["-m", "x", "--concurrency", "2", "--request-rate", "3"]).is_err());
+        let kserve_path = config(&["-m", "x", "--endpoint-type", "kserve", "--endpoint", "v1/x"]).unwrap_err();
+        assert!(kserve_path.contains("gRPC"), "{kserve_path}");
     }
 }

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use super::metrics::{MetricValue, Summary};
 use super::Outcome;
-use crate::report::html::{render_page, HtmlTable, Page, REPORT_HTML};
+use crate::report::html::{render_page, HtmlTable, InlinePlot, Page, REPORT_HTML};
+use crate::report::plot::tokens::{render_token_plots, token_svgs, TokenPoint};
 
 /// Rows of the table, in AIPerf's console order.
 const ORDER: [&str; 6] = [
@@ -17,6 +18,36 @@ const ORDER: [&str; 6] = [
     "output_sequence_length",
     "input_sequence_length",
 ];
+
+/// A run's point on the token plots; `None` when no request produced tokens.
+pub fn token_point(label: &str, summary: &Summary) -> Option<TokenPoint> {
+    let stats = |tag| match summary.get(tag) {
+        Some(MetricValue::Distribution(s)) => Some(s),
+        _ => None,
+    };
+    let Some(MetricValue::Single(total)) = summary.get("output_token_throughput") else { return None };
+    let osl = stats("output_sequence_length")?;
+    // Not streamed: one user's rate is its answer's length over its latency.
+    let user = match (stats("output_token_throughput_per_user"), stats("request_latency")) {
+        (Some(per_user), _) => per_user.p50,
+        (None, Some(latency)) if latency.p50 > 0.0 => osl.p50 / (latency.p50 / 1000.0),
+        _ => 0.0,
+    };
+    let three = |s: &super::metrics::Stats| [s.p50, s.p90, s.p99];
+    Some(TokenPoint {
+        label: label.to_string(),
+        total_tokens_per_s: *total,
+        user_tokens_per_s: user,
+        ttft_ms: stats("time_to_first_token").map(three),
+        itl_ms: stats("inter_token_latency").map(three),
+    })
+}
+
+/// The token plots of these points: PNG and SVG files in `dir`, and inline for report.html.
+pub fn token_plots(dir: &Path, points: &[TokenPoint], title: &str) -> anyhow::Result<Vec<InlinePlot>> {
+    render_token_plots(dir, points, title)?;
+    Ok(token_svgs(points, title)?.into_iter().map(|(name, svg)| InlinePlot { name, svg }).collect())
+}
 
 const COLUMNS: [&str; 7] = ["avg", "min", "max", "p99", "p90", "p50", "std"];
 
@@ -77,15 +108,21 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
             gaps.per_token.value_at_quantile(0.99),
         ));
     }
+    let client = &outcome.client;
     notes.push(format!(
-        "Client: {:.0}% of this process's CPU budget used (server included when in-process), send lag p99 {} µs",
-        outcome.client_cpu_fraction * 100.0,
-        summary.send_lag_p99_us
+        "Client: {:.0}% of this process's CPU budget used (server included when in-process), send lag p99 {:.0} µs, \
+         event-handling lag p99 {:.0} µs (handler), {:.0} µs (wake-up)",
+        client.cpu_fraction * 100.0,
+        client.send_lag_p99_us,
+        client.handling_lag_p99_us,
+        client.wake_lag_p99_us
     ));
-    if summary.send_lag_p99_us > 1000 || outcome.client_cpu_fraction > 0.9 {
-        notes.push(
-            "CLIENT-LIMITED: the client could not keep up (send lag p99 > 1 ms or CPU > 90%); TTFT is inflated".into(),
-        );
+    let reasons = client.reasons();
+    if !reasons.is_empty() {
+        notes.push(format!(
+            "CLIENT-LIMITED: the client acted late ({}); TTFT and ITL include that delay",
+            reasons.join("; ")
+        ));
     }
     for (name, value) in &outcome.server_counters {
         notes.push(format!("Server: {name} {value}"));
@@ -140,6 +177,11 @@ pub fn write_html(
             config_rows.push([key.clone(), value.to_string()]);
         }
     }
+    let label = config.get("load").and_then(serde_json::Value::as_str).unwrap_or("this run");
+    let plots = match token_point(label, &outcome.summary) {
+        Some(point) => token_plots(dir, &[point], title)?,
+        None => Vec::new(),
+    };
     let page = Page {
         title: title.to_string(),
         subtitle: format!("perfbench {} llm", env!("CARGO_PKG_VERSION")),
@@ -148,7 +190,7 @@ pub fn write_html(
             .into_iter()
             .filter(|n| n.starts_with("CLIENT-LIMITED") || n.starts_with("Errors"))
             .collect(),
-        plots: Vec::new(),
+        plots,
         tables: vec![HtmlTable {
             id: "llm-metrics".into(),
             caption: "LLM metrics (AIPerf's definitions)".into(),

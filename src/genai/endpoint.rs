@@ -19,6 +19,8 @@ pub enum EndpointType {
     Embeddings,
     /// Triton's `POST /v2/models/{m}/generate` (`generate_stream` with `--streaming`).
     Generate,
+    /// KServe gRPC `ModelStreamInfer` with `text_input` (Triton's vLLM backend); see `kserve`.
+    Kserve,
 }
 
 impl EndpointType {
@@ -28,6 +30,7 @@ impl EndpointType {
             EndpointType::Completions => "completions",
             EndpointType::Embeddings => "embeddings",
             EndpointType::Generate => "generate",
+            EndpointType::Kserve => "kserve",
         }
     }
 
@@ -39,6 +42,8 @@ impl EndpointType {
             EndpointType::Embeddings => "/v1/embeddings".into(),
             EndpointType::Generate if streaming => format!("/v2/models/{model}/generate_stream"),
             EndpointType::Generate => format!("/v2/models/{model}/generate"),
+            // gRPC: the service path is fixed; the URL is the server's gRPC address.
+            EndpointType::Kserve => String::new(),
         }
     }
 
@@ -82,17 +87,20 @@ pub fn body(endpoint: EndpointType, messages: &[Message], options: &BodyOptions)
         }
         EndpointType::Completions => json!({"model": options.model, "prompt": last}),
         EndpointType::Embeddings => json!({"model": options.model, "input": [last]}),
-        EndpointType::Generate => json!({"text_input": last, "parameters": {}}),
+        // Kserve sends tensors (see `kserve::request`); this JSON is what they say.
+        EndpointType::Generate | EndpointType::Kserve => json!({"text_input": last, "parameters": {}}),
     };
     let map = body.as_object_mut().expect("a JSON object");
     let target = match endpoint {
-        EndpointType::Generate => map.get_mut("parameters").and_then(Value::as_object_mut).expect("parameters"),
+        EndpointType::Generate | EndpointType::Kserve => {
+            map.get_mut("parameters").and_then(Value::as_object_mut).expect("parameters")
+        }
         _ => map,
     };
     if endpoint.produces_tokens() {
         if options.streaming {
             target.insert("stream".into(), Value::Bool(true));
-            if endpoint != EndpointType::Generate {
+            if !matches!(endpoint, EndpointType::Generate | EndpointType::Kserve) {
                 target.insert("stream_options".into(), json!({"include_usage": true}));
             }
         }
@@ -161,7 +169,7 @@ pub fn parse(endpoint: EndpointType, data: &str) -> Piece {
             ["content", "reasoning_content"].iter().find_map(|k| message.get(*k).and_then(Value::as_str))
         }),
         EndpointType::Completions => first_choice.and_then(|c| c.get("text")).and_then(Value::as_str),
-        EndpointType::Generate => value.get("text_output").and_then(Value::as_str),
+        EndpointType::Generate | EndpointType::Kserve => value.get("text_output").and_then(Value::as_str),
         EndpointType::Embeddings => None,
     };
     let embedding = endpoint == EndpointType::Embeddings && value.get("data").is_some_and(Value::is_array);

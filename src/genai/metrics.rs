@@ -90,9 +90,32 @@ pub struct Record {
     pub error: Option<(ErrorKind, String)>,
     pub request_id: String,
     pub warmup: bool,
+    /// The longest any of its events waited for the client once its bytes were read (see
+    /// `client_limit`).
+    pub handling_lag: Duration,
 }
 
 impl Record {
+    /// A request that left at `start`, nothing back yet.
+    pub fn started(start: Instant, intended: Option<Instant>) -> Record {
+        Record {
+            index: 0,
+            conversation: 0,
+            turn: 0,
+            start,
+            intended,
+            chunks: Vec::new(),
+            end: start,
+            input_tokens: None,
+            output_tokens: None,
+            token_source: None,
+            error: None,
+            request_id: String::new(),
+            warmup: false,
+            handling_lag: Duration::ZERO,
+        }
+    }
+
     pub fn ok(&self) -> bool {
         self.error.is_none()
     }
@@ -300,6 +323,8 @@ pub struct Summary {
     pub token_sources: BTreeMap<TokenSource, usize>,
     pub gaps: GapHistograms,
     pub send_lag_p99_us: u64,
+    /// p99 over requests of each one's [`Record::handling_lag`], in µs.
+    pub handling_lag_p99_us: u64,
 }
 
 impl Summary {
@@ -380,7 +405,12 @@ pub fn summarize(records: &[Record], slos: Option<&Slos>, streaming: bool) -> Su
     for record in &measured {
         lag.record(record.send_lag().as_micros() as u64).expect("auto-resizing histogram");
     }
+    let mut handling = Histogram::<u64>::new(3).expect("3 significant digits");
+    for record in &measured {
+        handling.record(record.handling_lag.as_micros() as u64).expect("auto-resizing histogram");
+    }
     Summary {
+        handling_lag_p99_us: handling.value_at_quantile(0.99),
         metrics,
         duration,
         errors: by_kind,
@@ -411,6 +441,7 @@ pub(crate) mod tests {
             error: None,
             request_id: String::new(),
             warmup: false,
+            handling_lag: Duration::ZERO,
         }
     }
 

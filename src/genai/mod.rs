@@ -6,14 +6,17 @@
 //! request, `metrics` adds the records up as AIPerf does, `export` writes AIPerf's files and
 //! `console` prints the table and report.html. Without `-u` the bundled server runs in-process.
 
+pub mod client_limit;
 pub mod console;
 pub mod endpoint;
 pub mod export;
 pub mod inputs;
+pub mod kserve;
 pub mod metrics;
 pub mod pa_openai;
 pub mod runner;
 pub mod sse;
+pub mod sweep;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,6 +64,9 @@ pub struct LlmConfig {
     /// A Prometheus endpoint to read the server's counters from after the run (the bundled
     /// server's own without `-u`).
     pub server_metrics: Option<String>,
+    /// Test-only: each SSE event's handling blocks its thread this long (a throttled client).
+    #[doc(hidden)]
+    pub event_delay: std::time::Duration,
 }
 
 impl LlmConfig {
@@ -95,6 +101,8 @@ pub struct Outcome {
     /// `name value` lines of the server's Prometheus counters worth showing (prefix cache).
     pub server_counters: Vec<(String, f64)>,
     pub client_cpu_fraction: f64,
+    /// What the client measured of itself: CPU, send lag, event-handling lag.
+    pub client: client_limit::ClientLoad,
 }
 
 /// The conversations of the run.
@@ -142,7 +150,10 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
                 let running = serve::start(ServeConfig { options, ..ServeConfig::default() })
                     .await
                     .context("cannot start the bundled server")?;
-                let base = running.http_url();
+                let base = match config.endpoint_type {
+                    EndpointType::Kserve => running.grpc_url(),
+                    _ => running.http_url(),
+                };
                 let metrics = format!("http://{}/metrics", running.metrics_addr);
                 server = Some(running);
                 (base, Some(metrics))
@@ -164,7 +175,10 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
             headers: config.headers.clone(),
             tokenizer: tokenizer.clone(),
         };
-        let runner = Arc::new(Runner::new(target, concurrency)?);
+        let mut runner = Runner::new(target, concurrency)?;
+        runner.throttle_events(config.event_delay);
+        let runner = Arc::new(runner);
+        let probe = client_limit::LagProbe::start();
         let cpu_before = crate::measure::cpu::process_cpu_ns();
         let wall = Instant::now();
         let run_info = export::RunInfo::now(config.input_config(&tokenizer.name()));
@@ -172,6 +186,7 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         let cpu = (crate::measure::cpu::process_cpu_ns() - cpu_before) as f64 / 1e9;
         let cores = crate::measure::cpu::available_cores() as f64;
         let client_cpu_fraction = cpu / (wall.elapsed().as_secs_f64() * cores).max(1e-9);
+        let wake_lag = probe.finish().await;
         let server_counters = match &server_metrics {
             Some(url) => read_counters(url).await.unwrap_or_default(),
             None => Vec::new(),
@@ -181,7 +196,13 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         }
         let summary = metrics::summarize(&records, config.goodput.as_ref(), config.streaming);
         export::write_all(&config.artifact_dir, &summary, &records, &run_info)?;
-        Ok(Outcome { records, summary, server_counters, client_cpu_fraction })
+        let client = client_limit::ClientLoad {
+            cpu_fraction: client_cpu_fraction,
+            send_lag_p99_us: summary.send_lag_p99_us as f64,
+            handling_lag_p99_us: summary.handling_lag_p99_us as f64,
+            wake_lag_p99_us: wake_lag.value_at_quantile(0.99) as f64,
+        };
+        Ok(Outcome { records, summary, server_counters, client_cpu_fraction, client })
     })
 }
 

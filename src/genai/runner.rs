@@ -19,8 +19,11 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
 use super::endpoint::{self, BodyOptions, EndpointType, Message, Piece};
 use super::inputs::{Conversation, Tokenizer};
+use super::kserve;
 use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
 use super::sse::{SseEvent, SseReader};
+use crate::client::grpc::GrpcClient;
+use crate::client::RequestSpec;
 
 /// When requests go.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,7 +55,11 @@ pub struct Target {
 
 pub struct Runner {
     http: reqwest::Client,
+    /// `--endpoint-type kserve`: the gRPC client its streams go through.
+    grpc: Option<GrpcClient>,
     target: Target,
+    /// A test-only hook: every SSE event's handling also blocks its thread this long.
+    event_delay: Duration,
 }
 
 impl Runner {
@@ -75,7 +82,26 @@ impl Runner {
             .connect_timeout(Duration::from_secs(10))
             .default_headers(headers)
             .build()?;
-        Ok(Runner { http, target })
+        let grpc = match target.endpoint {
+            EndpointType::Kserve => Some(kserve::client(&target.url, concurrency, &target.headers)?),
+            _ => None,
+        };
+        Ok(Runner { http, grpc, target, event_delay: Duration::ZERO })
+    }
+
+    /// Makes every event's handling block its worker thread for `delay`: a deliberately slow
+    /// client, for the tests of the client-limited flag.
+    #[doc(hidden)]
+    pub fn throttle_events(&mut self, delay: Duration) {
+        self.event_delay = delay;
+    }
+
+    /// An event read at `at` is handled: its wait for the client counts toward the record's lag.
+    fn handled(&self, at: Instant, record: &mut Record) {
+        if !self.event_delay.is_zero() {
+            std::thread::sleep(self.event_delay);
+        }
+        record.handling_lag = record.handling_lag.max(at.elapsed());
     }
 
     /// Sends one request and reads its whole answer; returns it with the text it generated.
@@ -90,7 +116,38 @@ impl Runner {
         let body = serde_json::to_vec(&endpoint::body(self.target.endpoint, messages, &options)).expect("JSON");
         let tokenizer = &self.target.tokenizer;
         let prompt_tokens = || messages.iter().map(|m| tokenizer.count(&m.content) as u64).sum::<u64>();
+        if let Some(grpc) = &self.grpc {
+            let last = messages.last().map(|m| m.content.as_str()).unwrap_or_default();
+            return self.send_tensors(grpc, &kserve::request(last, &options), intended, prompt_tokens).await;
+        }
         self.send_body(body, intended, prompt_tokens, None).await
+    }
+
+    /// Sends one `ModelStreamInfer` request (`--endpoint-type kserve`): each response is an event.
+    async fn send_tensors(
+        &self,
+        grpc: &GrpcClient,
+        spec: &RequestSpec,
+        intended: Option<Instant>,
+        prompt_tokens: impl FnOnce() -> u64,
+    ) -> (Record, String) {
+        let mut record = Record::started(Instant::now(), intended);
+        let mut texts = Vec::new();
+        let outcome = kserve::exchange(grpc, spec).await;
+        record.end = Instant::now();
+        match outcome {
+            Ok(events) => {
+                for (at, text) in events {
+                    record.chunks.push(Chunk { at, tokens: 0 });
+                    texts.push(text);
+                }
+                if record.chunks.is_empty() {
+                    record.error = Some((ErrorKind::Protocol, "the answer carried no generated text".into()));
+                }
+            }
+            Err(error) => record.error = Some(error),
+        }
+        self.count_tokens(record, texts, None, prompt_tokens)
     }
 
     /// Sends a body as it is (perf_analyzer's `--service-kind openai` payloads); `raw` receives
@@ -104,23 +161,8 @@ impl Runner {
     ) -> (Record, String) {
         let endpoint = self.target.endpoint;
         // AIPerf's habit: every request names itself, so a server's log joins with our records.
-        let request_id = format!("{:032x}", rand::random::<u128>());
-        let start = Instant::now();
-        let mut record = Record {
-            index: 0,
-            conversation: 0,
-            turn: 0,
-            start,
-            intended,
-            chunks: Vec::new(),
-            end: start,
-            input_tokens: None,
-            output_tokens: None,
-            token_source: None,
-            error: None,
-            request_id,
-            warmup: false,
-        };
+        let mut record = Record::started(Instant::now(), intended);
+        record.request_id = format!("{:032x}", rand::random::<u128>());
         let mut texts: Vec<String> = Vec::new();
         let mut usage = None;
         let outcome = self.exchange(body, endpoint, &mut record, &mut texts, &mut usage, &mut raw).await;
@@ -130,7 +172,18 @@ impl Runner {
         } else if record.chunks.is_empty() && endpoint.produces_tokens() {
             record.error = Some((ErrorKind::Protocol, "the answer carried no generated text".into()));
         }
-        // Tokens, after the last byte: the server's usage when it sent one, else ours.
+        self.count_tokens(record, texts, usage, prompt_tokens)
+    }
+
+    /// Tokens, after the last byte: the server's usage when it sent one, else ours.
+    fn count_tokens(
+        &self,
+        mut record: Record,
+        texts: Vec<String>,
+        usage: Option<endpoint::Usage>,
+        prompt_tokens: impl FnOnce() -> u64,
+    ) -> (Record, String) {
+        let endpoint = self.target.endpoint;
         let tokenizer = &self.target.tokenizer;
         for (chunk, text) in record.chunks.iter_mut().zip(&texts) {
             chunk.tokens = tokenizer.count(text).max(1) as u32;
@@ -218,7 +271,9 @@ impl Runner {
                 if let Some(raw) = raw.as_deref_mut() {
                     raw.push((event.at, event.data.clone()));
                 }
-                if take(&event.data, event.at, record)? {
+                let finished = take(&event.data, event.at, record)?;
+                self.handled(event.at, record);
+                if finished {
                     done = true;
                     break;
                 }
@@ -246,7 +301,9 @@ impl Runner {
                 if let Some(raw) = raw.as_deref_mut() {
                     raw.push((event.at, event.data.clone()));
                 }
-                if take(&event.data, event.at, record)? {
+                let done = take(&event.data, event.at, record)?;
+                self.handled(event.at, record);
+                if done {
                     break;
                 }
             }

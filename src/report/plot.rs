@@ -11,6 +11,7 @@ mod axes;
 mod canvas;
 mod charts;
 pub mod pareto;
+pub mod tokens;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -16,6 +16,7 @@ mod gate_run;
 mod input;
 mod large_run;
 mod llm_prefix;
+mod llm_client;
 mod plan;
 mod profile;
 mod proxy;
