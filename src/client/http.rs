@@ -511,5 +511,4 @@ mod tests {
         let slash = HttpClient::new("localhost:1/triton/", &ConnectOptions::default()).unwrap();
         assert_eq!(slash.model_url("m", "", &["ready"]).as_str(), "http://localhost:1/triton//v2/models/m/ready");
     }
-
 }

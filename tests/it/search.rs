@@ -486,5 +486,8 @@ fn the_winner_reproduces_on_perfbench_serve_within_5_percent() {
          best/ {reproduced:.1} infer/s at concurrency {at} ({off:+.1}%)"
     );
     assert_eq!(at, 32, "the winner saturates its instance with full batches");
-    assert!(off.abs() <= 5.0, "the winner did not reproduce within 5%: {written:.1} written, {reproduced:.1} served again");
+    assert!(
+        off.abs() <= 5.0,
+        "the winner did not reproduce within 5%: {written:.1} written, {reproduced:.1} served again"
+    );
 }

@@ -89,7 +89,11 @@ fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> TensorParameters
 /// (none with `json_inputs`: the values are in the header, written straight from the tensor's
 /// bytes). The header length is `None` when the body is all JSON, which perf_analyzer then sends
 /// without `Inference-Header-Content-Length`.
-pub(super) fn encode_request(spec: &RequestSpec, json_inputs: bool, json_outputs: bool) -> ClientResult<(Bytes, Option<usize>)> {
+pub(super) fn encode_request(
+    spec: &RequestSpec,
+    json_inputs: bool,
+    json_outputs: bool,
+) -> ClientResult<(Bytes, Option<usize>)> {
     let json_bytes: usize = match json_inputs {
         true => spec.inputs.iter().map(|(_, s)| if let InputSource::Inline(t) = s { t.data.len() } else { 0 }).sum(),
         false => 0,
@@ -169,7 +173,11 @@ struct ResponseHeader {
 /// Decodes a 200 infer response: the JSON header (its length from the header, else the whole
 /// body), then binary outputs as consecutive slices in `outputs` order. JSON `data` outputs are
 /// re-encoded in binary layout; shared-memory outputs come back with empty data.
-pub(super) fn decode_response(body: Bytes, header_length: Option<usize>, keep_outputs: bool) -> ClientResult<InferResult> {
+pub(super) fn decode_response(
+    body: Bytes,
+    header_length: Option<usize>,
+    keep_outputs: bool,
+) -> ClientResult<InferResult> {
     let json_end = header_length.unwrap_or(body.len());
     if json_end > body.len() {
         return Err(ClientError::Protocol(format!(
@@ -249,7 +257,6 @@ mod tests {
             decoupled: false,
         }
     }
-
 
     #[test]
     fn request_encoding_matches_perf_analyzer() {
