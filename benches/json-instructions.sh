@@ -5,8 +5,8 @@
 #     [1,16] and [1,16384] (64 KiB; data in and out as JSON); prints the inclusive instructions per
 #     call of decode_request (the body to an InferRequest) and encode_response (the outputs to JSON);
 #   - client: `perfbench profile --input-tensor-format json --output-tensor-format json` under
-#     callgrind against a native server; prints the instructions of `prepare` (the body, built
-#     once per data step) and of decode_response (only the probe's answer is parsed back into
+#     callgrind against a native server; prints the instructions of `encode_request` (the body,
+#     built once per data step) and of decode_response (only the probe's answer is parsed back into
 #     tensors) over the whole run.
 #
 # Usage: benches/json-instructions.sh   (PERFBENCH_BIN=... to measure another build)
@@ -25,7 +25,8 @@ inclusive() {
 import re, sys
 name, total = sys.argv[1], 0
 for line in sys.stdin:
-    m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S+)", line)
+    # The function may hold spaces ("<X as Trait>::f"): everything up to the [object].
+    m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*?)(?:\s+\[[^\]]*\])?\s*$", line)
     if m and ":" in m.group(2) and m.group(2).split(":", 1)[1].endswith(name):
         total = max(total, int(m.group(1).replace(",", "")))
 print(total)' "$2"
@@ -99,12 +100,12 @@ client_side() {
     { tail -20 "$BENCH_TMP/profile.log" >&2; die "profile failed"; }
   # Only the probe's answer is parsed (the load loop times exchanges without decoding them), and
   # the body is encoded once per data step: both are counted over the whole run.
-  printf '%-8s %-16s %14s %6s\n' client "prepare (total)" \
-    "$(inclusive "$out" "HttpClient as perfbench::client::InferClient>::prepare" | python3 -c 'print(f"{int(input()):,}")')" \
-    "$(calls "$out" "HttpClient as perfbench::client::InferClient>::prepare")"
+  printf '%-8s %-16s %14s %6s\n' client "encode (total)" \
+    "$(inclusive "$out" client::http::wire::encode_request | python3 -c 'print(f"{int(input()):,}")')" \
+    "$(calls "$out" client::http::wire::encode_request)"
   printf '%-8s %-16s %14s %6s\n' client "decode (total)" \
-    "$(inclusive "$out" client::http::decode_response | python3 -c 'print(f"{int(input()):,}")')" \
-    "$(calls "$out" client::http::decode_response)"
+    "$(inclusive "$out" client::http::wire::decode_response | python3 -c 'print(f"{int(input()):,}")')" \
+    "$(calls "$out" client::http::wire::decode_response)"
 }
 
 echo "perfbench $("$BIN" --version 2>/dev/null || echo '?'): callgrind instructions per call (inclusive), identity FP32 [1,N], JSON data both ways"

@@ -16,7 +16,8 @@
 #   - Server Queue from the statistics extension at concurrency 1, and at 16 with the average
 #     batch size, so a faster queue is seen not to change batching.
 #
-# Usage: scripts/bench-hot-paths.sh     (builds --release; installs wrk and h2load with apt-get)
+# Usage: scripts/bench-hot-paths.sh     (builds --release; installs wrk, h2load and perf with
+#                                        scripts/setup-bench-tools.sh)
 # Env: BENCH_SECONDS (5, per wrk/h2load row), BENCH_REQUESTS (20000, per perfbench row, a
 #      quarter of it for 64 KiB), BENCH_PORT (24100), PERFBENCH_PEERS / PERFBENCH_PA (optional
 #      perf_analyzer, see scripts/setup-peers.sh), BENCH_SKIP_BUILD=1 (use target/release as is),
@@ -47,16 +48,7 @@ stop_extra() {
 trap stop_extra EXIT
 
 need_tools() {
-  local missing=()
-  command -v wrk >/dev/null || missing+=(wrk)
-  command -v h2load >/dev/null || missing+=(nghttp2-client)
-  command -v taskset >/dev/null || missing+=(util-linux)
-  [ -x /usr/bin/time ] || missing+=(time)
-  if ((${#missing[@]})); then
-    echo "bench: installing ${missing[*]} (Debian packages)" >&2
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 ||
-      die "cannot install ${missing[*]}"
-  fi
+  "$ROOT/scripts/setup-bench-tools.sh" >&2 || die "cannot install the bench's tools (scripts/setup-bench-tools.sh)"
 }
 
 build() {

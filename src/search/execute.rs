@@ -19,43 +19,25 @@ use crate::client::http::HttpClient;
 use crate::client::{ClientError, ClientResult, InferClient};
 use crate::load::LoadMode;
 use crate::plan::search::{Candidate, Mode, Objective, SearchPlan};
-use crate::plan::{Protocol, Target};
+use crate::plan::Protocol;
 use crate::proto::inference::ModelConfig;
 use crate::results::PointResult;
 use crate::run::interrupt::Interrupt;
 use crate::run::session::Session;
 use crate::run::sweep::{sweep as measure_sweep, SweepError, SweepObserver, SweepPoints, Target as SweepTarget};
-use crate::run::{connect_options, load_plan, measure_settings, start_embedded, Failure, RunError};
+use crate::run::{connect_options, load_plan, measure_settings, Failure, RunError};
 
-/// Runs the search; `measured` holds whatever was measured even when it fails or is
-/// interrupted, so the results are written either way.
-pub async fn search(plan: &SearchPlan, measured: &mut Measured) -> Result<(), RunError> {
+/// Runs the search against `url` (the target's, or the bundled server's that `run` started);
+/// `measured` holds whatever was measured even when it fails or is interrupted, so the results
+/// are written either way.
+pub async fn search(plan: &SearchPlan, url: &str, measured: &mut Measured) -> Result<(), RunError> {
     let interrupt = Interrupt::install();
-    let (server, url) = match &plan.target {
-        Target::Remote { url } => (None, url.clone()),
-        Target::Embedded { model_repository } => {
-            let running =
-                start_embedded(&plan.model, model_repository.clone(), &[]).await.map_err(RunError::bad_input)?;
-            let url = match plan.sweep.protocol {
-                Protocol::Http => running.http_url(),
-                Protocol::Grpc => running.grpc_url(),
-            };
-            (Some(running), url)
-        }
-        Target::InProcess { .. } => {
-            return Err(RunError::bad_input(anyhow!("search needs a server: drop --service-kind inprocess")))
-        }
-    };
     let connect = connect_options(&plan.sweep);
     let tls = plan.sweep.call.tls.clone();
-    let outcome = match plan.sweep.protocol {
-        Protocol::Http => searching(plan, measured, &interrupt, || HttpClient::with_tls(&url, &connect, &tls)).await,
-        Protocol::Grpc => searching(plan, measured, &interrupt, || GrpcClient::with_tls(&url, &connect, &tls)).await,
-    };
-    if let Some(server) = server {
-        server.shutdown().await;
+    match plan.sweep.protocol {
+        Protocol::Http => searching(plan, measured, &interrupt, || HttpClient::with_tls(url, &connect, &tls)).await,
+        Protocol::Grpc => searching(plan, measured, &interrupt, || GrpcClient::with_tls(url, &connect, &tls)).await,
     }
-    outcome
 }
 
 /// The search over one kind of client: `connect` makes a fresh one per configuration.

@@ -14,7 +14,10 @@ use std::process::ExitCode;
 use crate::plan::search::{Candidate, Objective, SearchPlan};
 use crate::proto::inference::ModelConfig;
 use crate::results::ReportRow;
-use crate::run::{worker_threads, RunError};
+use anyhow::anyhow;
+
+use crate::plan::{Protocol, Target};
+use crate::run::{start_embedded, worker_threads, RunError};
 
 /// One measured point of a configuration.
 #[derive(Clone, Debug)]
@@ -82,11 +85,40 @@ pub struct Measured {
 
 /// Runs the search, writes its folder, and returns the exit code: 0, 130 when interrupted (the
 /// folder holds what was measured), or the failure's own.
+///
+/// Without `-u` the bundled server runs on a runtime of its own, with the threads `perfbench
+/// serve` would have, and the client on the threads it has against a remote server: the winner
+/// is then measured as it will be served by `perfbench serve`, not on workers shared with the
+/// client (where the two competed for the same threads and the figure did not reproduce).
 pub fn run(plan: &SearchPlan) -> Result<ExitCode, RunError> {
-    let threads = worker_threads(&plan.sweep, &plan.target);
-    let runtime = crate::run::client_runtime(threads)?;
+    let remote = Target::Remote { url: String::new() };
+    let runtime = crate::run::client_runtime(worker_threads(&plan.sweep, &remote))?;
     let mut measured = Measured::default();
-    let outcome = runtime.block_on(execute::search(plan, &mut measured));
+    let (server, url) = match &plan.target {
+        Target::Remote { url } => (None, url.clone()),
+        Target::Embedded { model_repository } => {
+            let serving = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("perfbench-serve")
+                .build()
+                .map_err(RunError::target)?;
+            let running = serving
+                .block_on(start_embedded(&plan.model, model_repository.clone(), &[]))
+                .map_err(RunError::bad_input)?;
+            let url = match plan.sweep.protocol {
+                Protocol::Http => running.http_url(),
+                Protocol::Grpc => running.grpc_url(),
+            };
+            (Some((serving, running)), url)
+        }
+        Target::InProcess { .. } => {
+            return Err(RunError::bad_input(anyhow!("search needs a server: drop --service-kind inprocess")))
+        }
+    };
+    let outcome = runtime.block_on(execute::search(plan, &url, &mut measured));
+    if let Some((serving, running)) = server {
+        serving.block_on(running.shutdown());
+    }
     // Nothing was changed when the target was refused before the first configuration.
     if measured.original.is_some() && !measured.configs.is_empty() {
         let summary = output::write(plan, &measured).map_err(RunError::bad_input)?;

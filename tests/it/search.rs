@@ -396,34 +396,48 @@ fn column(csv: &str, name: &str) -> Vec<String> {
 /// p99 within ±3%, or 10 s.
 const REPRODUCE_WINDOWS: [&str; 2] = ["--stop-when", "ci=3%,max=10s"];
 
-/// One search against `perfbench serve` and one profile of the written winner on a second
-/// `perfbench serve --model-repository best/`: (the walk's best figure, the search's figure for
-/// the winner measured again in fresh windows (winner.csv), the reproduction's, the winner's
-/// concurrency).
+/// The reproduction's model: a fixed 40 ms and 1 ms per item, one instance. Batches of 8 take
+/// 48 ms, so the winner's throughput (about 165/s) is set by the model's clock, and the client
+/// and server spend well under a percent of a core on it: a loaded machine's late wake-ups
+/// (milliseconds at a load average of 13 on 2 cores) are a small part of each batch. At 10 ms +
+/// 250 µs (12 ms batches) such a machine moved the served figure by -21% and +7% in 3 runs.
+const SLOW_DELAY: &str = r#"
+backend: "delay"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "delay_us" value { string_value: "40000" } }
+parameters { key: "delay_per_item_us" value { string_value: "1000" } }
+"#;
+
+/// One search with the bundled server (no `-u`: the common case) and one profile of the written
+/// winner on a separate `perfbench serve --model-repository best/`: (the search's figure for the
+/// winner measured again in fresh windows (winner.csv), the walk's best, the reproduction's, the
+/// winner's concurrency).
 fn search_then_reproduce(dir: &Path) -> (f64, f64, f64, u64) {
-    let repo = repository();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("delay")).unwrap();
+    std::fs::write(repo.path().join("delay/config.pbtxt"), SLOW_DELAY).unwrap();
     let out = dir.join("search");
-    let searched = {
-        let server = ServeProcess::start(&["--model-repository", repo.path().to_str().unwrap()]);
-        let args = [
-            "search",
-            "-m",
-            "delay",
-            "-u",
-            &server.http,
-            "--latency-budget",
-            "p99=50ms",
-            "--instances",
-            "1",
-            "--max-batch-size",
-            "1,8",
-            "--concurrency",
-            "1,32",
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        perfbench(&[&args[..], &REPRODUCE_WINDOWS[..]].concat())
-    };
+    let args = [
+        "search",
+        "-m",
+        "delay",
+        "--model-repository",
+        repo.path().to_str().unwrap(),
+        "--latency-budget",
+        "p99=1s",
+        "--instances",
+        "1",
+        "--max-batch-size",
+        "1,8",
+        "--concurrency",
+        "1,32",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let searched = perfbench(&[&args[..], &REPRODUCE_WINDOWS[..]].concat());
     assert_eq!(searched.status.code(), Some(0), "{}", stderr(&searched));
     eprintln!("{}", String::from_utf8_lossy(&searched.stdout).trim());
     let csv = std::fs::read_to_string(out.join("search.csv")).unwrap();
@@ -447,39 +461,33 @@ fn search_then_reproduce(dir: &Path) -> (f64, f64, f64, u64) {
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     let report = std::fs::read_to_string(again_dir.join("report.csv")).unwrap();
     let reproduced: f64 = column(&report, "Inferences/Second")[0].parse().unwrap();
-    (found, confirmed, reproduced, at)
+    (confirmed, found, reproduced, at)
 }
 
-/// Acceptance (issue 16): `perfbench serve --model-repository DIR` with the written `best/`
-/// configuration reproduces the winner's throughput within 10%. Both figures come from a separate `perfbench serve` process measured by the same client flags, on the sleep-bound
-/// `delay` model. The space (max batch 16 against 64 clients, so three full batches wait
-/// behind the one executing) makes the winner saturate its one instance with full batches: its
-/// throughput is set by the batcher and the model's sleeps (16 per 2.8 ms, about 5,700/s), not
-/// by how fast a loaded machine's client resends, which has three executions' time to do it.
-/// The budget (p99 50 ms) is far above the four executions such a point waits. Best of two
-/// attempts.
+/// Acceptance (issues 16 and 33): the winner of `perfbench search` (bundled server, no `-u`),
+/// served by a separate `perfbench serve --model-repository best/`, gives the throughput the
+/// search wrote for it (winner.csv: measured again in fresh windows, so not the best of the
+/// walk's noisy points) within 5%, on one attempt. The space (max batch 8 against 32 clients:
+/// three full batches wait behind the one executing) makes the winner saturate its one instance
+/// with full batches, so its throughput is the model's (8 per 48 ms); the budget (p99 1 s) is
+/// far above the four executions such a point waits (about 200 ms), and below the 32 that one
+/// request at a time makes the default's point wait (1.3 s).
 ///
-/// Half a minute to a minute, and a 10% bound on two real measurements, so it is ignored by plain
-/// `cargo test`; `.ci/run` runs it in its own stage: `cargo test --test it -- --ignored search::`.
+/// About two minutes of real measurements, so it is ignored by plain `cargo test`; `.ci/run` runs
+/// it in its own stage: `cargo test --test it -- --ignored search::the_winner_reproduces`.
 #[test]
-#[ignore = "real measurements, about a minute: run by .ci/run's search reproduction stage"]
-fn the_winner_reproduces_on_perfbench_serve_within_10_percent() {
-    let mut attempts = Vec::new();
-    for attempt in 1..=2 {
-        let dir = tempfile::tempdir().unwrap();
-        // Compared with the walk's figure: in two runs on a loaded machine the winner measured
-        // again (winner.csv) came out above both the walk's and the reproduction's (3250 vs 2836
-        // and 2835; 3177 vs 3052 and 3075), so it is printed beside them, not yet the reference.
-        let (found, confirmed, reproduced, at) = search_then_reproduce(dir.path());
-        let off = (reproduced - found) / found * 100.0;
-        eprintln!(
-            "reproduction, attempt {attempt}: search {found:.1} infer/s (measured again: {confirmed:.1}), \
-             perfbench serve with best/ {reproduced:.1} infer/s at concurrency {at} ({off:+.1}%)"
-        );
-        attempts.push(format!("{found:.1} vs {reproduced:.1} ({off:+.1}%)"));
-        if off.abs() <= 10.0 {
-            return;
-        }
-    }
-    panic!("the winner did not reproduce within 10% in two attempts: {attempts:?}");
+#[ignore = "real measurements, about two minutes: run by .ci/run's search reproduction stage"]
+fn the_winner_reproduces_on_perfbench_serve_within_5_percent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (written, walked, reproduced, at) = search_then_reproduce(dir.path());
+    let off = (reproduced - written) / written * 100.0;
+    eprintln!(
+        "reproduction: search wrote {written:.1} infer/s (the walk's best: {walked:.1}), perfbench serve with \
+         best/ {reproduced:.1} infer/s at concurrency {at} ({off:+.1}%)"
+    );
+    assert_eq!(at, 32, "the winner saturates its instance with full batches");
+    assert!(
+        off.abs() <= 5.0,
+        "the winner did not reproduce within 5%: {written:.1} written, {reproduced:.1} served again"
+    );
 }
