@@ -123,9 +123,8 @@ impl GrpcClient {
                 // TLS runs in our connector rather than tonic's, whose verifier cannot be replaced
                 // and refuses X.509 v1 certificates; requests still say `https`.
                 let secure = https_url(&base);
-                let origin = secure
-                    .parse()
-                    .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+                let origin =
+                    secure.parse().map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
                 let endpoint = endpoint.origin(origin);
                 let connector = tls_connector(Arc::new(config), url)?;
                 (secure, (0..count).map(|_| endpoint.connect_with_connector_lazy(connector.clone())).collect())

@@ -183,41 +183,37 @@ fn private_key(path: &Path, format: FileFormat) -> ClientResult<PrivateKeyDer<'s
     }
 }
 
-/// The CAs in `ca_file`, or the system's when none is given (curl and gRPC do the same), with
-/// their DER too (the trust anchors of [`x509_v1`] chains).
-fn root_store(ca_file: Option<&Path>, what: &str) -> ClientResult<(RootCertStore, Vec<CertificateDer<'static>>)> {
+/// The CAs in `ca_file`, or the system's when none is given (curl and gRPC do the same).
+fn root_store(ca_file: Option<&Path>, what: &str) -> ClientResult<RootCertStore> {
     let mut roots = RootCertStore::empty();
-    let anchors = match ca_file {
+    match ca_file {
         Some(path) => {
-            let certs = pem_certificates(path, what)?;
-            for cert in &certs {
-                roots.add(cert.clone()).map_err(|e| {
+            for cert in pem_certificates(path, what)? {
+                roots.add(cert).map_err(|e| {
                     ClientError::Invalid(format!("bad certificate in the {what} '{}': {e}", path.display()))
                 })?;
             }
-            certs
         }
         None => {
             let native = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(native.certs.iter().cloned());
+            roots.add_parsable_certificates(native.certs);
             if roots.is_empty() {
                 return Err(ClientError::Invalid(format!(
                     "no system CA certificates found: give the {what} with its flag"
                 )));
             }
-            native.certs
         }
-    };
-    Ok((roots, anchors))
+    }
+    Ok(roots)
 }
 
 /// Checks the chain and, with `verify_host`, the name; without `verify_peer` accepts any
 /// certificate (handshake signatures are still checked, so the key must match the certificate).
-/// A chain with an X.509 v1 certificate, which webpki refuses, is checked by [`x509_v1`].
+/// An X.509 v1 server certificate, which webpki refuses, is checked by [`x509_v1`].
 #[derive(Debug)]
 struct CurlLikeVerifier {
     inner: Option<Arc<WebPkiServerVerifier>>,
-    anchors: Vec<CertificateDer<'static>>,
+    roots: Arc<RootCertStore>,
     verify_host: bool,
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
@@ -234,8 +230,9 @@ impl ServerCertVerifier for CurlLikeVerifier {
         let Some(inner) = &self.inner else {
             return Ok(ServerCertVerified::assertion());
         };
-        let verified = if x509_v1::chain_has_v1(end_entity, intermediates) {
-            x509_v1::verify_chain(end_entity, intermediates, &self.anchors, Some(server_name), now)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        let verified = if x509_v1::is_v1(end_entity) {
+            x509_v1::verify(end_entity, &self.roots, algorithms, Some(server_name), now)
                 .map(|()| ServerCertVerified::assertion())
         } else {
             inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
@@ -279,17 +276,17 @@ fn verifier(
     what: &str,
     provider: &Arc<rustls::crypto::CryptoProvider>,
 ) -> ClientResult<Arc<CurlLikeVerifier>> {
-    let (inner, anchors) = match roots {
+    let (inner, roots) = match roots {
         Some(ca_file) => {
-            let (roots, anchors) = root_store(ca_file, what)?;
-            let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            let roots = Arc::new(root_store(ca_file, what)?);
+            let inner = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
                 .build()
                 .map_err(|e| ClientError::Invalid(format!("TLS setup failed: {e}")))?;
-            (Some(inner), anchors)
+            (Some(inner), roots)
         }
-        None => (None, Vec::new()),
+        None => (None, Arc::new(RootCertStore::empty())),
     };
-    Ok(Arc::new(CurlLikeVerifier { inner, anchors, verify_host, provider: provider.clone() }))
+    Ok(Arc::new(CurlLikeVerifier { inner, roots, verify_host, provider: provider.clone() }))
 }
 
 /// The client configuration with its verifier and, for mutual TLS, its certificate and key
@@ -324,7 +321,8 @@ impl HttpsTls {
             return Ok(builder.with_root_certificates(RootCertStore::empty()).with_no_client_auth());
         }
         let ca = self.ca_file.as_deref();
-        let verifier = verifier(self.verify_peer.then_some(ca), self.verify_host, "HTTPS CA certificates file", &provider)?;
+        let verifier =
+            verifier(self.verify_peer.then_some(ca), self.verify_host, "HTTPS CA certificates file", &provider)?;
         let identity = match (&self.client_cert, &self.client_key) {
             (Some(cert), Some(key)) => Some((
                 certificates(cert, self.client_cert_format, "HTTPS client certificate")?,

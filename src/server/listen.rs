@@ -116,17 +116,17 @@ pub fn server_tls_config(files: &TlsFiles, alpn: &[u8]) -> anyhow::Result<Arc<ru
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
-            let anchors = read_certificates(ca, "TLS client CA")?;
-            for cert in &anchors {
+            for cert in read_certificates(ca, "TLS client CA")? {
                 roots
-                    .add(cert.clone())
+                    .add(cert)
                     .map_err(|e| anyhow::anyhow!("bad certificate in the TLS client CA '{}': {e}", ca.display()))?;
             }
-            let inner = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            let roots = Arc::new(roots);
+            let inner = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
                 .build()
                 .map_err(|e| anyhow::anyhow!("cannot use the TLS client CA '{}': {e}", ca.display()))?;
             // Client certificates made as Triton's tests make them are X.509 v1.
-            builder.with_client_cert_verifier(Arc::new(x509_v1::ClientVerifier { inner, anchors, provider: provider() }))
+            builder.with_client_cert_verifier(Arc::new(x509_v1::ClientVerifier { inner, roots, provider: provider() }))
         }
     };
     let key = x509_v1::certified_key(certs, key, &provider()).map_err(|e| {

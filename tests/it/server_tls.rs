@@ -303,25 +303,31 @@ impl OpensslPki {
 
     fn ca(&self, name: &str, cn: &str) {
         let (key, pem, subject) = (format!("{name}.key"), format!("{name}.pem"), format!("/CN={cn}"));
-        self.openssl(&["req", "-config", "bare.cnf", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
-            .into_iter()
-            .chain(["-keyout", &key, "-out", &pem, "-subj", &subject])
-            .collect::<Vec<_>>());
+        self.openssl(
+            &["req", "-config", "bare.cnf", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
+                .into_iter()
+                .chain(["-keyout", &key, "-out", &pem, "-subj", &subject])
+                .collect::<Vec<_>>(),
+        );
     }
 
     /// A certificate for `cn` signed by `ca`, valid for `days` (negative: already expired).
     fn leaf(&self, name: &str, cn: &str, ca: &str, days: &str) {
         let (key, csr, pem, subject) =
             (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("/CN={cn}"));
-        self.openssl(&["req", "-config", "bare.cnf", "-new", "-newkey", "rsa:2048", "-nodes"]
-            .into_iter()
-            .chain(["-keyout", &key, "-out", &csr, "-subj", &subject])
-            .collect::<Vec<_>>());
+        self.openssl(
+            &["req", "-config", "bare.cnf", "-new", "-newkey", "rsa:2048", "-nodes"]
+                .into_iter()
+                .chain(["-keyout", &key, "-out", &csr, "-subj", &subject])
+                .collect::<Vec<_>>(),
+        );
         let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
-        self.openssl(&["x509", "-req", "-in", &csr, "-CA", &ca_pem, "-CAkey", &ca_key, "-set_serial", "1"]
-            .into_iter()
-            .chain(["-days", days, "-out", &pem])
-            .collect::<Vec<_>>());
+        self.openssl(
+            &["x509", "-req", "-in", &csr, "-CA", &ca_pem, "-CAkey", &ca_key, "-set_serial", "1"]
+                .into_iter()
+                .chain(["-days", days, "-out", &pem])
+                .collect::<Vec<_>>(),
+        );
     }
 
     fn path(&self, file: &str) -> PathBuf {
@@ -384,7 +390,7 @@ async fn v1_certificates_still_get_expiry_chain_and_host_checks() {
     one_line(&https(&http, pki.https("other-ca", None)).await.unwrap_err(), "unknownissuer");
     one_line(&grpcs(&grpc, pki.grpc("other-ca", None), GrpcCompression::None).await.unwrap_err(), "certificate");
     let by_ip = format!("https://127.0.0.1:{}", server.http_addr.port());
-    one_line(&https(&by_ip, pki.https("ca", None)).await.unwrap_err(), "notvalidforname");
+    one_line(&https(&by_ip, pki.https("ca", None)).await.unwrap_err(), "not valid for name");
     https(&by_ip, HttpsTls { verify_host: false, ..pki.https("ca", None) }).await.expect("host not checked");
     let grpc_by_ip = format!("127.0.0.1:{}", server.grpc_addr.port());
     assert!(grpcs(&grpc_by_ip, pki.grpc("ca", None), GrpcCompression::None).await.is_err(), "gRPC checks the host");
@@ -407,11 +413,26 @@ fn profile_over_grpc_with_v1_certificates() {
     let grpc = format!("localhost:{}", server.grpc_addr.port());
     let (ca, key, cert) = (pki.path("ca.pem"), pki.path("client.key"), pki.path("client.pem"));
     let args = [
-        "profile", "-m", "identity", "--shape", "INPUT0:4", "--measurement-mode", "count_windows",
-        "--measurement-request-count", "20", "-u", &grpc, "-i", "grpc", "--ssl-grpc-use-ssl",
-        "--ssl-grpc-root-certifications-file", ca.to_str().unwrap(),
-        "--ssl-grpc-private-key-file", key.to_str().unwrap(),
-        "--ssl-grpc-certificate-chain-file", cert.to_str().unwrap(),
+        "profile",
+        "-m",
+        "identity",
+        "--shape",
+        "INPUT0:4",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "20",
+        "-u",
+        &grpc,
+        "-i",
+        "grpc",
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        ca.to_str().unwrap(),
+        "--ssl-grpc-private-key-file",
+        key.to_str().unwrap(),
+        "--ssl-grpc-certificate-chain-file",
+        cert.to_str().unwrap(),
     ];
     let out = perfbench(&args);
     assert!(out.status.success(), "{}", stderr(&out));
