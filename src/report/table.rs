@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::results::composing_csv::ComposingRow;
-use crate::results::csv::{latencies_us, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS};
+use crate::results::csv::{latencies_us, FAILURE_COLUMNS, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS};
 use crate::results::format::{fixed, format_e, format_g, round_decimal};
 use crate::results::{Interval, LoadPoint, ReportRow};
 
@@ -420,6 +420,14 @@ pub fn results_columns(rows: &[ReportRow], layout: &Layout) -> Vec<PipeColumn> {
         columns.push(PipeColumn::new(SEQUENCE_COLUMNS[0], rows.iter().map(|r| r.sequences.to_string()).collect()));
         columns
             .push(PipeColumn::new(SEQUENCE_COLUMNS[1], rows.iter().map(|r| fixed(r.avg_sequence_length, 1)).collect()));
+    }
+    // Rows with failed requests say how many failed and why (the CSV's failure columns).
+    if rows.iter().any(|r| r.failed > 0) {
+        columns.push(PipeColumn::new("Failed", rows.iter().map(|r| r.failed.to_string()).collect()));
+        for (i, name) in FAILURE_COLUMNS.iter().enumerate() {
+            let cells = rows.iter().map(|r| r.client.failures.as_array()[i].to_string()).collect();
+            columns.push(PipeColumn::new(*name, cells));
+        }
     }
     columns
 }
