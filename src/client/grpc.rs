@@ -41,6 +41,7 @@ const MODEL_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
 /// is driven by one task, which becomes the bottleneck when many streams share it.
 const STREAMS_PER_CHANNEL: usize = 16;
 const MAX_CHANNELS: usize = 8;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// gRPC's message prefix: a compression flag byte and a 4-byte length.
 const MESSAGE_PREFIX_BYTES: usize = 5;
 
@@ -65,6 +66,39 @@ pub struct GrpcRequest {
     decoupled: bool,
 }
 
+/// Connects over TCP, then TLS with `config`, checking the certificate against the URL's host.
+fn tls_connector(
+    config: Arc<rustls::ClientConfig>,
+    url: &str,
+) -> ClientResult<
+    impl tower::Service<
+            tonic::codegen::http::Uri,
+            Response = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+            Error = std::io::Error,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + 'static,
+> {
+    let parsed = reqwest::Url::parse(&base_url(url))
+        .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+    let host = parsed.host_str().unwrap_or("localhost").trim_matches(['[', ']']).to_string();
+    let port = parsed.port_or_known_default().unwrap_or(443);
+    let name = rustls::pki_types::ServerName::try_from(host.clone())
+        .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+    let tls = tokio_rustls::TlsConnector::from(config);
+    Ok(tower::service_fn(move |_: tonic::codegen::http::Uri| {
+        let (tls, name, host) = (tls.clone(), name.clone(), host.clone());
+        async move {
+            let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((host.as_str(), port)))
+                .await
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+            tcp.set_nodelay(true)?;
+            Ok(hyper_util::rt::TokioIo::new(tls.connect(name, tcp).await?))
+        }
+    }))
+}
+
 impl GrpcClient {
     /// Connects lazily: an unreachable server shows up on the first call, as
     /// [`ClientError::Unreachable`].
@@ -77,21 +111,25 @@ impl GrpcClient {
     pub fn with_tls(url: &str, options: &ConnectOptions, tls: &TlsOptions) -> ClientResult<Self> {
         crate::proto::install_crypto_provider();
         let tls_config = tls.grpc.client_config()?;
-        let base = match tls_config {
-            Some(_) => https_url(&base_url(url)),
-            None => base_url(url),
-        };
-        let mut endpoint = Endpoint::from_shared(base.clone())
+        let base = base_url(url);
+        let endpoint = Endpoint::from_shared(base.clone())
             .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {}", error_chain(&e))))?
             .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(10));
-        if let Some(config) = tls_config {
-            endpoint = endpoint
-                .tls_config(config)
-                .map_err(|e| ClientError::Invalid(format!("bad TLS setup for '{url}': {}", error_chain(&e))))?;
-        }
+            .connect_timeout(CONNECT_TIMEOUT);
         let count = options.concurrency.div_ceil(STREAMS_PER_CHANNEL).clamp(1, MAX_CHANNELS);
-        let channels = (0..count).map(|_| endpoint.connect_lazy()).collect();
+        let (base, channels) = match tls_config {
+            None => (base, (0..count).map(|_| endpoint.connect_lazy()).collect()),
+            Some(config) => {
+                // TLS runs in our connector rather than tonic's, whose verifier cannot be replaced
+                // and refuses X.509 v1 certificates; requests still say `https`.
+                let secure = https_url(&base);
+                let origin =
+                    secure.parse().map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
+                let endpoint = endpoint.origin(origin);
+                let connector = tls_connector(Arc::new(config), url)?;
+                (secure, (0..count).map(|_| endpoint.connect_with_connector_lazy(connector.clone())).collect())
+            }
+        };
         let mut metadata = MetadataMap::new();
         for (name, value) in &options.headers {
             let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));

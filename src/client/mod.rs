@@ -7,6 +7,7 @@ pub mod http;
 pub mod inprocess;
 pub mod shm;
 pub mod tls;
+pub mod x509_v1;
 
 use std::future::Future;
 use std::time::Duration;
@@ -56,6 +57,30 @@ pub async fn within_stall_timeout<T>(
 }
 
 impl ClientError {
+    /// What kind of failure this is, for the per-row counts. Transport errors reach us as text
+    /// (hyper's and h2's errors, with their io causes), so they are told apart by it.
+    pub fn failure_kind(&self) -> crate::results::FailureKind {
+        use crate::results::FailureKind;
+        let text = match self {
+            ClientError::TimedOut { .. } | ClientError::Stalled(_) => return FailureKind::Timeout,
+            ClientError::Invalid(_) => return FailureKind::Other,
+            ClientError::Unreachable { reason, .. } => reason.to_ascii_lowercase(),
+            ClientError::Server(text) | ClientError::Protocol(text) => text.to_ascii_lowercase(),
+        };
+        if text.contains("refused") {
+            FailureKind::Refused
+        } else if text.contains("timed out") || text.contains("deadline") {
+            FailureKind::Timeout
+        } else if ["reset", "broken pipe", "closed", "aborted", "eof", "incomplete", "connection error"]
+            .iter()
+            .any(|needle| text.contains(needle))
+        {
+            FailureKind::Reset
+        } else {
+            FailureKind::Other
+        }
+    }
+
     /// True when the server is gone and further requests are pointless.
     pub fn is_fatal(&self) -> bool {
         matches!(self, ClientError::Unreachable { .. } | ClientError::Stalled(_))
@@ -313,5 +338,24 @@ pub trait InferClient: Send + Sync + 'static {
         let _ = config;
         let reason = format!("cannot load '{model}': this client has no repository extension");
         async move { Err(ClientError::Invalid(reason)) }
+    }
+}
+
+#[cfg(test)]
+mod failure_kind_tests {
+    use super::ClientError;
+    use crate::results::FailureKind;
+
+    #[test]
+    fn failures_are_told_apart_by_kind() {
+        let unreachable = |reason: &str| ClientError::Unreachable { url: "u".into(), reason: reason.into() };
+        let kind = |e: ClientError| e.failure_kind();
+        assert_eq!(kind(unreachable("tcp connect error: Connection refused (os error 111)")), FailureKind::Refused);
+        assert_eq!(kind(unreachable("connection error: Connection reset by peer (os error 104)")), FailureKind::Reset);
+        assert_eq!(kind(unreachable("connection closed before message completed")), FailureKind::Reset);
+        assert_eq!(kind(ClientError::TimedOut { after: std::time::Duration::from_secs(1) }), FailureKind::Timeout);
+        assert_eq!(kind(ClientError::Stalled("no answer".into())), FailureKind::Timeout);
+        assert_eq!(kind(ClientError::Server("HTTP 400: unknown model".into())), FailureKind::Other);
+        assert_eq!(kind(ClientError::Invalid("reset the shape".into())), FailureKind::Other, "our own mistake");
     }
 }

@@ -15,7 +15,7 @@ use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureSc
 use serde::{Deserialize, Serialize};
 use tonic::codec::CompressionEncoding;
 
-use super::{ClientError, ClientResult};
+use super::{x509_v1, ClientError, ClientResult};
 
 /// How a certificate or key file is encoded (`--ssl-https-client-certificate-type`,
 /// `--ssl-https-private-key-type`).
@@ -209,9 +209,11 @@ fn root_store(ca_file: Option<&Path>, what: &str) -> ClientResult<RootCertStore>
 
 /// Checks the chain and, with `verify_host`, the name; without `verify_peer` accepts any
 /// certificate (handshake signatures are still checked, so the key must match the certificate).
+/// An X.509 v1 server certificate, which webpki refuses, is checked by [`x509_v1`].
 #[derive(Debug)]
 struct CurlLikeVerifier {
     inner: Option<Arc<WebPkiServerVerifier>>,
+    roots: Arc<RootCertStore>,
     verify_host: bool,
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
@@ -228,7 +230,14 @@ impl ServerCertVerifier for CurlLikeVerifier {
         let Some(inner) = &self.inner else {
             return Ok(ServerCertVerified::assertion());
         };
-        match inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        let algorithms = &self.provider.signature_verification_algorithms;
+        let verified = if x509_v1::is_v1(end_entity) {
+            x509_v1::verify(end_entity, &self.roots, algorithms, Some(server_name), now)
+                .map(|()| ServerCertVerified::assertion())
+        } else {
+            inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        };
+        match verified {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) if !self.verify_host => Ok(ServerCertVerified::assertion()),
@@ -242,7 +251,7 @@ impl ServerCertVerifier for CurlLikeVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        x509_v1::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -251,12 +260,53 @@ impl ServerCertVerifier for CurlLikeVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        x509_v1::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.provider.signature_verification_algorithms.supported_schemes()
     }
+}
+
+/// The server-certificate check: `roots` `None` accepts any certificate (no `verify_peer`);
+/// `Some(None)` trusts the system's CAs, `Some(Some(file))` those in the file.
+fn verifier(
+    roots: Option<Option<&Path>>,
+    verify_host: bool,
+    what: &str,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> ClientResult<Arc<CurlLikeVerifier>> {
+    let (inner, roots) = match roots {
+        Some(ca_file) => {
+            let roots = Arc::new(root_store(ca_file, what)?);
+            let inner = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .build()
+                .map_err(|e| ClientError::Invalid(format!("TLS setup failed: {e}")))?;
+            (Some(inner), roots)
+        }
+        None => (None, Arc::new(RootCertStore::empty())),
+    };
+    Ok(Arc::new(CurlLikeVerifier { inner, roots, verify_host, provider: provider.clone() }))
+}
+
+/// The client configuration with its verifier and, for mutual TLS, its certificate and key
+/// (which may be X.509 v1: [`x509_v1::certified_key`]).
+fn with_identity(
+    builder: rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier>,
+    verifier: Arc<CurlLikeVerifier>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    provider: &rustls::crypto::CryptoProvider,
+    what: &str,
+) -> ClientResult<rustls::ClientConfig> {
+    let builder = builder.dangerous().with_custom_certificate_verifier(verifier);
+    Ok(match identity {
+        Some((certs, key)) => {
+            let key = x509_v1::certified_key(certs, key, provider)
+                .map_err(|e| ClientError::Invalid(format!("bad {what} client certificate or key: {e}")))?;
+            builder.with_client_cert_resolver(x509_v1::single(key))
+        }
+        None => builder.with_no_client_auth(),
+    })
 }
 
 impl HttpsTls {
@@ -270,55 +320,43 @@ impl HttpsTls {
         if !https {
             return Ok(builder.with_root_certificates(RootCertStore::empty()).with_no_client_auth());
         }
-        let inner = if self.verify_peer {
-            let roots = root_store(self.ca_file.as_deref(), "HTTPS CA certificates file")?;
-            Some(
-                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .build()
-                    .map_err(|e| ClientError::Invalid(format!("TLS setup failed: {e}")))?,
-            )
-        } else {
-            None
+        let ca = self.ca_file.as_deref();
+        let verifier =
+            verifier(self.verify_peer.then_some(ca), self.verify_host, "HTTPS CA certificates file", &provider)?;
+        let identity = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some((
+                certificates(cert, self.client_cert_format, "HTTPS client certificate")?,
+                private_key(key, self.client_key_format)?,
+            )),
+            _ => None,
         };
-        let verifier = Arc::new(CurlLikeVerifier { inner, verify_host: self.verify_host, provider });
-        let builder = builder.dangerous().with_custom_certificate_verifier(verifier);
-        let mut config = match (&self.client_cert, &self.client_key) {
-            (Some(cert), Some(key)) => builder
-                .with_client_auth_cert(
-                    certificates(cert, self.client_cert_format, "HTTPS client certificate")?,
-                    private_key(key, self.client_key_format)?,
-                )
-                .map_err(|e| ClientError::Invalid(format!("bad HTTPS client certificate or key: {e}")))?,
-            _ => builder.with_no_client_auth(),
-        };
+        let mut config = with_identity(builder, verifier, identity, &provider, "HTTPS")?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
     }
 }
 
 impl GrpcTls {
-    /// tonic's TLS configuration, or `None` without `--ssl-grpc-use-ssl`.
-    pub fn client_config(&self) -> ClientResult<Option<tonic::transport::ClientTlsConfig>> {
-        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    /// The rustls configuration of the gRPC connections (ALPN `h2`), or `None` without
+    /// `--ssl-grpc-use-ssl`. gRPC always checks the chain and the host name, as perf_analyzer's
+    /// SSL channel credentials do.
+    pub fn client_config(&self) -> ClientResult<Option<rustls::ClientConfig>> {
         if !self.use_ssl {
             return Ok(None);
         }
-        let mut config = ClientTlsConfig::new();
-        config = match &self.root_certs {
-            Some(path) => {
-                // Parsed here too, so a bad file fails now with its name, not at the first call.
-                pem_certificates(path, "gRPC root certificates file")?;
-                config.ca_certificate(Certificate::from_pem(read(path, "gRPC root certificates file")?))
+        let provider = provider();
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::Invalid(format!("TLS setup failed: {e}")))?;
+        let verifier = verifier(Some(self.root_certs.as_deref()), true, "gRPC root certificates file", &provider)?;
+        let identity = match (&self.private_key, &self.cert_chain) {
+            (Some(key), Some(chain)) => {
+                Some((pem_certificates(chain, "gRPC certificate chain file")?, private_key(key, FileFormat::Pem)?))
             }
-            None => config.with_native_roots(),
+            _ => None,
         };
-        if let (Some(key), Some(chain)) = (&self.private_key, &self.cert_chain) {
-            pem_certificates(chain, "gRPC certificate chain file")?;
-            private_key(key, FileFormat::Pem)?;
-            let identity =
-                Identity::from_pem(read(chain, "gRPC certificate chain file")?, read(key, "TLS private key")?);
-            config = config.identity(identity);
-        }
+        let mut config = with_identity(builder, verifier, identity, &provider, "gRPC")?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Some(config))
     }
 }

@@ -180,7 +180,7 @@ impl Shared {
             }
             match &result {
                 Ok(_) => rec.record_ok(done - intended, timing),
-                Err(e) => rec.record_failed(e),
+                Err(e) => rec.record_failed(e.failure_kind(), e),
             }
             if self.log_requests {
                 let responses = match &result {
@@ -556,7 +556,7 @@ mod tests {
         load.wait_completed(20).await.unwrap();
         let mut spare = WindowRecorder::default();
         spare.record_ok(Duration::from_secs(9), RequestTiming::default());
-        spare.record_failed(&"an earlier window's failure");
+        spare.record_failed(crate::results::FailureKind::Other, &"an earlier window's failure");
         let window = load.take_window_into(spare);
         load.stop().await;
         assert_eq!((window.ok, window.failed, window.latency_us.len()), (20, 0, 20));

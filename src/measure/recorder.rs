@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::client::RequestTiming;
-use crate::results::RequestRecord;
+use crate::results::{FailureCounts, FailureKind, RequestRecord};
 
 /// Largest latency the histogram tracks (one hour, in µs); longer ones saturate.
 const MAX_LATENCY_US: u64 = 3_600_000_000;
@@ -21,6 +21,8 @@ pub struct WindowRecorder {
     pub latency_us: Histogram<u64>,
     pub ok: u64,
     pub failed: u64,
+    /// `failed`, by kind.
+    pub failures: FailureCounts,
     /// Open loop: sent later than scheduled (by more than the engine's slack).
     pub late: u64,
     /// Open loop: never sent, because the in-flight cap was reached at their due time.
@@ -70,6 +72,7 @@ impl WindowRecorder {
             latency_us,
             ok: 0,
             failed: 0,
+            failures: FailureCounts::default(),
             late: 0,
             missed: 0,
             latency_ns_sum: 0,
@@ -123,8 +126,9 @@ impl WindowRecorder {
         }
     }
 
-    pub fn record_failed(&mut self, error: &dyn std::fmt::Display) {
+    pub fn record_failed(&mut self, kind: FailureKind, error: &dyn std::fmt::Display) {
         self.failed += 1;
+        self.failures.add(kind);
         if self.first_error.is_none() {
             self.first_error = Some(error.to_string());
         }
@@ -138,6 +142,7 @@ impl WindowRecorder {
         self.cpu_ns = self.cpu_ns.saturating_add(other.cpu_ns);
         self.ok += other.ok;
         self.failed += other.failed;
+        self.failures.merge(&other.failures);
         self.late += other.late;
         self.missed += other.missed;
         self.sequences += other.sequences;
@@ -198,7 +203,7 @@ mod tests {
         let mut r = WindowRecorder::default();
         let timing = crate::client::RequestTiming::default();
         r.record_ok(std::time::Duration::from_millis(3), timing);
-        r.record_failed(&"boom");
+        r.record_failed(FailureKind::Other, &"boom");
         r.sequences = 2;
         r.clear();
         assert_eq!((r.ok, r.failed, r.sequences, r.latency_us.len()), (0, 0, 0, 0));
@@ -225,7 +230,7 @@ mod tests {
             let r = if us % 2 == 0 { &mut a } else { &mut b };
             r.record_ok(Duration::from_micros(us * 100), timing(10, 20, us * 100 - 5));
         }
-        b.record_failed(&"boom");
+        b.record_failed(FailureKind::Reset, &"boom");
         b.missed = 2;
         a.merge(&b);
         assert_eq!((a.ok, a.failed, a.missed), (100, 1, 2));

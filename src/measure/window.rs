@@ -70,6 +70,7 @@ impl Window {
         let counts = WindowCounts {
             ok: c.ok,
             failed: c.failed,
+            failures: c.failures,
             late: c.late,
             missed: c.missed,
             sequences: c.sequences,
@@ -96,6 +97,7 @@ impl Window {
             latency_us: w.latency_us,
             ok: c.ok,
             failed: c.failed,
+            failures: c.failures,
             late: c.late,
             missed: c.missed,
             latency_ns_sum: c.latency_ns_sum,
@@ -255,7 +257,7 @@ impl Batches {
 /// What the client achieved over the merged windows (see [`ClientLoad`]).
 pub fn client_load(client: &WindowRecorder, load: LoadPoint, secs: f64) -> ClientLoad {
     if secs <= 0.0 {
-        return ClientLoad::default();
+        return ClientLoad { failures: client.failures, ..ClientLoad::default() };
     }
     let cores = crate::measure::cpu::available_cores();
     let cpu_pct = client.cpu_ns as f64 / 1e9 / secs / cores as f64 * 100.0;
@@ -267,6 +269,7 @@ pub fn client_load(client: &WindowRecorder, load: LoadPoint, secs: f64) -> Clien
             cpu_pct,
             cores,
             held: 0.0,
+            failures: client.failures,
         },
         // Little's law: requests in flight = completed requests/s × time each spent in flight.
         LoadPoint::Concurrency(_) => ClientLoad {
@@ -276,6 +279,7 @@ pub fn client_load(client: &WindowRecorder, load: LoadPoint, secs: f64) -> Clien
             cpu_pct,
             cores,
             held: 0.0,
+            failures: client.failures,
         },
     }
 }
@@ -392,7 +396,7 @@ mod tests {
             client.record_ok(Duration::from_micros(latency_us), timing);
         }
         for _ in 0..failed {
-            client.record_failed(&"injected");
+            client.record_failed(crate::results::FailureKind::Timeout, &"injected");
         }
         let stage = |us: u64| StageTotal { count: ok, ns: ok * us * 1000 };
         let server = ServerStats {

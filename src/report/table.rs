@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::results::composing_csv::ComposingRow;
-use crate::results::csv::{latencies_us, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS};
+use crate::results::csv::{latencies_us, FAILURE_COLUMNS, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS};
 use crate::results::format::{fixed, format_e, format_g, round_decimal};
 use crate::results::{Interval, LoadPoint, ReportRow};
 
@@ -421,6 +421,14 @@ pub fn results_columns(rows: &[ReportRow], layout: &Layout) -> Vec<PipeColumn> {
         columns
             .push(PipeColumn::new(SEQUENCE_COLUMNS[1], rows.iter().map(|r| fixed(r.avg_sequence_length, 1)).collect()));
     }
+    // Rows with failed requests say how many failed and why (the CSV's failure columns).
+    if rows.iter().any(|r| r.failed > 0) {
+        columns.push(PipeColumn::new("Failed", rows.iter().map(|r| r.failed.to_string()).collect()));
+        for (i, name) in FAILURE_COLUMNS.iter().enumerate() {
+            let cells = rows.iter().map(|r| r.client.failures.as_array()[i].to_string()).collect();
+            columns.push(PipeColumn::new(*name, cells));
+        }
+    }
     columns
 }
 
@@ -447,8 +455,13 @@ mod tests {
 
     #[test]
     fn renders_the_millisecond_layout() {
-        let row =
-            ReportRow { requests: 0, throughput_ci: Interval::UNKNOWN, p50_ci: Interval::UNKNOWN, ..sample_row(8, 1) };
+        let row = ReportRow {
+            requests: 0,
+            failed: 0,
+            throughput_ci: Interval::UNKNOWN,
+            p50_ci: Interval::UNKNOWN,
+            ..sample_row(8, 1)
+        };
         let md = render_results(&[row], &Layout::Milliseconds { decimals: 1 });
         let lines: Vec<&str> = md.lines().collect();
         assert!(lines[0].starts_with("|   Batch |   Concurrency |   Inferences/Second |   Client Send (ms) |"));
@@ -458,10 +471,30 @@ mod tests {
     }
 
     #[test]
+    fn rows_with_failures_show_them_by_kind() {
+        let mut row = sample_row(8, 1);
+        row.failed = 3;
+        row.client.failures = crate::results::FailureCounts { reset: 2, timeout: 1, refused: 0, other: 0 };
+        let md = render_results(&[row], &Layout::Milliseconds { decimals: 1 });
+        let cells = |line: &str| line.split('|').map(|c| c.trim().to_string()).collect::<Vec<String>>();
+        let lines: Vec<&str> = md.lines().collect();
+        let (header, values) = (cells(lines[0]), cells(lines[2]));
+        let at = |name: &str| values[header.iter().position(|h| h == name).expect(name)].clone();
+        let by_kind =
+            [at("Failed"), at("Failed Reset"), at("Failed Timeout"), at("Failed Refused"), at("Failed Other")];
+        assert_eq!(by_kind, ["3", "2", "1", "0", "0"].map(String::from), "{md}");
+        let clean = ReportRow { failed: 0, ..sample_row(8, 1) };
+        assert!(
+            !render_results(&[clean], &Layout::Microseconds).contains("Failed"),
+            "no failure columns without failures"
+        );
+    }
+
+    #[test]
     fn rows_with_intervals_print_them_and_mark_low_sample_percentiles() {
         // sample_row: 100 requests, throughput 2053.9 in [2000, 2100.5], p50 3850 µs in
         // [3800, 3900]; p90, p95 and p99 need more than 100 requests.
-        let md = render_results(&[sample_row(8, 1)], &Layout::Milliseconds { decimals: 2 });
+        let md = render_results(&[ReportRow { failed: 0, ..sample_row(8, 1) }], &Layout::Milliseconds { decimals: 2 });
         let row = md.lines().nth(2).unwrap();
         assert!(row.contains(" 2053.90 ± 53.90 |"), "{row}");
         assert!(row.contains(" 3.85 ± 0.05 |"), "{row}");

@@ -93,6 +93,7 @@ mod tests {
             cpu_pct: 30.0,
             cores: 2,
             held: 0.0,
+            ..Default::default()
         };
         let rate = LoadPoint::RequestRate(1000.0);
         assert!(at(rate, ok).client_limits().is_empty());

@@ -22,6 +22,9 @@ pub struct ClientLoad {
     /// share (requests in flight, or per second). 0: it held the row's whole load.
     #[serde(default)]
     pub held: f64,
+    /// The row's failed requests by kind (reset, timeout, refused, other).
+    #[serde(default)]
+    pub failures: super::FailureCounts,
 }
 
 impl ClientLoad {

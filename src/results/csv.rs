@@ -74,6 +74,10 @@ pub const EXTRA_COLUMNS: [&str; 16] = [
 pub const CLIENT_COLUMNS: [&str; 6] =
     ["Achieved Load", "Send Lag p50 (us)", "Send Lag p99 (us)", "Client CPU (%)", "Client Cores", "Held Load"];
 
+/// Failed requests by kind ([`crate::results::FailureCounts`]), last in report.csv; their sum is
+/// `Failed`. A CSV without them reads as zero of each.
+pub const FAILURE_COLUMNS: [&str; 4] = ["Failed Reset", "Failed Timeout", "Failed Refused", "Failed Other"];
+
 /// Sequence models: the sequences that ended in the row's windows and their average number of
 /// requests (0 for other models, and in an older report.csv without them).
 pub const SEQUENCE_COLUMNS: [&str; 2] = ["Sequences", "Avg Sequence Length"];
@@ -162,6 +166,8 @@ pub enum Field {
     AvgSequenceLength,
     /// One of [`CLIENT_COLUMNS`].
     Client(usize),
+    /// One of [`FAILURE_COLUMNS`].
+    FailedKind(usize),
 }
 
 /// Names the column, and the unit its header states if it states one.
@@ -192,6 +198,10 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "p99 latency" => Field::Percentile(3),
         "avg latency" => Field::Avg,
         "failed" => Field::Failed,
+        "failed reset" => Field::FailedKind(0),
+        "failed timeout" => Field::FailedKind(1),
+        "failed refused" => Field::FailedKind(2),
+        "failed other" => Field::FailedKind(3),
         "stable" => Field::Stable,
         "throughput spread (%)" => Field::ThroughputSpread,
         "p99 spread (%)" => Field::P99Spread,
@@ -383,6 +393,10 @@ impl RowBuilder {
                 let f = number()?;
                 self.failed = if f.is_nan() { 0 } else { f as u64 };
             }
+            Field::FailedKind(i) => {
+                let n = number()?;
+                self.client.failures.set(i, if n.is_nan() { 0 } else { n as u64 });
+            }
             Field::Stable => self.stable = flag(value, true)?,
             Field::Overloaded => self.overloaded = flag(value, false)?,
             Field::Client(i) => {
@@ -553,6 +567,10 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
     columns
         .push(Column::new(CLIENT_COLUMNS[4].into(), rows.iter().map(|r| r.client.cores as u64).collect::<Vec<u64>>()));
     columns.push(f64_column(CLIENT_COLUMNS[5], &|r| r.client.held));
+    for (i, name) in FAILURE_COLUMNS.iter().enumerate() {
+        let counts = rows.iter().map(|r| r.client.failures.as_array()[i]).collect::<Vec<u64>>();
+        columns.push(Column::new((*name).into(), counts));
+    }
     DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 
@@ -710,8 +728,13 @@ request/response,response wait
         let rows = vec![sample_row(1, 1), sample_row(8, 1)];
         let text = report_csv(&rows).unwrap();
         let header = text.lines().next().unwrap();
-        let expected: Vec<&str> =
-            REPORT_COLUMNS.iter().chain(EXTRA_COLUMNS.iter()).chain(CLIENT_COLUMNS.iter()).copied().collect();
+        let expected: Vec<&str> = REPORT_COLUMNS
+            .iter()
+            .chain(&EXTRA_COLUMNS)
+            .chain(&CLIENT_COLUMNS)
+            .chain(&FAILURE_COLUMNS)
+            .copied()
+            .collect();
         assert_eq!(header, expected.join(","));
         let back = parse_csv(&text, Unit::Us, "report.csv").unwrap();
         assert_eq!(back.len(), 2);
@@ -738,10 +761,11 @@ request/response,response wait
             cpu_pct: 41.5,
             cores: 2,
             held: 4.0,
+            failures: crate::results::FailureCounts { reset: 3, timeout: 2, refused: 1, other: 0 },
         };
         let shard = ReportRow { client, ..sample_row(1, 8) };
         let back = parse_csv(&report_csv(&[shard]).unwrap(), Unit::Us, "report.csv").unwrap();
-        assert_eq!(back[0].client, client);
+        assert_eq!(back[0].client, client, "failure kinds too");
     }
 
     #[test]

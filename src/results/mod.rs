@@ -7,6 +7,7 @@ pub mod client_limit;
 pub mod client_load;
 pub mod composing_csv;
 pub mod csv;
+pub mod failures;
 pub mod format;
 pub mod pa_csv;
 pub mod point;
@@ -15,6 +16,7 @@ pub mod server_stats;
 pub mod shard;
 
 pub use client_load::ClientLoad;
+pub use failures::{FailureCounts, FailureKind};
 pub use point::{GpuFigures, PointDetail, PointResult, PointSlot, RequestRecord, ResponseRecord};
 pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
 pub use server_stats::{ComposingModel, ComposingStats, EnsembleTimes, ServerStats, StageTotal};

@@ -25,6 +25,9 @@ pub const HISTOGRAM_DIR: &str = "histograms";
 pub struct WindowCounts {
     pub ok: u64,
     pub failed: u64,
+    /// `failed`, by kind (absent in an older shard: all zero).
+    #[serde(default)]
+    pub failures: super::FailureCounts,
     /// Open loop: sent later than scheduled (send lag beyond the engine's slack).
     pub late: u64,
     /// Open loop: never sent (the in-flight cap was reached at their due time).

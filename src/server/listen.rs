@@ -36,6 +36,7 @@ use tower::{Service, ServiceExt};
 use super::access::{ApiGroup, RestrictedApi};
 use super::authority::AuthorityRepair;
 use super::error::ServerError;
+use crate::client::x509_v1;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -120,19 +121,22 @@ pub fn server_tls_config(files: &TlsFiles, alpn: &[u8]) -> anyhow::Result<Arc<ru
                     .add(cert)
                     .map_err(|e| anyhow::anyhow!("bad certificate in the TLS client CA '{}': {e}", ca.display()))?;
             }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            let roots = Arc::new(roots);
+            let inner = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
                 .build()
                 .map_err(|e| anyhow::anyhow!("cannot use the TLS client CA '{}': {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
+            // Client certificates made as Triton's tests make them are X.509 v1.
+            builder.with_client_cert_verifier(Arc::new(x509_v1::ClientVerifier { inner, roots, provider: provider() }))
         }
     };
-    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+    let key = x509_v1::certified_key(certs, key, &provider()).map_err(|e| {
         anyhow::anyhow!(
             "the TLS certificate '{}' and key '{}' cannot be used together: {e}",
             files.cert.display(),
             files.key.display()
         )
     })?;
+    let mut config = builder.with_cert_resolver(x509_v1::single(key));
     config.alpn_protocols = vec![alpn.to_vec()];
     Ok(Arc::new(config))
 }

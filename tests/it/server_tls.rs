@@ -264,3 +264,177 @@ fn profile_over_https_and_grpc_tls() {
     }
     runtime.block_on(server.shutdown());
 }
+
+/// Certificates as `openssl` makes them without an extensions config (Triton's tests do this):
+/// X.509 version 1, which webpki alone refuses. Made by the openssl CLI here, at test time.
+struct OpensslPki {
+    dir: tempfile::TempDir,
+}
+
+impl OpensslPki {
+    /// `None`, with a message, when the openssl CLI is missing (`scripts/setup-ci.sh` installs it).
+    fn new() -> Option<OpensslPki> {
+        if std::process::Command::new("openssl").arg("version").output().is_err() {
+            eprintln!("SKIPPED: the openssl CLI is missing, so no v1 certificates can be made");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        // No x509_extensions: `req -x509` and `x509 -req` then make version-1 certificates.
+        std::fs::write(dir.path().join("bare.cnf"), "[req]\ndistinguished_name = dn\n[dn]\n").unwrap();
+        let pki = OpensslPki { dir };
+        pki.ca("ca", "v1 test CA");
+        pki.ca("other-ca", "someone else's v1 CA");
+        pki.leaf("server", "localhost", "ca", "2");
+        pki.leaf("client", "client", "ca", "2");
+        pki.leaf("expired", "localhost", "ca", "-1");
+        pki.leaf("stranger", "client", "other-ca", "2");
+        for name in ["ca", "server", "client"] {
+            let text = pki.openssl(&["x509", "-noout", "-text", "-in", &format!("{name}.pem")]);
+            assert!(text.contains("Version: 1 (0x0)"), "{name}.pem is not X.509 v1:\n{text}");
+        }
+        Some(pki)
+    }
+
+    fn openssl(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("openssl").args(args).current_dir(self.dir.path()).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn ca(&self, name: &str, cn: &str) {
+        let (key, pem, subject) = (format!("{name}.key"), format!("{name}.pem"), format!("/CN={cn}"));
+        self.openssl(
+            &["req", "-config", "bare.cnf", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
+                .into_iter()
+                .chain(["-keyout", &key, "-out", &pem, "-subj", &subject])
+                .collect::<Vec<_>>(),
+        );
+    }
+
+    /// A certificate for `cn` signed by `ca`, valid for `days` (negative: already expired).
+    fn leaf(&self, name: &str, cn: &str, ca: &str, days: &str) {
+        let (key, csr, pem, subject) =
+            (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("/CN={cn}"));
+        self.openssl(
+            &["req", "-config", "bare.cnf", "-new", "-newkey", "rsa:2048", "-nodes"]
+                .into_iter()
+                .chain(["-keyout", &key, "-out", &csr, "-subj", &subject])
+                .collect::<Vec<_>>(),
+        );
+        let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
+        self.openssl(
+            &["x509", "-req", "-in", &csr, "-CA", &ca_pem, "-CAkey", &ca_key, "-set_serial", "1"]
+                .into_iter()
+                .chain(["-days", days, "-out", &pem])
+                .collect::<Vec<_>>(),
+        );
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    async fn start(&self, cert: &str, client_ca: bool) -> RunningServer {
+        let files = TlsFiles {
+            cert: self.path(&format!("{cert}.pem")),
+            key: self.path(&format!("{cert}.key")),
+            client_ca: client_ca.then(|| self.path("ca.pem")),
+        };
+        let options = ServerOptions { tls: Some(files), ..Default::default() };
+        serve::start(ServeConfig { options, ..Default::default() }).await.expect("server starts with v1 certificates")
+    }
+
+    fn https(&self, ca: &str, client: Option<&str>) -> HttpsTls {
+        HttpsTls {
+            ca_file: Some(self.path(&format!("{ca}.pem"))),
+            client_cert: client.map(|c| self.path(&format!("{c}.pem"))),
+            client_key: client.map(|c| self.path(&format!("{c}.key"))),
+            ..Default::default()
+        }
+    }
+
+    fn grpc(&self, ca: &str, client: Option<&str>) -> GrpcTls {
+        GrpcTls {
+            use_ssl: true,
+            root_certs: Some(self.path(&format!("{ca}.pem"))),
+            cert_chain: client.map(|c| self.path(&format!("{c}.pem"))),
+            private_key: client.map(|c| self.path(&format!("{c}.key"))),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_certificates_work_for_mutual_tls_on_both_protocols() {
+    let Some(pki) = OpensslPki::new() else { return };
+    let server = pki.start("server", true).await;
+    let http = localhost(server.http_addr);
+    let grpc = format!("localhost:{}", server.grpc_addr.port());
+    https(&http, pki.https("ca", Some("client"))).await.expect("HTTPS, v1 server and client certificates");
+    grpcs(&grpc, pki.grpc("ca", Some("client")), GrpcCompression::None).await.expect("gRPC, v1 both ways");
+    // The server still checks the client's chain: a certificate from another CA, or none, is refused.
+    assert!(https(&http, pki.https("ca", Some("stranger"))).await.is_err());
+    assert!(grpcs(&grpc, pki.grpc("ca", Some("stranger")), GrpcCompression::None).await.is_err());
+    assert!(grpcs(&grpc, pki.grpc("ca", None), GrpcCompression::None).await.is_err());
+    https(&http, pki.https("ca", Some("client"))).await.expect("the server goes on");
+    server.shutdown().await;
+}
+
+/// Expiry, chain and host name are still checked for a v1 certificate (the common name names it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_certificates_still_get_expiry_chain_and_host_checks() {
+    let Some(pki) = OpensslPki::new() else { return };
+    let server = pki.start("server", false).await;
+    let http = localhost(server.http_addr);
+    let grpc = format!("localhost:{}", server.grpc_addr.port());
+    https(&http, pki.https("ca", None)).await.expect("the CA's v1 certificate for localhost");
+    one_line(&https(&http, pki.https("other-ca", None)).await.unwrap_err(), "unknownissuer");
+    one_line(&grpcs(&grpc, pki.grpc("other-ca", None), GrpcCompression::None).await.unwrap_err(), "certificate");
+    let by_ip = format!("https://127.0.0.1:{}", server.http_addr.port());
+    one_line(&https(&by_ip, pki.https("ca", None)).await.unwrap_err(), "not valid for name");
+    https(&by_ip, HttpsTls { verify_host: false, ..pki.https("ca", None) }).await.expect("host not checked");
+    let grpc_by_ip = format!("127.0.0.1:{}", server.grpc_addr.port());
+    assert!(grpcs(&grpc_by_ip, pki.grpc("ca", None), GrpcCompression::None).await.is_err(), "gRPC checks the host");
+    server.shutdown().await;
+
+    let expired = pki.start("expired", false).await;
+    let http = localhost(expired.http_addr);
+    one_line(&https(&http, pki.https("ca", None)).await.unwrap_err(), "expired");
+    let grpc = format!("localhost:{}", expired.grpc_addr.port());
+    assert!(grpcs(&grpc, pki.grpc("ca", None), GrpcCompression::None).await.is_err());
+    expired.shutdown().await;
+}
+
+/// As a user meets it: `perfbench profile` over gRPC with v1 mutual-TLS certificates exits 0.
+#[test]
+fn profile_over_grpc_with_v1_certificates() {
+    let Some(pki) = OpensslPki::new() else { return };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = runtime.block_on(pki.start("server", true));
+    let grpc = format!("localhost:{}", server.grpc_addr.port());
+    let (ca, key, cert) = (pki.path("ca.pem"), pki.path("client.key"), pki.path("client.pem"));
+    let args = [
+        "profile",
+        "-m",
+        "identity",
+        "--shape",
+        "INPUT0:4",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "20",
+        "-u",
+        &grpc,
+        "-i",
+        "grpc",
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        ca.to_str().unwrap(),
+        "--ssl-grpc-private-key-file",
+        key.to_str().unwrap(),
+        "--ssl-grpc-certificate-chain-file",
+        cert.to_str().unwrap(),
+    ];
+    let out = perfbench(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    runtime.block_on(server.shutdown());
+}
