@@ -13,10 +13,10 @@ use axum::body::{Body, Bytes};
 use axum::http::header::{HeaderValue, CONTENT_TYPE};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use futures::StreamExt;
 use axum::routing::post;
 use axum::serve::ListenerExt;
 use axum::Router;
+use futures::StreamExt;
 
 async fn echo(headers: HeaderMap, body: Bytes) -> (HeaderMap, Bytes) {
     // The answer keeps the request's content type and, for binary tensors, its
@@ -45,7 +45,8 @@ async fn completions(body: Bytes) -> Response {
             if i == n + 1 {
                 return Ok::<_, Infallible>(Bytes::from_static(b"data: [DONE]\n\n"));
             }
-            let (text, finish) = if i == n { ("", serde_json::Value::from("length")) } else { (" word", serde_json::Value::Null) };
+            let (text, finish) =
+                if i == n { ("", serde_json::Value::from("length")) } else { (" word", serde_json::Value::Null) };
             let chunk = serde_json::json!({ "id": id, "object": "text_completion", "created": created, "model": "llm",
                 "choices": [{ "index": 0, "text": text, "logprobs": null, "finish_reason": finish }] });
             let mut event = b"data: ".to_vec();
@@ -66,9 +67,8 @@ fn main() -> std::io::Result<()> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let app = Router::new()
-            .route("/v2/models/{model}/infer", post(echo))
-            .route("/v1/completions", post(completions));
+        let app =
+            Router::new().route("/v2/models/{model}/infer", post(echo)).route("/v1/completions", post(completions));
         eprintln!("echo_axum on 127.0.0.1:{port}");
         axum::serve(listener, app).await
     })

@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::tls::TlsArgs;
-use crate::plan::settings::{
-    CallSettings, InputSettings, LoadSettings, MeasurementSettings, OutputSettings, Settings,
-};
+use crate::plan::settings::{CallSettings, InputSettings, LoadSettings, MeasurementSettings, OutputSettings, Settings};
 use crate::plan::{invalid, PlanError, Target};
 
 /// The flags `profile`, `offline`, `online` and `search` share: where to connect, the call,

@@ -7,9 +7,9 @@
 
 use clap::Args;
 
+use crate::client::shm::SharedMemoryKind;
 use crate::plan::settings::{Settings, TWO_LOAD_MODES};
 use crate::plan::{invalid, Levels, ModelRef, Periodic, PlanError, Protocol, Sweep, TraceSetting};
-use crate::client::shm::SharedMemoryKind;
 
 /// The quirk flags of `perfbench profile`.
 #[derive(Args, Debug, Clone)]
@@ -371,11 +371,8 @@ impl PaCompat {
             }
         }
         s.call.trace = (!trace.is_empty()).then_some(trace);
-        s.input.input_data = if self.zero_input {
-            Some(vec!["zero".into()])
-        } else {
-            (!input_data.is_empty()).then_some(input_data)
-        };
+        s.input.input_data =
+            if self.zero_input { Some(vec!["zero".into()]) } else { (!input_data.is_empty()).then_some(input_data) };
         s.call.asynchronous = if self.sync { Some(false) } else { self.asynchronous.then_some(true) };
         s.output.verbose = Some(self.verbose);
         Ok(())

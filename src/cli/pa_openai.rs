@@ -82,7 +82,12 @@ impl ProfileArgs {
             Some(text) => concurrency_range(text)?.values(1),
             None => vec![1],
         };
-        let input_data = self.pa.input_data(&self.common.settings(&self.sections.load, &self.sections.output)).into_iter().find(|d| d != "zero" && d != "random").map(PathBuf::from);
+        let input_data = self
+            .pa
+            .input_data(&self.common.settings(&self.sections.load, &self.sections.output))
+            .into_iter()
+            .find(|d| d != "zero" && d != "random")
+            .map(PathBuf::from);
         if let Some(path) = input_data.as_ref().filter(|p| !p.exists()) {
             return Err(invalid(format!(
                 "Failed to parse --input-data. Unsupported type provided: '{}'. The available options are 'zero', \
@@ -104,7 +109,9 @@ impl ProfileArgs {
             input_data: input_data.unwrap_or_default(),
             levels: levels.into_iter().map(|l| l.max(1) as usize).collect(),
             request_count: self.common.measurement.request_count.filter(|&n| n > 0),
-            measurement: std::time::Duration::from_millis(self.common.measurement.measurement_interval_ms.unwrap_or(5000)),
+            measurement: std::time::Duration::from_millis(
+                self.common.measurement.measurement_interval_ms.unwrap_or(5000),
+            ),
             warmup: self.common.measurement.warmup_request_count.unwrap_or(0),
             headers,
             export: self.sections.output.profile_export_file.clone(),

@@ -42,7 +42,7 @@ struct V1Cert {
     spki: Vec<u8>,
 }
 
-fn invalid() -> ASN1Error {
+fn malformed_der() -> ASN1Error {
     ASN1Error::new(ASN1ErrorKind::Invalid)
 }
 
@@ -62,7 +62,7 @@ fn parse_v1(der: &[u8]) -> Option<V1Cert> {
             // v2 and v3 start with an explicit [0] version; v1 leaves it out.
             let serial = r.next();
             if serial.lookahead_tag()? == Tag::context(0) {
-                return Err(invalid());
+                return Err(malformed_der());
             }
             serial.read_der()?;
             r.next().read_der()?; // the signature algorithm again, inside what is signed
@@ -80,20 +80,20 @@ fn parse_v1(der: &[u8]) -> Option<V1Cert> {
 /// UTCTime (`YYMMDDHHMMSSZ`, years 1950-2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`), in Unix seconds.
 fn read_time(r: BERReader<'_, '_>) -> ASN1Result<i64> {
     let value = r.read_tagged_der()?;
-    let text = std::str::from_utf8(value.value()).map_err(|_| invalid())?;
+    let text = std::str::from_utf8(value.value()).map_err(|_| malformed_der())?;
     let digits = text.strip_suffix('Z').filter(|d| d.bytes().all(|b| b.is_ascii_digit())).ok_or_else(invalid)?;
     let (year, rest) = match (value.tag(), digits.len()) {
         (tag, 12) if tag == TAG_UTCTIME => {
-            let yy: i64 = digits[..2].parse().map_err(|_| invalid())?;
+            let yy: i64 = digits[..2].parse().map_err(|_| malformed_der())?;
             (if yy < 50 { 2000 + yy } else { 1900 + yy }, &digits[2..])
         }
-        (tag, 14) if tag == TAG_GENERALIZEDTIME => (digits[..4].parse().map_err(|_| invalid())?, &digits[4..]),
-        _ => return Err(invalid()),
+        (tag, 14) if tag == TAG_GENERALIZEDTIME => (digits[..4].parse().map_err(|_| malformed_der())?, &digits[4..]),
+        _ => return Err(malformed_der()),
     };
-    let field = |i: usize| rest[i..i + 2].parse::<i64>().map_err(|_| invalid());
+    let field = |i: usize| rest[i..i + 2].parse::<i64>().map_err(|_| malformed_der());
     let (month, day, hour, minute, second) = (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
-        return Err(invalid());
+        return Err(malformed_der());
     }
     Ok(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
 }

@@ -29,12 +29,15 @@ mod tests {
 
     #[test]
     fn a_later_layer_wins_key_by_key_and_unset_keys_fall_through() {
-        let base = settings("batch_sizes = [1, 8]\nprotocol = \"grpc\"\ninput_data = [\"a.json\", \"b.json\"]\nstreaming = true");
+        let base = settings(
+            "batch_sizes = [1, 8]\nprotocol = \"grpc\"\ninput_data = [\"a.json\", \"b.json\"]\nstreaming = true",
+        );
         assert_eq!(base.call.protocol, Some(Protocol::Grpc));
         assert_eq!(base.load.batch_sizes, Some(Levels::List(vec![1, 8])));
         let over = settings("batch_sizes = [4]\ninput_data = \"c.json\"\nstreaming = false\nmax_trials = 3");
         let merged = overlay(&base, &over);
-        let want = "batch_sizes = [4]\nprotocol = \"grpc\"\ninput_data = [\"c.json\"]\nstreaming = false\nmax_trials = 3";
+        let want =
+            "batch_sizes = [4]\nprotocol = \"grpc\"\ninput_data = [\"c.json\"]\nstreaming = false\nmax_trials = 3";
         assert_eq!(merged, settings(want));
         assert_eq!(overlay(&base, &Settings::default()), base);
         assert_eq!(overlay(&Settings::default(), &base), base);

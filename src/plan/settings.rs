@@ -447,10 +447,13 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         (None, Some(b)) => Levels::one(b),
         (None, None) => d.batch_sizes.parse().expect("default batch sizes parse"),
     };
-    let other_mode = s.load.concurrency.is_some() || s.load.request_rate.is_some() || s.load.request_intervals.is_some();
+    let other_mode =
+        s.load.concurrency.is_some() || s.load.request_rate.is_some() || s.load.request_intervals.is_some();
     let load = match (&s.load.concurrency, &s.load.request_rate, &s.load.request_intervals) {
         _ if s.load.periodic_concurrency.is_some() && other_mode => return Err(invalid(TWO_LOAD_MODES)),
-        _ if s.load.periodic_concurrency.is_some() => Load::Periodic(s.load.periodic_concurrency.expect("checked above")),
+        _ if s.load.periodic_concurrency.is_some() => {
+            Load::Periodic(s.load.periodic_concurrency.expect("checked above"))
+        }
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             return Err(invalid(TWO_LOAD_MODES));
         }

@@ -172,7 +172,7 @@ fn check_output_count<T>(shared: &Shared, outputs: Vec<T>) -> ServerResult<Vec<T
 fn model_error(shared: &Shared, e: ModelError) -> ServerError {
     match e {
         ModelError::BadInput(message) => {
-            ServerError::invalid(format!("model '{}' cannot compute on the request: {message}", shared.name))
+            ServerError::invalid_arg(format!("model '{}' cannot compute on the request: {message}", shared.name))
         }
         ModelError::Failed(message) => ServerError::internal(format!("model '{}' failed: {message}", shared.name)),
     }

@@ -152,7 +152,7 @@ impl SequencePolicy {
             return Ok(None);
         };
         let name = &config.name;
-        let bad = |what: String| ServerError::invalid(format!("model '{name}': sequence_batching: {what}"));
+        let bad = |what: String| ServerError::invalid_arg(format!("model '{name}': sequence_batching: {what}"));
         let max_batch = config.max_batch_size.max(1) as usize;
         let batching = config.max_batch_size > 0;
         let (direct, slots, preferred, delay_us) = match &sb.strategy_choice {

@@ -47,7 +47,7 @@ impl Bls {
                 instances: Semaphore::new(config::instance_count(config).max(1)),
                 waiting: AtomicUsize::new(0),
             }),
-            _ => Err(ServerError::invalid(format!(
+            _ => Err(ServerError::invalid_arg(format!(
                 "BLS model '{}': parameter '{CALLED_MODEL}' must name another model",
                 config.name
             ))),

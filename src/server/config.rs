@@ -21,9 +21,10 @@ pub const MAX_INSTANCES: usize = 64;
 pub fn parse_pbtxt(text: &str, name: &str) -> ServerResult<ModelConfig> {
     let desc = descriptor_pool().get_message_by_name(MODEL_CONFIG).expect("ModelConfig descriptor");
     let dynamic = DynamicMessage::parse_text_format(desc, &normalize_list_colons(text))
-        .map_err(|e| ServerError::invalid(format!("model '{name}': bad config.pbtxt: {e}")))?;
-    let mut config: ModelConfig =
-        dynamic.transcode_to().map_err(|e| ServerError::invalid(format!("model '{name}': bad config.pbtxt: {e}")))?;
+        .map_err(|e| ServerError::invalid_arg(format!("model '{name}': bad config.pbtxt: {e}")))?;
+    let mut config: ModelConfig = dynamic
+        .transcode_to()
+        .map_err(|e| ServerError::invalid_arg(format!("model '{name}': bad config.pbtxt: {e}")))?;
     if config.name.is_empty() {
         config.name = name.to_string();
     }
@@ -84,9 +85,10 @@ pub fn parse_json(text: &str, name: &str) -> ServerResult<ModelConfig> {
     let desc = descriptor_pool().get_message_by_name(MODEL_CONFIG).expect("ModelConfig descriptor");
     let mut de = serde_json::Deserializer::from_str(text);
     let dynamic = DynamicMessage::deserialize(desc, &mut de)
-        .map_err(|e| ServerError::invalid(format!("model '{name}': bad config JSON: {e}")))?;
-    let mut config: ModelConfig =
-        dynamic.transcode_to().map_err(|e| ServerError::invalid(format!("model '{name}': bad config JSON: {e}")))?;
+        .map_err(|e| ServerError::invalid_arg(format!("model '{name}': bad config JSON: {e}")))?;
+    let mut config: ModelConfig = dynamic
+        .transcode_to()
+        .map_err(|e| ServerError::invalid_arg(format!("model '{name}': bad config JSON: {e}")))?;
     if config.name.is_empty() {
         config.name = name.to_string();
     }
@@ -99,10 +101,10 @@ fn complete(config: &mut ModelConfig) -> ServerResult<()> {
     let name = config.name.clone();
     let ensemble = config.platform == "ensemble";
     if config.backend.is_empty() && !ensemble {
-        return Err(ServerError::invalid(format!("model '{name}': config needs a backend (the model kind)")));
+        return Err(ServerError::invalid_arg(format!("model '{name}': config needs a backend (the model kind)")));
     }
     if config.max_batch_size < 0 {
-        return Err(ServerError::invalid(format!("model '{name}': max_batch_size must be >= 0")));
+        return Err(ServerError::invalid_arg(format!("model '{name}': max_batch_size must be >= 0")));
     }
     for (what, dtype, dims) in config
         .input
@@ -111,14 +113,14 @@ fn complete(config: &mut ModelConfig) -> ServerResult<()> {
         .chain(config.output.iter().map(|o| (&o.name, o.data_type, &o.dims)))
     {
         if DataType::from_config_enum(dtype).is_none() {
-            return Err(ServerError::invalid(format!("model '{name}': tensor '{what}' has no valid data_type")));
+            return Err(ServerError::invalid_arg(format!("model '{name}': tensor '{what}' has no valid data_type")));
         }
         if dims.iter().any(|&d| d < -1 || d == 0) {
-            return Err(ServerError::invalid(format!("model '{name}': tensor '{what}' has bad dims {dims:?}")));
+            return Err(ServerError::invalid_arg(format!("model '{name}': tensor '{what}' has bad dims {dims:?}")));
         }
     }
     if config.instance_group.iter().map(|g| g.count.max(1) as i64).sum::<i64>() > MAX_INSTANCES as i64 {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "model '{name}': more than {MAX_INSTANCES} instances in instance_group (one thread each)"
         )));
     }
@@ -166,7 +168,7 @@ pub fn parameter_or<T: std::str::FromStr>(config: &ModelConfig, key: &str, defau
     match parameter(config, key) {
         None => Ok(default),
         Some(v) => v.trim().parse().map_err(|_| {
-            ServerError::invalid(format!("model '{}': parameter '{key}' = '{v}' is not valid", config.name))
+            ServerError::invalid_arg(format!("model '{}': parameter '{key}' = '{v}' is not valid", config.name))
         }),
     }
 }

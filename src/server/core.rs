@@ -97,7 +97,7 @@ impl InferenceServer {
         let request_log = match &options.record_requests {
             None => None,
             Some(path) => Some(Arc::new(RequestLog::create(path).map_err(|e| {
-                ServerError::invalid(format!("--record-requests: cannot create '{}': {e}", path.display()))
+                ServerError::invalid_arg(format!("--record-requests: cannot create '{}': {e}", path.display()))
             })?)),
         };
         Ok(Arc::new(InferenceServer {
@@ -218,7 +218,7 @@ impl InferenceServer {
     async fn step(&self, request: InferRequest, context: Arc<ModelStats>) -> ServerResult<InferResponse> {
         let model = self.repository.get(&request.model_name, &request.model_version)?;
         let Runner::Scheduler(scheduler) = &model.runner else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}' runs other models: it cannot be a step",
                 model.config.name
             )));
@@ -254,7 +254,7 @@ impl InferenceServer {
         let model = self.repository.get(name, version)?;
         match &model.runner {
             Runner::Llm(engine) => Ok(engine.clone()),
-            _ => Err(ServerError::invalid(format!("model '{name}' is not a generative model (backend 'llm')"))),
+            _ => Err(ServerError::invalid_arg(format!("model '{name}' is not a generative model (backend 'llm')"))),
         }
     }
 

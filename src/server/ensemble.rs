@@ -73,7 +73,7 @@ impl Ensemble {
     /// Checks the graph of an ensemble config; the error is one line naming the problem.
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
         let name = &config.name;
-        let bad = |why: String| ServerError::invalid(format!("ensemble '{name}': {why}"));
+        let bad = |why: String| ServerError::invalid_arg(format!("ensemble '{name}': {why}"));
         let Some(SchedulingChoice::EnsembleScheduling(scheduling)) = &config.scheduling_choice else {
             return Err(bad("platform \"ensemble\" needs ensemble_scheduling".into()));
         };
@@ -186,7 +186,7 @@ impl Ensemble {
     /// (The repository has refused composing models without a scheduler already.)
     pub fn check_composing(&self, model: &ModelConfig) -> ServerResult<()> {
         if model.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "{}: composing model '{}' is decoupled; its steps need one response per request",
                 self.label(),
                 model.name
@@ -198,7 +198,7 @@ impl Ensemble {
             let unknown_input = step.inputs.iter().find(|(k, _)| !inputs.contains(&k)).map(|(k, _)| ("input", k));
             let unknown_output = step.outputs.iter().find(|(k, _)| !outputs.contains(&k)).map(|(k, _)| ("output", k));
             if let Some((kind, key)) = unknown_input.or(unknown_output) {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "{}: step {i} maps {kind} '{key}', which model '{}' does not have",
                     self.label(),
                     model.name

@@ -34,7 +34,7 @@ impl ServerError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         ServerError { kind, message: message.into() }
     }
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub fn invalid_arg(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidArg, message)
     }
     pub fn not_found(message: impl Into<String>) -> Self {
@@ -110,7 +110,7 @@ mod tests {
 
     #[test]
     fn status_mapping_matches_triton() {
-        assert_eq!(ServerError::invalid("x").http_status(), StatusCode::BAD_REQUEST);
+        assert_eq!(ServerError::invalid_arg("x").http_status(), StatusCode::BAD_REQUEST);
         assert_eq!(ServerError::already_exists("x").http_status(), StatusCode::BAD_REQUEST);
         assert_eq!(ServerError::not_found("x").grpc_code(), tonic::Code::NotFound);
         let s: tonic::Status = ServerError::unsupported("nope").into();

@@ -59,16 +59,16 @@ impl TextRequest {
                 "max_tokens" => {
                     let n = count(key, value)?;
                     if n < 1 {
-                        return Err(ServerError::invalid(format!("max_tokens must be at least 1, got {n}")));
+                        return Err(ServerError::invalid_arg(format!("max_tokens must be at least 1, got {n}")));
                     }
                     self.max_tokens = Some(n as usize);
                 }
                 "min_tokens" => self.min_tokens = count(key, value)? as usize,
                 "seed" => self.seed = Some(count(key, value)?),
                 "sampling_parameters" => {
-                    let text = value
-                        .as_str()
-                        .ok_or_else(|| ServerError::invalid("sampling_parameters must be a JSON object in a string"))?;
+                    let text = value.as_str().ok_or_else(|| {
+                        ServerError::invalid_arg("sampling_parameters must be a JSON object in a string")
+                    })?;
                     self.read_sampling_json(text)?;
                 }
                 // Sampling knobs the twin accepts and ignores (its text is its corpus).
@@ -81,9 +81,9 @@ impl TextRequest {
     /// Reads vLLM's `sampling_parameters` JSON text.
     pub fn read_sampling_json(&mut self, text: &str) -> ServerResult<()> {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| ServerError::invalid(format!("sampling_parameters is not JSON: {e}")))?;
+            .map_err(|e| ServerError::invalid_arg(format!("sampling_parameters is not JSON: {e}")))?;
         let Value::Object(fields) = value else {
-            return Err(ServerError::invalid("sampling_parameters must be a JSON object"));
+            return Err(ServerError::invalid_arg("sampling_parameters must be a JSON object"));
         };
         self.read_sampling(&fields)
     }
@@ -105,7 +105,7 @@ fn boolean(key: &str, value: &Value) -> ServerResult<bool> {
     match value {
         Value::Bool(b) => Ok(*b),
         Value::String(s) if s == "true" || s == "false" => Ok(s == "true"),
-        other => Err(ServerError::invalid(format!("{key} must be a boolean, got {other}"))),
+        other => Err(ServerError::invalid_arg(format!("{key} must be a boolean, got {other}"))),
     }
 }
 
@@ -117,35 +117,37 @@ fn count(key: &str, value: &Value) -> ServerResult<u64> {
     };
     match n {
         Some(n) if n >= 0 => Ok(n as u64),
-        _ => Err(ServerError::invalid(format!("{key} must be a non-negative integer, got {value}"))),
+        _ => Err(ServerError::invalid_arg(format!("{key} must be a non-negative integer, got {value}"))),
     }
 }
 
 /// Parses a generate request body.
 fn parse_body(body: &[u8]) -> ServerResult<TextRequest> {
     let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ServerError::invalid(format!("failed to parse the request JSON buffer: {e}")))?;
+        .map_err(|e| ServerError::invalid_arg(format!("failed to parse the request JSON buffer: {e}")))?;
     let Value::Object(mut fields) = value else {
-        return Err(ServerError::invalid("the generate request must be a JSON object"));
+        return Err(ServerError::invalid_arg("the generate request must be a JSON object"));
     };
     let text_input = match fields.remove("text_input") {
         Some(Value::String(s)) => s,
-        Some(other) => return Err(ServerError::invalid(format!("text_input must be a string, got {other}"))),
-        None => return Err(ServerError::invalid("generate request has no 'text_input'")),
+        Some(other) => return Err(ServerError::invalid_arg(format!("text_input must be a string, got {other}"))),
+        None => return Err(ServerError::invalid_arg("generate request has no 'text_input'")),
     };
     let mut request = TextRequest { text_input, ..Default::default() };
     let parameters = match fields.remove("parameters") {
         None => Map::new(),
         Some(Value::Object(p)) => p,
         Some(_) => {
-            return Err(ServerError::invalid(
+            return Err(ServerError::invalid_arg(
                 "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object",
             ))
         }
     };
     // Triton's words: a request parameter is an int, a bool or a string (a float passes too).
-    if let Some((key, _)) = parameters.iter().find(|(_, v)| matches!(v, Value::Null | Value::Array(_) | Value::Object(_))) {
-        return Err(ServerError::invalid(format!(
+    if let Some((key, _)) =
+        parameters.iter().find(|(_, v)| matches!(v, Value::Null | Value::Array(_) | Value::Object(_)))
+    {
+        return Err(ServerError::invalid_arg(format!(
             "Converting keyword: 'parameters': parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
         )));
     }
@@ -186,7 +188,9 @@ async fn start(
     let (parts, body) = request.into_parts();
     let limit = core.options.max_request_bytes;
     let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ServerError::invalid(format!("request body exceeds the server's limit of {limit} bytes (--max-request-bytes)"))
+        ServerError::invalid_arg(format!(
+            "request body exceeds the server's limit of {limit} bytes (--max-request-bytes)"
+        ))
     })?;
     let engine = core.llm(model, version)?;
     let text = parse_body(&body)?;
@@ -200,7 +204,7 @@ async fn start(
     // first token is its last (Triton answers 200 with this error; a 4xx here, by our rule).
     match pieces.next().await? {
         Some((text, true)) => Ok(Json(output(model, &text)).into_response()),
-        Some((_, false)) => Err(ServerError::invalid(ONE_RESPONSE)),
+        Some((_, false)) => Err(ServerError::invalid_arg(ONE_RESPONSE)),
         None => Err(ServerError::unavailable("the batcher stopped before the request finished")),
     }
 }

@@ -63,7 +63,7 @@ pub fn health_service(core: Arc<InferenceServer>) -> HealthServer<HealthService>
 fn string_param(p: &InferParameter, key: &str, tensor: &str) -> ServerResult<String> {
     match &p.parameter_choice {
         Some(ParameterChoice::StringParam(s)) => Ok(s.clone()),
-        _ => Err(ServerError::invalid(format!("tensor '{tensor}': parameter '{key}' must be a string_param"))),
+        _ => Err(ServerError::invalid_arg(format!("tensor '{tensor}': parameter '{key}' must be a string_param"))),
     }
 }
 
@@ -71,7 +71,7 @@ fn size_param(p: &InferParameter, key: &str, tensor: &str) -> ServerResult<u64> 
     match p.parameter_choice {
         Some(ParameterChoice::Int64Param(v)) if v >= 0 => Ok(v as u64),
         Some(ParameterChoice::Uint64Param(v)) => Ok(v),
-        _ => Err(ServerError::invalid(format!(
+        _ => Err(ServerError::invalid_arg(format!(
             "tensor '{tensor}': parameter '{key}' must be a non-negative int64_param"
         ))),
     }
@@ -88,7 +88,7 @@ fn shm_ref(params: &HashMap<String, InferParameter>, tensor: &str) -> ServerResu
     match (region, byte_size) {
         (None, None) if offset.is_none() => Ok(None),
         (Some(region), Some(byte_size)) => Ok(Some(ShmRef { region, offset: offset.unwrap_or(0), byte_size })),
-        _ => Err(ServerError::invalid(format!(
+        _ => Err(ServerError::invalid_arg(format!(
             "tensor '{tensor}': 'shared_memory_region' and 'shared_memory_byte_size' must be given together"
         ))),
     }
@@ -99,7 +99,7 @@ fn shm_ref(params: &HashMap<String, InferParameter>, tensor: &str) -> ServerResu
 fn contents_to_bytes(input: &InferInputTensor, contents: &InferTensorContents) -> ServerResult<Bytes> {
     let name = &input.name;
     let dtype = DataType::parse(&input.datatype)
-        .ok_or_else(|| ServerError::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
+        .ok_or_else(|| ServerError::invalid_arg(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
     let c = contents;
     let filled = [
         ("bool_contents", !c.bool_contents.is_empty()),
@@ -121,13 +121,13 @@ fn contents_to_bytes(input: &InferInputTensor, contents: &InferTensorContents) -
         DataType::Fp64 => "fp64_contents",
         DataType::Bytes => "bytes_contents",
         DataType::Fp16 | DataType::Bf16 => {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "input '{name}': {dtype} data cannot be sent in typed contents, use raw_input_contents"
             )))
         }
     };
     if let Some((field, _)) = filled.iter().find(|(field, set)| *set && *field != expected_field) {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "input '{name}' is {dtype}, so its data belongs in contents.{expected_field}, not contents.{field}"
         )));
     }
@@ -155,7 +155,7 @@ fn contents_to_bytes(input: &InferInputTensor, contents: &InferTensorContents) -
         DataType::Bytes => {
             for element in &c.bytes_contents {
                 let len = u32::try_from(element.len()).map_err(|_| {
-                    ServerError::invalid(format!("input '{name}': a BYTES element is longer than 4 GiB"))
+                    ServerError::invalid_arg(format!("input '{name}': a BYTES element is longer than 4 GiB"))
                 })?;
                 out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(element);
@@ -175,7 +175,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
     for input in request.inputs {
         let data = if let Some(r) = shm_ref(&input.parameters, &input.name)? {
             if input.contents.is_some() {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "input '{}' takes its data from shared memory, so 'contents' must not be set",
                     input.name
                 )));
@@ -183,7 +183,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
             InputData::Shm(r)
         } else if let Some(contents) = &input.contents {
             if raw_count > 0 {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "contents field must not be specified when using raw_input_contents for '{}' for model '{}'",
                     input.name, request.model_name
                 )));
@@ -193,7 +193,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
             raw_used += 1;
             InputData::Raw(bytes)
         } else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "unable to find data for input tensor '{}' for model '{}'",
                 input.name, request.model_name
             )));
@@ -201,7 +201,7 @@ pub fn decode_request(request: pb::ModelInferRequest) -> ServerResult<InferReque
         inputs.push(InputTensor { name: input.name, datatype: input.datatype, shape: input.shape, data });
     }
     if raw_used < raw_count {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "raw_input_contents has {raw_count} entries but only {raw_used} inputs take raw data, for model '{}'",
             request.model_name
         )));
@@ -240,7 +240,7 @@ fn sequence_params(params: &HashMap<String, InferParameter>) -> ServerResult<Opt
         Some(Some(ParameterChoice::Uint64Param(n))) => Some(CorrelationId::Number(*n)),
         Some(Some(ParameterChoice::StringParam(s))) => Some(CorrelationId::Text(s.clone())),
         Some(_) => {
-            return Err(ServerError::invalid(
+            return Err(ServerError::invalid_arg(
                 "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
             ))
         }
@@ -248,7 +248,9 @@ fn sequence_params(params: &HashMap<String, InferParameter>) -> ServerResult<Opt
     let flag = |key: &str| match params.get(key).map(|p| &p.parameter_choice) {
         None => Ok(false),
         Some(Some(ParameterChoice::BoolParam(b))) => Ok(*b),
-        Some(_) => Err(ServerError::invalid(format!("invalid value type for '{key}' parameter, expected bool_param."))),
+        Some(_) => {
+            Err(ServerError::invalid_arg(format!("invalid value type for '{key}' parameter, expected bool_param.")))
+        }
     };
     let (start, end) = (flag("sequence_start")?, flag("sequence_end")?);
     Ok(SequenceFlags::from_parts(id, start, end))
@@ -524,7 +526,7 @@ impl GrpcInferenceService for GrpcService {
             match (key.as_str(), &value.parameter_choice) {
                 ("config", Some(P::StringParam(json))) => config = Some(json.clone()),
                 ("config", _) => {
-                    return Err(ServerError::invalid("load parameter 'config' must be a string_param").into())
+                    return Err(ServerError::invalid_arg("load parameter 'config' must be a string_param").into())
                 }
                 (k, _) if k.starts_with("file:") => {
                     return Err(ServerError::unsupported(format!(
@@ -596,14 +598,14 @@ impl GrpcInferenceService for GrpcService {
         if name.is_empty() {
             return Ok(Response::new(Default::default()));
         }
-        Err(ServerError::invalid(format!("Unable to find cuda shared memory region: '{name}'")).into())
+        Err(ServerError::invalid_arg(format!("Unable to find cuda shared memory region: '{name}'")).into())
     }
 
     async fn cuda_shared_memory_register(
         &self,
         _: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
-        Err(ServerError::invalid("CUDA shared memory is not available: no GPU").into())
+        Err(ServerError::invalid_arg("CUDA shared memory is not available: no GPU").into())
     }
 
     async fn cuda_shared_memory_unregister(

@@ -149,7 +149,7 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
     let mut rest = BytesMut::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ServerError::invalid(format!("failed to read the request body: {e}")))?;
+        let frame = frame.map_err(|e| ServerError::invalid_arg(format!("failed to read the request body: {e}")))?;
         let Ok(chunk) = frame.into_data() else {
             continue;
         };
@@ -170,7 +170,7 @@ async fn read_body(mut body: Body, limit: usize) -> ServerResult<Bytes> {
         }
     }
     if total > limit {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "request body of {total} bytes or more exceeds the server's limit of {limit} bytes (--max-request-bytes)"
         )));
     }
@@ -232,7 +232,7 @@ fn ready_status(core: &InferenceServer, name: &str, version: &str) -> Response {
     if core.model_ready(name, version) {
         StatusCode::OK.into_response()
     } else {
-        ServerError::invalid("Model version not ready").into_response()
+        ServerError::invalid_arg("Model version not ready").into_response()
     }
 }
 
@@ -287,7 +287,7 @@ async fn run_infer(
     let header_len = match headers.get(INFERENCE_HEADER_CONTENT_LENGTH) {
         None => None,
         Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()).ok_or_else(|| {
-            ServerError::invalid(format!("Inference-Header-Content-Length must be a byte count, got {v:?}"))
+            ServerError::invalid_arg(format!("Inference-Header-Content-Length must be a byte count, got {v:?}"))
         })?),
     };
     let model = core.repository.get(name, version)?;
@@ -344,14 +344,14 @@ async fn update_trace(core: &InferenceServer, model: &str, body: Body) -> Server
                     .into_iter()
                     .map(|v| match v {
                         Value::String(s) => Ok(s),
-                        other => {
-                            Err(ServerError::invalid(format!("trace setting '{key}': expected strings, got {other}")))
-                        }
+                        other => Err(ServerError::invalid_arg(format!(
+                            "trace setting '{key}': expected strings, got {other}"
+                        ))),
                     })
                     .collect::<ServerResult<Vec<_>>>()?,
             ),
             other => {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "trace setting '{key}': expected a string, a list of strings or null, got {other}"
                 )))
             }
@@ -539,9 +539,9 @@ async fn cuda_shm_status_all() -> Json<Value> {
 }
 
 async fn cuda_shm_status(Path(r): Path<String>) -> ServerError {
-    ServerError::invalid(format!("Unable to find cuda shared memory region: '{r}'"))
+    ServerError::invalid_arg(format!("Unable to find cuda shared memory region: '{r}'"))
 }
 
 async fn cuda_shm_register() -> ServerError {
-    ServerError::invalid("CUDA shared memory is not available: no GPU")
+    ServerError::invalid_arg("CUDA shared memory is not available: no GPU")
 }

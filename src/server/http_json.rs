@@ -71,7 +71,7 @@ pub fn decode_request(
         Some(0) => return decode_raw(config, model_version, body),
         Some(n) if n <= body.len() => (body.slice(..n), Some(body.slice(n..))),
         Some(n) => {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "inference header size should be in range (0, {}), got: {n}",
                 body.len()
             )))
@@ -85,7 +85,7 @@ pub fn decode_request(
         Some(v) => v.as_bool().ok_or_else(|| not_bool("binary_data_output"))?,
     };
     if let Some(key) = parameters.keys().find(|k| k.starts_with("triton_")) {
-        return Err(ServerError::invalid(format!("parameter keys starting with 'triton_' are reserved: '{key}'")));
+        return Err(ServerError::invalid_arg(format!("parameter keys starting with 'triton_' are reserved: '{key}'")));
     }
     let sequence = sequence_params(&parameters)?;
 
@@ -96,7 +96,7 @@ pub fn decode_request(
         let shm = shm_param(&params, &input.name)?;
         let sources = [input.data.is_some(), binary_size.is_some(), shm.is_some()];
         if sources.iter().filter(|&&s| s).count() != 1 {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "Input '{}' must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'",
                 input.name
             )));
@@ -105,14 +105,14 @@ pub fn decode_request(
             InputData::Shm(r)
         } else if let Some(size) = binary_size {
             let Some(rest) = binary.as_mut() else {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "input '{}' sets 'binary_data_size' but the request has no Inference-Header-Content-Length header",
                     input.name
                 )));
             };
             let size = size as usize;
             if rest.len() < size {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "unexpected size for input '{}', expecting {} additional bytes for model '{model}'",
                     input.name,
                     size - rest.len()
@@ -121,7 +121,7 @@ pub fn decode_request(
             InputData::Raw(rest.split_to(size))
         } else {
             let dtype = DataType::parse(&input.datatype).ok_or_else(|| {
-                ServerError::invalid(format!("input '{}' has unknown datatype '{}'", input.name, input.datatype))
+                ServerError::invalid_arg(format!("input '{}' has unknown datatype '{}'", input.name, input.datatype))
             })?;
             let data = input.data.expect("exactly one source is set");
             InputData::Raw(json_to_tensor_bytes(&input.name, dtype, &input.shape, data)?)
@@ -130,7 +130,7 @@ pub fn decode_request(
     }
     if let Some(rest) = &binary {
         if !rest.is_empty() {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "unexpected additional input data for model '{model}': {} bytes follow the last binary input",
                 rest.len()
             )));
@@ -153,7 +153,7 @@ pub fn decode_request(
             )));
         }
         if shm.is_some() && wants_binary == Some(true) {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "output '{}' can be written to shared memory or returned as binary data, not both",
                 output.name
             )));
@@ -179,7 +179,7 @@ pub fn decode_request(
 fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerResult<DecodedRequest> {
     let model = &config.name;
     let [spec] = config.input.as_slice() else {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "a raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one input; '{model}' has {}",
             config.input.len()
         )));
@@ -197,7 +197,7 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
     for &d in &spec.dims {
         if d == -1 {
             if variable.is_some() {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "the shape of raw input '{}' cannot be deduced: it has more than one variable-sized dimension",
                     spec.name
                 )));
@@ -219,7 +219,7 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
         } else if body.len() as i64 % per_element == 0 {
             body.len() as i64 / per_element
         } else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "raw input '{}': {} bytes is not a whole number of {dtype} elements of shape {:?}",
                 spec.name,
                 body.len(),
@@ -245,7 +245,7 @@ fn decode_raw(config: &ModelConfig, model_version: &str, body: Bytes) -> ServerR
 
 /// A JSON body that does not parse: a client error, named as Triton names it.
 pub fn bad_json(e: serde_json::Error) -> ServerError {
-    ServerError::invalid(format!("failed to parse the request JSON buffer: {e}"))
+    ServerError::invalid_arg(format!("failed to parse the request JSON buffer: {e}"))
 }
 
 /// The sequence parameters of the request header, as Triton reads them: `sequence_id` an unsigned
@@ -255,7 +255,7 @@ fn sequence_params(params: &Map<String, Value>) -> ServerResult<Option<SequenceF
         None => None,
         Some(Value::String(s)) => Some(CorrelationId::Text(s.clone())),
         Some(v) => Some(CorrelationId::Number(v.as_u64().ok_or_else(|| {
-            ServerError::invalid(format!(
+            ServerError::invalid_arg(format!(
                 "Unable to parse 'sequence_id': expected an unsigned integer or a string, got {v}"
             ))
         })?)),
@@ -264,21 +264,23 @@ fn sequence_params(params: &Map<String, Value>) -> ServerResult<Option<SequenceF
         None => Ok(false),
         Some(v) => v
             .as_bool()
-            .ok_or_else(|| ServerError::invalid(format!("Unable to parse '{key}': expected a boolean, got {v}"))),
+            .ok_or_else(|| ServerError::invalid_arg(format!("Unable to parse '{key}': expected a boolean, got {v}"))),
     };
     let (start, end) = (flag("sequence_start")?, flag("sequence_end")?);
     Ok(SequenceFlags::from_parts(id, start, end))
 }
 
 fn not_bool(key: &str) -> ServerError {
-    ServerError::invalid(format!("parameter '{key}' must be a boolean"))
+    ServerError::invalid_arg(format!("parameter '{key}' must be a boolean"))
 }
 
 fn uint_param(params: &Map<String, Value>, key: &str, tensor: &str) -> ServerResult<Option<u64>> {
     match params.get(key) {
         None => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            ServerError::invalid(format!("tensor '{tensor}': parameter '{key}' must be an unsigned integer, got {v}"))
+            ServerError::invalid_arg(format!(
+                "tensor '{tensor}': parameter '{key}' must be an unsigned integer, got {v}"
+            ))
         }),
     }
 }
@@ -289,7 +291,7 @@ fn shm_param(params: &Map<String, Value>, tensor: &str) -> ServerResult<Option<S
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(v) => {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "tensor '{tensor}': parameter 'shared_memory_region' must be a string, got {v}"
             )))
         }
@@ -299,7 +301,7 @@ fn shm_param(params: &Map<String, Value>, tensor: &str) -> ServerResult<Option<S
     match (region, byte_size) {
         (None, None) if offset.is_none() => Ok(None),
         (Some(region), Some(byte_size)) => Ok(Some(ShmRef { region, offset: offset.unwrap_or(0), byte_size })),
-        _ => Err(ServerError::invalid(format!(
+        _ => Err(ServerError::invalid_arg(format!(
             "tensor '{tensor}': 'shared_memory_region' and 'shared_memory_byte_size' must be given together"
         ))),
     }
@@ -309,21 +311,21 @@ fn shm_param(params: &Map<String, Value>, tensor: &str) -> ServerResult<Option<S
 fn json_to_tensor_bytes(name: &str, dtype: DataType, shape: &[i64], data: JsonData) -> ServerResult<Bytes> {
     match data.into_bytes(dtype, shape) {
         Ok(bytes) => Ok(bytes.into()),
-        Err(DataError::BadShape) => Err(ServerError::invalid(format!("input '{name}' has an invalid shape {shape:?}"))),
-        Err(DataError::Count { found }) => Err(ServerError::invalid(format!(
+        Err(DataError::BadShape) => Err(ServerError::invalid_arg(format!("input '{name}' has an invalid shape {shape:?}"))),
+        Err(DataError::Count { found }) => Err(ServerError::invalid_arg(format!(
             "Unable to parse 'data' of input '{name}': Shape does not match true shape of 'data' field ({found} elements for shape {shape:?})"
         ))),
-        Err(DataError::Half) => Err(ServerError::invalid(format!(
+        Err(DataError::Half) => Err(ServerError::invalid_arg(format!(
             "input '{name}': sending {dtype} data via JSON is not supported, use binary data"
         ))),
-        Err(DataError::Invalid { index, text }) => Err(ServerError::invalid(format!(
+        Err(DataError::Invalid { index, text }) => Err(ServerError::invalid_arg(format!(
             "input '{name}': element {index} ({text}) is not a valid {dtype} value"
         ))),
     }
 }
 
 fn json_half_error(name: &str, dtype: DataType) -> ServerError {
-    ServerError::invalid(format!(
+    ServerError::invalid_arg(format!(
         "output '{name}': sending {dtype} data via JSON is not supported, request it with binary_data"
     ))
 }
@@ -434,7 +436,7 @@ pub fn encode_response(response: &InferResponse, formats: &OutputFormats) -> Ser
 /// A BYTES output that cannot travel as JSON. Outputs echo what a client sent (identity, or
 /// BYTES left in its shared memory), so this is the client's doing.
 fn unprintable_bytes(name: &str, e: JsonValuesError) -> ServerError {
-    ServerError::invalid(match e {
+    ServerError::invalid_arg(match e {
         JsonValuesError::MalformedBytes => format!(
             "output '{name}' holds malformed BYTES data (length prefixes that overrun it); request it with binary_data"
         ),

@@ -191,7 +191,7 @@ impl OutputPlan {
         };
         if data.len() as u64 > *byte_size {
             // The client sized the region: its mistake, as Triton reports it (INVALID_ARG).
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "shared memory size specified with the request for output '{name}' ({byte_size} bytes) should be at least {} bytes to hold the results",
                 data.len()
             )));
@@ -255,37 +255,40 @@ pub fn admit(
 
     for input in request.inputs {
         let Some(index) = config.input.iter().position(|c| c.name == input.name) else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "unexpected inference input '{}' for model '{model}'",
                 input.name
             )));
         };
         if slots[index].is_some() {
-            return Err(ServerError::invalid(format!("input '{}' appears more than once in the request", input.name)));
+            return Err(ServerError::invalid_arg(format!(
+                "input '{}' appears more than once in the request",
+                input.name
+            )));
         }
         let spec = &config.input[index];
         let expected = DataType::from_config_enum(spec.data_type).expect("config validated at load");
         if input.datatype != expected.as_str() {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "inference input '{}' data-type is '{}', but model '{model}' expects '{expected}'",
                 input.name, input.datatype
             )));
         }
         if input.shape.iter().any(|&d| d < 0) {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "input '{}' has a negative dimension in shape {:?}",
                 input.name, input.shape
             )));
         }
         let item_shape = if batching {
             let Some((&b, rest)) = input.shape.split_first() else {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "input '{}' has shape [] but model '{model}' batches: the first dimension is the batch size",
                     input.name
                 )));
             };
             if b < 1 || b > config.max_batch_size as i64 {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "inference request batch-size must be <= {} for '{model}'",
                     config.max_batch_size
                 )));
@@ -293,7 +296,7 @@ pub fn admit(
             match batch_size {
                 None => batch_size = Some(b as usize),
                 Some(prev) if prev != b as usize => {
-                    return Err(ServerError::invalid(format!(
+                    return Err(ServerError::invalid_arg(format!(
                         "input '{}' has batch size {b}, but another input has {prev}",
                         input.name
                     )))
@@ -310,7 +313,7 @@ pub fn admit(
             } else {
                 spec.dims.clone()
             };
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "unexpected shape for input '{}' for model '{model}'. Expected {full:?}, got {:?}",
                 input.name, input.shape
             )));
@@ -335,7 +338,7 @@ pub fn admit(
                     None => bytes_tensor_is_valid(&data, elements),
                 };
                 if !ok {
-                    return Err(ServerError::invalid(match expected_bytes {
+                    return Err(ServerError::invalid_arg(match expected_bytes {
                         Some(n) => format!(
                             "unexpected size for input '{}', expecting {n} bytes but got {} bytes for model '{model}'",
                             input.name,
@@ -352,7 +355,7 @@ pub fn admit(
             InputData::Shm(r) => {
                 if let Some(n) = expected_bytes {
                     if r.byte_size as usize != n {
-                        return Err(ServerError::invalid(format!(
+                        return Err(ServerError::invalid_arg(format!(
                             "unexpected shared memory byte size for input '{}': expecting {n} bytes but got {} bytes for model '{model}'",
                             input.name, r.byte_size
                         )));
@@ -375,7 +378,7 @@ pub fn admit(
                 inputs.push(AdmittedInput { shape, bytes: InputBytes::Raw(Bytes::new()) });
             }
             None => {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "expected {} inputs but got fewer for model '{model}': input '{}' is missing",
                     config.input.len(),
                     spec.name
@@ -390,7 +393,7 @@ pub fn admit(
     }
     for wanted in request.outputs {
         let Some(config_index) = config.output.iter().position(|o| o.name == wanted.name) else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "unexpected inference output '{}' for model '{model}'",
                 wanted.name
             )));

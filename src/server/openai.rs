@@ -45,7 +45,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn invalid(message: impl Into<String>, param: Option<&'static str>) -> ApiError {
+    fn invalid_request(message: impl Into<String>, param: Option<&'static str>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
@@ -71,7 +71,7 @@ impl From<ServerError> for ApiError {
 
 impl From<Refusal> for ApiError {
     fn from(r: Refusal) -> Self {
-        ApiError { code: r.code, param: Some(r.param), ..ApiError::invalid(r.message, None) }
+        ApiError { code: r.code, param: Some(r.param), ..ApiError::invalid_request(r.message, None) }
     }
 }
 
@@ -192,13 +192,13 @@ enum Prompt {
 /// Parses a JSON body with OpenAI's 400 for anything malformed.
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> ApiResult<T> {
     serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(format!("We could not parse the JSON body of your request: {e}"), None))
+        .map_err(|e| ApiError::invalid_request(format!("We could not parse the JSON body of your request: {e}"), None))
 }
 
 async fn body_of(core: &InferenceServer, request: Request) -> ApiResult<(HeaderMap, Bytes)> {
     let (parts, body) = request.into_parts();
     let bytes = axum::body::to_bytes(body, core.options.max_request_bytes).await.map_err(|_| {
-        ApiError::invalid(
+        ApiError::invalid_request(
             format!("the request body exceeds the server's limit of {} bytes", core.options.max_request_bytes),
             None,
         )
@@ -212,7 +212,7 @@ fn params(common: &Common, prompt: String, request_id: String, arrival_ns: u64) 
         match value {
             Some(v) if v < 1 => Err(ApiError {
                 code: Some("integer_below_min_value"),
-                ..ApiError::invalid(
+                ..ApiError::invalid_request(
                     format!(
                         "Invalid '{param}': integer below minimum value. Expected a value >= 1, but got {v} instead."
                     ),
@@ -227,14 +227,17 @@ fn params(common: &Common, prompt: String, request_id: String, arrival_ns: u64) 
         None => positive(common.max_tokens, "max_tokens")?,
     };
     if let Some(n) = common.n.filter(|&n| n != 1) {
-        return Err(ApiError::invalid(format!("Invalid 'n': the twin answers n = 1 only, got {n}"), Some("n")));
+        return Err(ApiError::invalid_request(format!("Invalid 'n': the twin answers n = 1 only, got {n}"), Some("n")));
     }
     if let Some(t) = common.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
-        return Err(ApiError::invalid(format!("Invalid 'temperature': expected 0 to 2, got {t}"), Some("temperature")));
+        return Err(ApiError::invalid_request(
+            format!("Invalid 'temperature': expected 0 to 2, got {t}"),
+            Some("temperature"),
+        ));
     }
     let min_tokens = match common.min_tokens {
         Some(v) if v < 0 => {
-            return Err(ApiError::invalid(
+            return Err(ApiError::invalid_request(
                 format!("Invalid 'min_tokens': expected a value >= 0, got {v}"),
                 Some("min_tokens"),
             ))
@@ -358,7 +361,7 @@ async fn run(core: &InferenceServer, request: Request, flavor: Flavor, arrival_n
                 Prompt::Many(mut list) if list.len() == 1 => list.remove(0),
                 Prompt::Many(list) => {
                     let why = format!("Invalid 'prompt': the twin answers one prompt per request, got {}", list.len());
-                    return Err(ApiError::invalid(why, Some("prompt")));
+                    return Err(ApiError::invalid_request(why, Some("prompt")));
                 }
             };
             (r.common, prompt)
@@ -390,7 +393,7 @@ async fn run(core: &InferenceServer, request: Request, flavor: Flavor, arrival_n
 /// The prompt of a chat: the messages' text, one per line (the twin applies no chat template).
 fn chat_prompt(messages: &[Message]) -> ApiResult<String> {
     if messages.is_empty() {
-        return Err(ApiError::invalid(
+        return Err(ApiError::invalid_request(
             "Invalid 'messages': empty array. Expected an array with minimum length 1.",
             Some("messages"),
         ));
@@ -405,7 +408,7 @@ fn chat_prompt(messages: &[Message]) -> ApiResult<String> {
                     match (p.kind.as_str(), &p.text) {
                         ("text", Some(t)) => texts.push(t.clone()),
                         (kind, _) => {
-                            return Err(ApiError::invalid(
+                            return Err(ApiError::invalid_request(
                                 format!("Invalid content part of type '{kind}': the twin reads text parts only"),
                                 Some("messages"),
                             ))
@@ -494,7 +497,7 @@ async fn embed(core: &InferenceServer, request: Request, arrival_ns: u64) -> Api
     let (headers, body) = body_of(core, request).await?;
     let r: EmbeddingRequest = parse(&body)?;
     if let Some(f) = r.encoding_format.as_deref().filter(|f| *f != "float") {
-        return Err(ApiError::invalid(
+        return Err(ApiError::invalid_request(
             format!("Invalid 'encoding_format': the twin answers 'float' only, got '{f}'"),
             Some("encoding_format"),
         ));
@@ -503,7 +506,7 @@ async fn embed(core: &InferenceServer, request: Request, arrival_ns: u64) -> Api
     let inputs = match r.input {
         Prompt::One(p) => vec![p],
         Prompt::Many(list) if list.is_empty() => {
-            return Err(ApiError::invalid(
+            return Err(ApiError::invalid_request(
                 "Invalid 'input': empty array. Expected an array with minimum length 1.",
                 Some("input"),
             ))

@@ -141,7 +141,7 @@ impl ModelRepository {
             None => Ok(ZOO.iter().map(|(n, _)| n.to_string()).collect()),
             Some(dir) => {
                 let entries = std::fs::read_dir(dir).map_err(|e| {
-                    ServerError::invalid(format!("cannot read model repository '{}': {e}", dir.display()))
+                    ServerError::invalid_arg(format!("cannot read model repository '{}': {e}", dir.display()))
                 })?;
                 let mut names: Vec<String> = entries
                     .filter_map(|e| e.ok())
@@ -176,7 +176,7 @@ impl ModelRepository {
             None => config::parse_pbtxt(&self.config_text(name)?, name)?,
         };
         if config.name != name {
-            return Err(ServerError::invalid(format!("model '{name}': config names the model '{}'", config.name)));
+            return Err(ServerError::invalid_arg(format!("model '{name}': config names the model '{}'", config.name)));
         }
         let stats = Arc::new(ModelStats::default());
         let runner = if ensemble::is_ensemble(&config) {
@@ -209,15 +209,15 @@ impl ModelRepository {
                 Some(m) => m,
                 None => {
                     if !self.available()?.iter().any(|n| n == model) {
-                        return Err(ServerError::invalid(format!(
+                        return Err(ServerError::invalid_arg(format!(
                             "{owner}: composing model '{model}' is not in the repository"
                         )));
                     }
                     if let Some(why) = nesting(&config::parse_pbtxt(&self.config_text(model)?, model)?) {
-                        return Err(ServerError::invalid(format!("{owner}: composing model '{model}' {why}")));
+                        return Err(ServerError::invalid_arg(format!("{owner}: composing model '{model}' {why}")));
                     }
                     self.load(model, None).map_err(|e| {
-                        ServerError::invalid(format!(
+                        ServerError::invalid_arg(format!(
                             "{owner}: composing model '{model}' failed to load: {}",
                             e.message
                         ))
@@ -226,7 +226,7 @@ impl ModelRepository {
                 }
             };
             if let Some(why) = nesting(&loaded.config) {
-                return Err(ServerError::invalid(format!("{owner}: composing model '{model}' {why}")));
+                return Err(ServerError::invalid_arg(format!("{owner}: composing model '{model}' {why}")));
             }
             graph.check_composing(&loaded.config)?;
         }
@@ -246,7 +246,7 @@ impl ModelRepository {
                 tracing::info!(model = name, "unloaded");
                 Ok(())
             }
-            None => Err(ServerError::invalid(format!("failed to unload '{name}', model is not loaded"))),
+            None => Err(ServerError::invalid_arg(format!("failed to unload '{name}', model is not loaded"))),
         }
     }
 

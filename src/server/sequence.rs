@@ -111,12 +111,12 @@ impl Sequencer {
     ) -> ServerResult<oneshot::Receiver<ServerResult<Answer>>> {
         let model = &shared.name;
         let Some(SequenceFlags { id, start, end }) = request.sequence.clone() else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
             )));
         };
         if request.batch_size > 1 {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
             )));
         }
@@ -129,7 +129,7 @@ impl Sequencer {
         let handle = match st.ids.get(&id) {
             Some(&h) => h,
             None if !start => {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "inference request for sequence {id} to model '{model}' must specify the START flag on the first request of the sequence"
                 )));
             }
@@ -167,7 +167,7 @@ impl Sequencer {
         let CorrelationId::Text(text) = id else { return Ok(()) };
         match self.policy.controls.iter().find(|c| c.kind == ControlKind::CorrId && c.dtype != DataType::Bytes) {
             None => Ok(()),
-            Some(c) => Err(ServerError::invalid(format!(
+            Some(c) => Err(ServerError::invalid_arg(format!(
                 "sequence batching control '{}' of model '{model}' is {}, so it cannot carry the string correlation ID '{text}'",
                 c.name, c.dtype
             ))),

@@ -32,7 +32,7 @@ impl Region {
     fn window(&self, offset: u64, len: u64) -> ServerResult<u64> {
         match offset.checked_add(len) {
             Some(end) if end <= self.byte_size => Ok(self.offset + offset),
-            _ => Err(ServerError::invalid(format!(
+            _ => Err(ServerError::invalid_arg(format!(
                 "Invalid offset + byte size for shared memory region: '{}'",
                 self.name
             ))),
@@ -45,7 +45,7 @@ impl Region {
     }
 
     fn shrunk(&self, e: std::io::Error) -> ServerError {
-        ServerError::invalid(format!(
+        ServerError::invalid_arg(format!(
             "shared memory region '{}' (object '{}') cannot be accessed as registered, it may have shrunk: {e}",
             self.name, self.key
         ))
@@ -105,20 +105,20 @@ impl SharedMemoryManager {
     /// holds `offset + byte_size` bytes, and if the total stays within the limit.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ServerResult<()> {
         if name.is_empty() || key.is_empty() {
-            return Err(ServerError::invalid("shared memory region needs a name and a key"));
+            return Err(ServerError::invalid_arg("shared memory region needs a name and a key"));
         }
         let mut regions = self.regions.lock();
         if regions.contains_key(name) {
             return Err(ServerError::already_exists(format!("shared memory region '{name}' already in manager")));
         }
         let file = open_object(key)
-            .map_err(|e| ServerError::invalid(format!("Unable to open shared memory region: '{key}': {e}")))?;
+            .map_err(|e| ServerError::invalid_arg(format!("Unable to open shared memory region: '{key}': {e}")))?;
         let len = file
             .metadata()
-            .map_err(|e| ServerError::invalid(format!("Unable to open shared memory region: '{key}': {e}")))?
+            .map_err(|e| ServerError::invalid_arg(format!("Unable to open shared memory region: '{key}': {e}")))?
             .len();
         if offset.checked_add(byte_size).is_none_or(|end| end > len) {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "Invalid offset + byte size for shared memory region: '{name}' ({byte_size} bytes at offset {offset} exceed the {len}-byte object '{key}')"
             )));
         }
@@ -155,7 +155,7 @@ impl SharedMemoryManager {
             .lock()
             .get(name)
             .cloned()
-            .ok_or_else(|| ServerError::invalid(format!("Unable to find system shared memory region: '{name}'")))
+            .ok_or_else(|| ServerError::invalid_arg(format!("Unable to find system shared memory region: '{name}'")))
     }
 
     /// Status of one region (an error if unknown) or of all with an empty name.

@@ -38,7 +38,7 @@ pub struct TraceSettings {
 pub type Update = (String, Option<Vec<String>>);
 
 fn check(key: &str, values: &[String]) -> ServerResult<()> {
-    let bad = |why: &str| Err(ServerError::invalid(format!("trace setting '{key}': {why}, got {values:?}")));
+    let bad = |why: &str| Err(ServerError::invalid_arg(format!("trace setting '{key}': {why}, got {values:?}")));
     let number = |min: i64| values.len() == 1 && values[0].trim().parse::<i64>().is_ok_and(|v| v >= min);
     match key {
         "trace_level" if values.is_empty() || values.iter().any(|v| !LEVELS.contains(&v.as_str())) => {
@@ -46,11 +46,11 @@ fn check(key: &str, values: &[String]) -> ServerResult<()> {
         }
         "trace_rate" | "log_frequency" if !number(0) => bad("must be one non-negative integer"),
         "trace_count" if !number(-1) => bad("must be one integer >= -1"),
-        "trace_mode" | "trace_file" => Err(ServerError::invalid(format!(
+        "trace_mode" | "trace_file" => Err(ServerError::invalid_arg(format!(
             "trace setting '{key}' cannot be changed: perfbench serve writes no trace"
         ))),
         "trace_level" | "trace_rate" | "log_frequency" | "trace_count" => Ok(()),
-        _ => Err(ServerError::invalid(format!("unknown trace setting '{key}'"))),
+        _ => Err(ServerError::invalid_arg(format!("unknown trace setting '{key}'"))),
     }
 }
 
@@ -74,7 +74,7 @@ impl TraceSettings {
             if let Some(values) = values {
                 check(key, values)?;
             } else if !defaults().contains_key(key) {
-                return Err(ServerError::invalid(format!("unknown trace setting '{key}'")));
+                return Err(ServerError::invalid_arg(format!("unknown trace setting '{key}'")));
             }
         }
         {

@@ -157,7 +157,7 @@ impl DataSink {
         Value::Array(values)
     }
 
-    fn invalid(&mut self, value: impl FnOnce() -> Value) {
+    fn reject_value(&mut self, value: impl FnOnce() -> Value) {
         if self.bad.is_none() {
             self.bad = Some((self.count, value().to_string()));
         }
@@ -170,7 +170,7 @@ impl DataSink {
             ($t:ty) => {
                 match <$t>::try_from(v) {
                     Ok(x) => self.bytes.extend_from_slice(&x.to_le_bytes()),
-                    Err(_) => return self.invalid(as_json),
+                    Err(_) => return self.reject_value(as_json),
                 }
             };
         }
@@ -186,7 +186,7 @@ impl DataSink {
             DataType::Fp32 => self.bytes.extend_from_slice(&(v as f64 as f32).to_le_bytes()),
             DataType::Fp64 => self.bytes.extend_from_slice(&(v as f64).to_le_bytes()),
             DataType::Fp16 | DataType::Bf16 => {}
-            DataType::Bool | DataType::Bytes => return self.invalid(as_json),
+            DataType::Bool | DataType::Bytes => return self.reject_value(as_json),
         }
         self.count += 1;
     }
@@ -197,7 +197,7 @@ impl DataSink {
             DataType::Fp32 if (v as f32).is_finite() => self.bytes.extend_from_slice(&(v as f32).to_le_bytes()),
             DataType::Fp64 => self.bytes.extend_from_slice(&v.to_le_bytes()),
             DataType::Fp16 | DataType::Bf16 => {}
-            _ => return self.invalid(|| Value::from(v)),
+            _ => return self.reject_value(|| Value::from(v)),
         }
         self.count += 1;
     }
@@ -255,7 +255,7 @@ impl<'de> Visitor<'de> for Elements<'_> {
                 self.0.bytes.push(v as u8);
                 self.0.count += 1;
             }
-            _ => self.0.invalid(|| Value::Bool(v)),
+            _ => self.0.reject_value(|| Value::Bool(v)),
         }
         Ok(())
     }
@@ -278,17 +278,17 @@ impl<'de> Visitor<'de> for Elements<'_> {
                 self.0.bytes.extend_from_slice(v.as_bytes());
                 self.0.count += 1;
             }
-            _ => self.0.invalid(|| Value::from(v)),
+            _ => self.0.reject_value(|| Value::from(v)),
         }
         Ok(())
     }
     fn visit_unit<E>(self) -> Result<(), E> {
-        self.0.invalid(|| Value::Null);
+        self.0.reject_value(|| Value::Null);
         Ok(())
     }
     fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<(), M::Error> {
         let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-        self.0.invalid(|| value);
+        self.0.reject_value(|| value);
         Ok(())
     }
 }

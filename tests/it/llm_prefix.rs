@@ -45,7 +45,11 @@ fn trace(dir: &std::path::Path, shared: bool) -> std::path::PathBuf {
         .map(|i| {
             let ids = if shared { [1, 2, 100 + i] } else { [1000 + 3 * i, 1001 + 3 * i, 1002 + 3 * i] };
             let ids = serde_json::json!(ids);
-            format!(r#"{{"timestamp": {}, "input_length": {}, "output_length": 4, "hash_ids": {ids}}}"#, 20 * i, 3 * BLOCK)
+            format!(
+                r#"{{"timestamp": {}, "input_length": {}, "output_length": 4, "hash_ids": {ids}}}"#,
+                20 * i,
+                3 * BLOCK
+            )
         })
         .collect();
     let path = dir.join(if shared { "shared.jsonl" } else { "unique.jsonl" });
@@ -61,8 +65,9 @@ async fn shared_hash_ids_hit_the_prefix_cache_and_unique_ones_do_not() {
         // A fresh server each time: a cache warmed by the other trace would blur the count.
         let server = twin().await;
         let path = trace(dir.path(), shared);
-        let hits = hits_after(&server, &["--input-file", path.to_str().unwrap(), "--prompt-input-tokens-block-size", &block])
-            .await;
+        let hits =
+            hits_after(&server, &["--input-file", path.to_str().unwrap(), "--prompt-input-tokens-block-size", &block])
+                .await;
         if shared {
             // Every line after the first finds the two shared blocks (64 tokens, 4 KV blocks) cached.
             assert!(hits >= ((LINES - 1) * 2 * BLOCK) as f64, "{hits} prefix-cache hits, shared trace");
@@ -77,7 +82,16 @@ async fn synthetic_prompts_do_not_hit_the_prefix_cache() {
     let server = twin().await;
     let hits = hits_after(
         &server,
-        &["--concurrency", "4", "--request-count", "40", "--synthetic-input-tokens-mean", "64", "--output-tokens-mean", "2"],
+        &[
+            "--concurrency",
+            "4",
+            "--request-count",
+            "40",
+            "--synthetic-input-tokens-mean",
+            "64",
+            "--output-tokens-mean",
+            "2",
+        ],
     )
     .await;
     assert_eq!(hits, 0.0, "synthetic prompts shared leading KV blocks");

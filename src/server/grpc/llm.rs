@@ -77,18 +77,21 @@ fn check_inputs(id: &str, request: &InferRequest) -> ServerResult<()> {
     let model = &request.model_name;
     for input in &request.inputs {
         let Some((_, want)) = INPUTS.iter().find(|(name, _)| *name == input.name) else {
-            return Err(ServerError::invalid(format!("unexpected inference input '{}' for model '{model}'", input.name)));
+            return Err(ServerError::invalid_arg(format!(
+                "unexpected inference input '{}' for model '{model}'",
+                input.name
+            )));
         };
         let prefix = if id.is_empty() { String::new() } else { format!("[request id: {id}] ") };
         if input.datatype != *want {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "{prefix}inference input '{}' data-type is '{}', but model '{model}' expects '{want}'",
                 input.name, input.datatype
             )));
         }
         if let InputData::Raw(data) = &input.data {
             if *want == "BYTES" && data.len() < 4 {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "{prefix}incomplete string length indicator for inference input '{}' for model '{model}', expecting 4 bytes but only {} bytes available. Please make sure the string length indicator is in one buffer.",
                     input.name,
                     data.len()
@@ -97,7 +100,7 @@ fn check_inputs(id: &str, request: &InferRequest) -> ServerResult<()> {
         }
     }
     if !request.inputs.iter().any(|i| i.name == "text_input") {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "expected 1 inputs but got 0 inputs for model '{model}': 'text_input' is missing"
         )));
     }
@@ -128,7 +131,7 @@ fn text_request(request: InferRequest) -> ServerResult<TextRequest> {
     let mut text = TextRequest::default();
     for input in &request.inputs {
         let InputData::Raw(data) = &input.data else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "input '{}': the generative model takes no shared memory",
                 input.name
             )));
@@ -142,14 +145,14 @@ fn text_request(request: InferRequest) -> ServerResult<TextRequest> {
                 let bytes: [u8; 4] = data
                     .get(..4)
                     .and_then(|b| b.try_into().ok())
-                    .ok_or_else(|| ServerError::invalid("input 'max_tokens' must hold one INT32"))?;
+                    .ok_or_else(|| ServerError::invalid_arg("input 'max_tokens' must hold one INT32"))?;
                 let n = i32::from_le_bytes(bytes);
                 if n < 1 {
-                    return Err(ServerError::invalid(format!("max_tokens must be at least 1, got {n}")));
+                    return Err(ServerError::invalid_arg(format!("max_tokens must be at least 1, got {n}")));
                 }
                 text.max_tokens = Some(n as usize);
             }
-            other => return Err(ServerError::invalid(format!("unexpected inference input '{other}'"))),
+            other => return Err(ServerError::invalid_arg(format!("unexpected inference input '{other}'"))),
         }
     }
     Ok(text)
@@ -160,12 +163,12 @@ fn text_request(request: InferRequest) -> ServerResult<TextRequest> {
 fn first_string(name: &str, data: &[u8]) -> ServerResult<String> {
     let len = u32::from_le_bytes(data.get(..4).and_then(|p| p.try_into().ok()).unwrap_or_default()) as usize;
     let Some(bytes) = data.get(4..4 + len) else {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "incomplete string data for inference input '{name}', expecting string of length {len} but only {} bytes available",
             data.len() - 4
         )));
     };
-    String::from_utf8(bytes.to_vec()).map_err(|_| ServerError::invalid(format!("input '{name}' is not UTF-8 text")))
+    String::from_utf8(bytes.to_vec()).map_err(|_| ServerError::invalid_arg(format!("input '{name}' is not UTF-8 text")))
 }
 
 #[cfg(test)]

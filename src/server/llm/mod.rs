@@ -116,7 +116,7 @@ impl LlmSettings {
         let name = &c.name;
         let costs = [settings.cost.step_us, settings.cost.decode_us_per_seq, settings.cost.prefill_us_per_token];
         if costs.iter().any(|v| !(v.is_finite() && (0.0..=10_000_000.0).contains(v))) {
-            return Err(ServerError::invalid(format!("model '{name}': step costs must be 0 to 10 s in µs")));
+            return Err(ServerError::invalid_arg(format!("model '{name}': step costs must be 0 to 10 s in µs")));
         }
         let counts = [
             ("max_num_seqs", settings.limits.max_num_seqs),
@@ -127,15 +127,15 @@ impl LlmSettings {
             ("embedding_dim", settings.embedding_dim),
         ];
         if let Some((key, _)) = counts.iter().find(|(_, v)| !(1..=100_000_000).contains(v)) {
-            return Err(ServerError::invalid(format!("model '{name}': parameter '{key}' must be 1 to 100000000")));
+            return Err(ServerError::invalid_arg(format!("model '{name}': parameter '{key}' must be 1 to 100000000")));
         }
         if !(settings.mean_output_tokens.is_finite() && settings.mean_output_tokens >= 1.0) {
-            return Err(ServerError::invalid(format!("model '{name}': mean_output_tokens must be at least 1")));
+            return Err(ServerError::invalid_arg(format!("model '{name}': mean_output_tokens must be at least 1")));
         }
         if !config::parameter(c, "tokenizer").is_none_or(|t| matches!(t, "cl100k_base" | "o200k_base"))
             && !std::path::Path::new(&settings.tokenizer).exists()
         {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{name}': tokenizer '{}' is neither cl100k_base, o200k_base nor an existing path",
                 settings.tokenizer
             )));
@@ -174,7 +174,7 @@ pub enum GenerateError {
 impl From<GenerateError> for ServerError {
     fn from(e: GenerateError) -> Self {
         match e {
-            GenerateError::Refused(r) => ServerError::invalid(r.message),
+            GenerateError::Refused(r) => ServerError::invalid_arg(r.message),
             GenerateError::Server(e) => e,
         }
     }
@@ -209,7 +209,7 @@ impl LlmEngine {
         let name = &config.name;
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         if !decoupled || config.max_batch_size != 0 {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{name}': backend 'llm' needs model_transaction_policy {{ decoupled: true }} and max_batch_size 0"
             )));
         }
@@ -229,7 +229,7 @@ impl LlmEngine {
 
     fn start(&self) -> ServerResult<Started> {
         let tokenizer = Tokenizer::open(&self.settings.tokenizer)
-            .map_err(|e| ServerError::invalid(format!("model '{}': {e}", self.name)))?;
+            .map_err(|e| ServerError::invalid_arg(format!("model '{}': {e}", self.name)))?;
         let text = text::TextSource::new(&tokenizer)?;
         let (submit, arrivals) = mpsc::channel();
         let s = &self.settings;

@@ -25,7 +25,7 @@ impl TextSource {
         // The wrap from the last piece to the first must split the same way as the rest.
         let wrapped = format!("{whole}{}", pieces.first().map_or("", String::as_str));
         if pieces.len() < MIN_PIECES || tokenizer.count(&wrapped) != pieces.len() + 1 {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "tokenizer '{}' does not split the bundled corpus into one token per word ({} of {} words are one token)",
                 tokenizer.name(),
                 pieces.len(),

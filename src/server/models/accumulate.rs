@@ -32,7 +32,7 @@ impl AccumulateModel {
         let tensors_ok = matches!(config.input.as_slice(), [i] if i.data_type == int32 && one(&i.dims))
             && matches!(config.output.as_slice(), [o] if o.data_type == int32 && one(&o.dims));
         if !tensors_ok {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{name}': backend 'accumulate' needs one INT32 input and one INT32 output, dims [1]"
             )));
         }
@@ -40,7 +40,7 @@ impl AccumulateModel {
         let (Some(start), Some(ready), Some(corrid)) =
             (control(ControlKind::Start), control(ControlKind::Ready), control(ControlKind::CorrId))
         else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{name}': backend 'accumulate' needs sequence_batching with START, READY and CORRID control inputs"
             )));
         };

@@ -13,7 +13,7 @@ use crate::tensor::{DataType, Tensor};
 fn check(config: &ModelConfig, inputs: usize, outputs: usize) -> ServerResult<DataType> {
     let name = &config.name;
     if config.input.len() != inputs || config.output.len() != outputs {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "model '{name}': backend '{}' needs {inputs} inputs and {outputs} outputs",
             config.backend
         )));
@@ -21,7 +21,7 @@ fn check(config: &ModelConfig, inputs: usize, outputs: usize) -> ServerResult<Da
     let dtype = DataType::from_config_enum(config.input[0].data_type).expect("config validated at load");
     let all = config.input.iter().map(|i| i.data_type).chain(config.output.iter().map(|o| o.data_type));
     if !matches!(dtype, DataType::Int32 | DataType::Fp32) || all.into_iter().any(|d| d != config.input[0].data_type) {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "model '{name}': backend '{}' needs every tensor INT32 or every tensor FP32",
             config.backend
         )));
@@ -68,7 +68,7 @@ impl AddOptionalModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
         check(config, 2, 1)?;
         if config.input[0].optional || !config.input[1].optional {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}': backend 'add_optional' needs a required first input and an optional second",
                 config.name
             )));

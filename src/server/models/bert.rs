@@ -55,10 +55,10 @@ impl BertDims {
         };
         let name = &config.name;
         if [dims.layers, dims.hidden, dims.heads, dims.ffn, dims.vocab, dims.seq].contains(&0) {
-            return Err(ServerError::invalid(format!("model '{name}': bert sizes must be positive, got {dims:?}")));
+            return Err(ServerError::invalid_arg(format!("model '{name}': bert sizes must be positive, got {dims:?}")));
         }
         if !dims.hidden.is_multiple_of(dims.heads) {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{name}': hidden ({}) must be a multiple of heads ({})",
                 dims.hidden, dims.heads
             )));
@@ -153,7 +153,7 @@ impl BertModel {
         )?;
         for slot in signature.inputs.iter().chain(&signature.outputs) {
             if slot.dims != [dims.seq as i64] {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "model '{}': '{}' has dims {:?}; the bert parameter seq = {} needs [ {} ]",
                     config.name, slot.name, slot.dims, dims.seq, dims.seq
                 )));

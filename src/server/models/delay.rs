@@ -47,7 +47,7 @@ const MAX_DELAY: Duration = Duration::from_secs(60);
 fn micros(config: &ModelConfig, key: &str, default: f64) -> ServerResult<Duration> {
     let us: f64 = param(config, key, default)?;
     Duration::try_from_secs_f64(us / 1e6).ok().filter(|d| *d <= MAX_DELAY).ok_or_else(|| {
-        crate::server::ServerError::invalid(format!(
+        crate::server::ServerError::invalid_arg(format!(
             "model '{}': parameter '{key}' must be a number of µs from 0 to {}",
             config.name,
             MAX_DELAY.as_micros()

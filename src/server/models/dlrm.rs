@@ -162,7 +162,7 @@ impl DlrmDenseModel {
             &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
         )?;
         let &[categorical, dim] = signature.inputs[1].dims.as_slice() else {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}': 'embeddings' must have dims [ features, embedding_dim ]",
                 config.name
             )));
@@ -170,7 +170,7 @@ impl DlrmDenseModel {
         let (categorical, dim) = (categorical as usize, dim as usize);
         let numerical = signature.inputs[0].item_len;
         if signature.outputs[0].item_len != 1 {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}': 'click_probability' must have dims [ 1 ]",
                 config.name
             )));

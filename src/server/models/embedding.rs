@@ -30,7 +30,7 @@ impl EmbeddingLookupModel {
         let slots = signature.inputs[0].item_len;
         let dim: usize = param(config, "embedding_dim", 128)?;
         if signature.outputs[0].dims != [slots as i64, dim as i64] {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}': 'embeddings' must have dims [ {slots}, {dim} ] (key slots, embedding_dim)",
                 config.name
             )));
@@ -40,7 +40,7 @@ impl EmbeddingLookupModel {
             1 => vec![rows[0]; slots],
             n if n == slots => rows,
             n => {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "model '{}': parameter 'table_rows' lists {n} tables for {slots} key slots",
                     config.name
                 )))

@@ -12,14 +12,14 @@ pub struct IdentityModel(usize);
 impl IdentityModel {
     pub fn new(config: &ModelConfig) -> ServerResult<Self> {
         if config.input.len() != config.output.len() {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}': identity needs as many outputs as inputs",
                 config.name
             )));
         }
         for (i, o) in config.input.iter().zip(&config.output) {
             if i.data_type != o.data_type {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "model '{}': identity output '{}' must have the dtype of input '{}'",
                     config.name, o.name, i.name
                 )));

@@ -144,7 +144,7 @@ impl ModelKind {
     pub fn of(config: &ModelConfig) -> ServerResult<ModelKind> {
         ModelKind::ALL.into_iter().find(|k| k.backend() == config.backend).ok_or_else(|| {
             let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.backend()).collect();
-            ServerError::invalid(format!(
+            ServerError::invalid_arg(format!(
                 "model '{}': unknown backend '{}' (bundled kinds: {})",
                 config.name,
                 config.backend,
@@ -180,7 +180,7 @@ pub const MAX_MODEL_FLOATS: usize = 1 << 28;
 pub(crate) fn check_floats(config: &ModelConfig, what: &str, floats: Option<usize>) -> ServerResult<()> {
     match floats {
         Some(n) if n <= MAX_MODEL_FLOATS => Ok(()),
-        _ => Err(ServerError::invalid(format!(
+        _ => Err(ServerError::invalid_arg(format!(
             "model '{}': {what} would take more than {MAX_MODEL_FLOATS} floats; use smaller sizes",
             config.name
         ))),

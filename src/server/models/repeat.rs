@@ -21,12 +21,12 @@ impl RepeatModel {
         let name = &config.name;
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         if !decoupled {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{name}': backend 'repeat' needs model_transaction_policy {{ decoupled: true }}"
             )));
         }
         if config.max_batch_size != 0 {
-            return Err(ServerError::invalid(format!("model '{name}': backend 'repeat' needs max_batch_size 0")));
+            return Err(ServerError::invalid_arg(format!("model '{name}': backend 'repeat' needs max_batch_size 0")));
         }
         let want_in = [("IN", DataType::Int32), ("DELAY", DataType::Uint32), ("WAIT", DataType::Uint32)];
         let want_out = [("OUT", DataType::Int32), ("IDX", DataType::Uint32)];
@@ -38,7 +38,7 @@ impl RepeatModel {
             got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g.0 == w.0 && g.1 == Some(w.1))
         };
         if !same(&got_in, &want_in) || !same(&got_out, &want_out) {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{name}': backend 'repeat' needs inputs IN (INT32), DELAY (UINT32), WAIT (UINT32) and outputs OUT (INT32), IDX (UINT32), in that order"
             )));
         }

@@ -142,7 +142,7 @@ fn bind_list(
     let model = &config.name;
     let names = || wanted.iter().map(|w| w.name).collect::<Vec<_>>().join(", ");
     if let Some((extra, _, _)) = config_tensors.iter().find(|(n, _, _)| !wanted.iter().any(|w| w.name == n.as_str())) {
-        return Err(ServerError::invalid(format!(
+        return Err(ServerError::invalid_arg(format!(
             "model '{model}': unexpected {what} '{extra}' (the {} backend has {what}s: {})",
             config.backend,
             names()
@@ -153,21 +153,24 @@ fn bind_list(
         .map(|spec| {
             let (index, (_, dtype, dims)) =
                 config_tensors.iter().enumerate().find(|(_, (n, _, _))| n.as_str() == spec.name).ok_or_else(|| {
-                    ServerError::invalid(format!(
+                    ServerError::invalid_arg(format!(
                         "model '{model}': config lacks {what} '{}' (needs: {})",
                         spec.name,
                         names()
                     ))
                 })?;
             if DataType::from_config_enum(*dtype) != Some(spec.dtype) {
-                return Err(ServerError::invalid(format!(
+                return Err(ServerError::invalid_arg(format!(
                     "model '{model}': {what} '{}' must be TYPE_{}",
                     spec.name,
                     config_dtype_name(spec.dtype)
                 )));
             }
             let item_len = element_count(dims).filter(|&n| n > 0).ok_or_else(|| {
-                ServerError::invalid(format!("model '{model}': {what} '{}' needs fixed dims, got {dims:?}", spec.name))
+                ServerError::invalid_arg(format!(
+                    "model '{model}': {what} '{}' needs fixed dims, got {dims:?}",
+                    spec.name
+                ))
             })?;
             Ok(Slot { name: spec.name, index, dims: dims.to_vec(), item_len })
         })
@@ -192,7 +195,7 @@ pub fn sizes_param(config: &ModelConfig, key: &str, default: &[usize]) -> Server
     };
     let sizes: Option<Vec<usize>> = text.split(',').map(|s| s.trim().parse().ok().filter(|&n| n > 0)).collect();
     sizes.filter(|s| !s.is_empty()).ok_or_else(|| {
-        ServerError::invalid(format!(
+        ServerError::invalid_arg(format!(
             "model '{}': parameter '{key}' = '{text}' is not a list of positive sizes like \"512,256\"",
             config.name
         ))
@@ -223,7 +226,7 @@ impl CtrBinding {
             &[TensorSpec { name: "click_probability", dtype: DataType::Fp32 }],
         )?;
         if signature.outputs[0].item_len != 1 {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}': 'click_probability' must have dims [ 1 ]",
                 config.name
             )));
@@ -233,7 +236,7 @@ impl CtrBinding {
         let table_rows: usize = param(config, "table_rows", 1000)?;
         let embedding_dim: usize = param(config, "embedding_dim", default_embedding_dim)?;
         if table_rows == 0 || embedding_dim == 0 {
-            return Err(ServerError::invalid(format!(
+            return Err(ServerError::invalid_arg(format!(
                 "model '{}': table_rows and embedding_dim must be positive",
                 config.name
             )));
