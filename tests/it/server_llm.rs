@@ -230,6 +230,12 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
     }
     let malformed = llm.http.post(llm.url("/v1/chat/completions")).body("{not json").send().await.unwrap();
     assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    for path in ["/v2/models/llm/generate", "/v2/models/llm/generate_stream"] {
+        let malformed = llm.http.post(llm.url(path)).body("{not json").send().await.unwrap();
+        assert_eq!(malformed.status(), StatusCode::BAD_REQUEST, "{path}");
+        let reply: Value = malformed.json().await.unwrap();
+        assert!(reply["error"].is_string(), "{path}: {reply}");
+    }
     for (path, body) in [
         ("/v2/models/llm/generate", json!({"parameters": {}})),
         ("/v2/models/llm/generate_stream", json!({"text_input": "a", "max_tokens": -1})),
@@ -335,7 +341,8 @@ async fn a_full_kv_cache_queues_requests_and_loses_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_frees_its_blocks() {
     let llm = Llm::start(&[("step_us", "3000")]).await;
-    let body = json!({"model": "llm", "prompt": "a long story please", "max_tokens": 2000, "ignore_eos": true, "stream": true});
+    let body = json!({"model": "llm", "prompt": "a long story please", "max_tokens": 6000, "ignore_eos": true, "stream": true});
+    // 6,000 steps of 3 ms outlast the 10 s wait below: only a freed sequence passes it.
     let mut response = send_json(&llm.http, llm.url("/v1/completions"), &body).await;
     for _ in 0..3 {
         response.chunk().await.unwrap().expect("a chunk");
@@ -355,7 +362,7 @@ async fn a_client_that_goes_away_frees_its_blocks() {
     }
     let records = llm.records();
     assert_eq!(records[0]["finish_reason"], "abort");
-    assert!(records[0]["completion_tokens"].as_u64().unwrap() < 2000);
+    assert!(records[0]["completion_tokens"].as_u64().unwrap() < 6000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
