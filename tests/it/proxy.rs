@@ -299,7 +299,7 @@ impl Pump<'_> {
         let writing = async {
             let mut next_free = Instant::now();
             while let Some(chunk) = rx.recv().await {
-                tokio::time::sleep_until(chunk.due).await;
+                sleep_precisely_until(chunk.due).await;
                 if !self.shared.black_hole_all.load(Ordering::Acquire) {
                     match self.fault.bandwidth {
                         None => write.write_all(&chunk.bytes).await.map_err(|_| Stop::Broken)?,
@@ -335,6 +335,18 @@ impl Pump<'_> {
         };
         let ((), written) = tokio::join!(reading, writing);
         written
+    }
+}
+
+/// Waits until `due` to within tens of microseconds. tokio's timer rounds a deadline up to its next
+/// 1 ms tick, which made a 10 ms delay fault add 11 ms or so each way; the OS sleep does not.
+async fn sleep_precisely_until(due: Instant) {
+    if due > Instant::now() {
+        let due = due.into_std();
+        let _ = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()))
+        })
+        .await;
     }
 }
 
