@@ -18,3 +18,4 @@ pub mod search;
 pub mod server;
 pub mod tensor;
 pub mod tokenize;
+pub mod x509_v1;

@@ -7,7 +7,6 @@ pub mod http;
 pub mod inprocess;
 pub mod shm;
 pub mod tls;
-pub mod x509_v1;
 
 use std::future::Future;
 use std::time::Duration;

@@ -15,7 +15,8 @@ use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureSc
 use serde::{Deserialize, Serialize};
 use tonic::codec::CompressionEncoding;
 
-use super::{x509_v1, ClientError, ClientResult};
+use super::{ClientError, ClientResult};
+use crate::x509_v1;
 
 /// How a certificate or key file is encoded (`--ssl-https-client-certificate-type`,
 /// `--ssl-https-private-key-type`).

@@ -36,7 +36,7 @@ use tower::{Service, ServiceExt};
 use super::access::{ApiGroup, RestrictedApi};
 use super::authority::AuthorityRepair;
 use super::error::ServerError;
-use crate::client::x509_v1;
+use crate::x509_v1;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
