@@ -81,7 +81,7 @@ fn parse_v1(der: &[u8]) -> Option<V1Cert> {
 fn read_time(r: BERReader<'_, '_>) -> ASN1Result<i64> {
     let value = r.read_tagged_der()?;
     let text = std::str::from_utf8(value.value()).map_err(|_| malformed_der())?;
-    let digits = text.strip_suffix('Z').filter(|d| d.bytes().all(|b| b.is_ascii_digit())).ok_or_else(invalid)?;
+    let digits = text.strip_suffix('Z').filter(|d| d.bytes().all(|b| b.is_ascii_digit())).ok_or_else(malformed_der)?;
     let (year, rest) = match (value.tag(), digits.len()) {
         (tag, 12) if tag == TAG_UTCTIME => {
             let yy: i64 = digits[..2].parse().map_err(|_| malformed_der())?;
