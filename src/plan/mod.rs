@@ -11,7 +11,7 @@ pub mod scenario;
 pub mod search;
 pub mod settings;
 pub mod shard;
-mod validate;
+pub(crate) mod validate;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

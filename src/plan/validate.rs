@@ -21,6 +21,18 @@ pub(super) fn check_config_served(model: &Model, target: &Target) -> Result<(), 
     Ok(())
 }
 
+/// `-u` and `--model-repository` agree with `--service-kind` (the kind itself is checked as the
+/// target is built).
+pub(crate) fn check_target_flags(service_kind: &str, url: bool, repository: bool) -> Result<(), PlanError> {
+    match (service_kind, url) {
+        ("triton", true) if repository => {
+            Err(invalid("--model-repository is for the bundled server: drop -u to use it"))
+        }
+        ("inprocess", true) => Err(invalid("-u has no meaning with --service-kind inprocess")),
+        _ => Ok(()),
+    }
+}
+
 impl Plan {
     /// Every check that does not need the server. A plan that passes runs or fails only on the
     /// target's account (exit 3) or on data the server judges (exit 2).
