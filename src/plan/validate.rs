@@ -33,6 +33,45 @@ pub(crate) fn check_target_flags(service_kind: &str, url: bool, repository: bool
     }
 }
 
+/// A number an engine's environment variable gives for sharding (`name` is the variable).
+pub(crate) fn env_whole_number(name: &str, value: &str) -> Result<u64, PlanError> {
+    value.trim().parse::<u64>().map_err(|_| invalid(format!("bad {name} '{value}': not a whole number")))
+}
+
+/// A shard read from the environment (`source` names the variables and values) is in range.
+pub(crate) fn check_env_shard(shard: &Shard, source: &str) -> Result<(), PlanError> {
+    shard.check().map_err(|why| invalid(format!("bad {source}: {why}")))
+}
+
+/// `JOB_COMPLETION_INDEX` needs the shard count from [`shard::SHARDS_ENV`] when `--shards` is not given.
+pub(crate) fn job_shard_count(count: Option<u64>) -> Result<u64, PlanError> {
+    count.ok_or_else(|| {
+        invalid(format!("JOB_COMPLETION_INDEX is set: give the shard count with --shards N or {}", shard::SHARDS_ENV))
+    })
+}
+
+/// The load a shard checks before anything starts: every shard must get at least one request
+/// in flight at every concurrency level, and writes its own results folder.
+pub(crate) fn check_shard_sweep(shard: &Shard, sweep: &Sweep) -> Result<(), PlanError> {
+    if let Load::Concurrency { levels } = &sweep.load {
+        let lowest = levels.first();
+        if lowest < shard.count {
+            return Err(invalid(format!(
+                "--shard {shard}: concurrency {lowest} leaves a shard with no request in flight (give at least \
+                 {} per level)",
+                shard.count
+            )));
+        }
+    }
+    if let Load::Periodic(_) = &sweep.load {
+        return Err(invalid("--shard does not split --periodic-concurrency-range"));
+    }
+    if sweep.output.dir.is_none() {
+        return Err(invalid(format!("--shard {shard} needs a results folder (--out DIR) for its shard files")));
+    }
+    Ok(())
+}
+
 impl Plan {
     /// Every check that does not need the server. A plan that passes runs or fails only on the
     /// target's account (exit 3) or on data the server judges (exit 2).
