@@ -72,6 +72,46 @@ pub(crate) fn check_shard_sweep(shard: &Shard, sweep: &Sweep) -> Result<(), Plan
     Ok(())
 }
 
+/// `-m` was given: perf_analyzer's words when it was not.
+pub(crate) fn check_model_given(model: Option<&str>) -> Result<&str, PlanError> {
+    model.ok_or_else(|| invalid("Failed to parse -m (model name). The value must be specified."))
+}
+
+/// `--service-kind openai` on flags that resolve to a plan of their own.
+pub(crate) fn not_openai() -> PlanError {
+    invalid("--service-kind openai: not an OpenAI run")
+}
+
+/// What perf_analyzer 2.50 refuses with `--service-kind openai`, in its words: gRPC, and
+/// shared memory.
+pub(crate) fn check_openai_call(grpc: bool, shared_memory: bool) -> Result<(), PlanError> {
+    if grpc {
+        return Err(invalid(
+            "failed to create triton client backend: perf_analyzer does not support gRPC protocol with OpenAI \
+             endpoints",
+        ));
+    }
+    if shared_memory {
+        return Err(invalid(
+            "Unable to init infer data manager: client backend of kind OPENAI does not support \
+             CreateSharedMemoryRegion()",
+        ));
+    }
+    Ok(())
+}
+
+/// `--input-data` of an OpenAI run names a file that exists (perf_analyzer's words otherwise).
+pub(crate) fn check_openai_input_data(path: &Path) -> Result<(), PlanError> {
+    if !path.exists() {
+        return Err(invalid(format!(
+            "Failed to parse --input-data. Unsupported type provided: '{}'. The available options are 'zero', \
+             'random', path to a directory, or a json file.",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 impl Plan {
     /// Every check that does not need the server. A plan that passes runs or fails only on the
     /// target's account (exit 3) or on data the server judges (exit 2).
