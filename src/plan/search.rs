@@ -519,7 +519,7 @@ impl SearchPlan {
 
     /// Reads a search plan (as `--print-plan` writes it) and checks it.
     pub fn from_toml(text: &str) -> Result<SearchPlan, PlanError> {
-        let plan: SearchPlan = toml::from_str(text).map_err(|e| invalid(e.message().replace('\n', " ")))?;
+        let plan: SearchPlan = toml::from_str(text).map_err(|e| super::validate::bad_toml(&e))?;
         plan.validate()?;
         Ok(plan)
     }

@@ -112,7 +112,55 @@ pub(crate) fn check_openai_input_data(path: &Path) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// A file named on the command line, read once, here; a file that cannot be read is bad input.
+pub(crate) fn read_named_file(path: &Path) -> Result<String, PlanError> {
+    std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))
+}
+
+/// A TOML file that does not parse, in one line.
+pub(crate) fn bad_toml(e: &toml::de::Error) -> PlanError {
+    invalid(e.message().replace('\n', " "))
+}
+
+/// An error found in the file `path` (`kind` says what the file is: plan, search plan).
+pub(crate) fn in_file(kind: &str, path: &Path, e: impl fmt::Display) -> PlanError {
+    invalid(format!("{kind} {}: {e}", path.display()))
+}
+
+/// A scenario that does not parse or has no search table, in its own words.
+pub(crate) fn bad_scenario(e: impl fmt::Display) -> PlanError {
+    invalid(e.to_string())
+}
+
+/// `search` was given a plan of sweeps.
+pub(crate) fn sweeps_given_to_search(path: &Path) -> PlanError {
+    invalid(format!("{} is a plan of sweeps: run it with `perfbench run {0}`", path.display()))
+}
+
+/// A search plan runs as written: `changed` says whether a flag would change it.
+pub(crate) fn check_search_plan_unchanged(path: &Path, changed: bool) -> Result<(), PlanError> {
+    if changed {
+        return Err(invalid(format!(
+            "{} is a search plan: it runs as written (flags other than --print-plan are for scenarios)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 impl Plan {
+    /// Reads a plan file (as `--print-plan` writes it) and checks it.
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let text = read_named_file(path)?;
+        Plan::from_toml(&text).map_err(|e| in_file("plan", path, e))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Plan, PlanError> {
+        let plan: Plan = toml::from_str(text).map_err(|e| bad_toml(&e))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
     /// Every check that does not need the server. A plan that passes runs or fails only on the
     /// target's account (exit 3) or on data the server judges (exit 2).
     pub fn validate(&self) -> Result<(), PlanError> {
