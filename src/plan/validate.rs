@@ -148,6 +148,111 @@ pub(crate) fn check_search_plan_unchanged(path: &Path, changed: bool) -> Result<
     Ok(())
 }
 
+/// A value whose parser gives the reason it is refused, in the parser's words.
+pub(crate) fn unparsed(e: impl fmt::Display) -> PlanError {
+    invalid(e.to_string())
+}
+
+/// `--sequence-id-range start[:end]` (end excluded), as perf_analyzer reads it.
+pub(crate) fn parse_id_range(text: &str) -> Result<(u64, Option<u64>), PlanError> {
+    let bad = |why: &str| invalid(format!("Failed to parse --sequence-id-range. {why} (got '{text}')"));
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() > 2 {
+        return Err(bad("The value does not match <start:end>."));
+    }
+    let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad("The range values must be >= 0."));
+    let start = num(parts[0])?;
+    let end = parts.get(1).map(|s| num(s)).transpose()?;
+    if end.is_some_and(|end| start > end) {
+        return Err(bad("The 'end' value must be greater than 'start' value."));
+    }
+    Ok((start, end))
+}
+
+/// `--sequence-length`, when given, is above 0.
+pub(crate) fn check_sequence_length(length: Option<u64>) -> Result<(), PlanError> {
+    if length == Some(0) {
+        return Err(invalid("Failed to parse --sequence-length. The value must be > 0."));
+    }
+    Ok(())
+}
+
+/// `--sequence-length-variation` is a percentage >= 0.
+pub(crate) fn check_sequence_length_variation(variation: f64) -> Result<(), PlanError> {
+    if !(variation.is_finite() && variation >= 0.0) {
+        return Err(invalid("Failed to parse --sequence-length-variation. The value must be >= 0.0."));
+    }
+    Ok(())
+}
+
+/// The sequence-id range holds at least one id (its end is excluded).
+pub(crate) fn check_id_range_holds(start: u64, end: Option<u64>) -> Result<(), PlanError> {
+    if end == Some(start) {
+        return Err(invalid("Failed to parse --sequence-id-range. The range holds no sequence id."));
+    }
+    Ok(())
+}
+
+/// `--num-of-sequences`, when given, is above 0.
+pub(crate) fn check_num_of_sequences(count: Option<u64>) -> Result<(), PlanError> {
+    if count == Some(0) {
+        return Err(invalid("Failed to parse --num-of-sequences. The value must be > 0."));
+    }
+    Ok(())
+}
+
+/// Batch sizes or one batch (`-b`, above 0), not both.
+pub(crate) fn check_batch(sizes_given: bool, batch: Option<u64>) -> Result<(), PlanError> {
+    match (sizes_given, batch) {
+        (true, Some(_)) => Err(invalid("give batch sizes or one batch, not both")),
+        (false, Some(0)) => Err(invalid("Failed to parse -b (batch size). The value must be > 0.")),
+        _ => Ok(()),
+    }
+}
+
+/// At most one load mode is given (`given`: one flag per mode).
+pub(crate) fn check_one_load_mode(given: &[bool]) -> Result<(), PlanError> {
+    if given.iter().filter(|&&g| g).count() > 1 {
+        return Err(invalid(settings::TWO_LOAD_MODES));
+    }
+    Ok(())
+}
+
+/// An offline sweep runs at concurrency 1 only.
+pub(crate) fn check_offline_load(kind: SweepKind, load: &Load) -> Result<(), PlanError> {
+    if kind == SweepKind::Offline && !matches!(load, Load::Concurrency { levels } if *levels == Levels::one(1)) {
+        return Err(invalid("an offline sweep runs at concurrency 1: use an online sweep for other loads"));
+    }
+    Ok(())
+}
+
+/// `-l`, when given, is a number of milliseconds >= 0 (0: no limit).
+pub(crate) fn check_latency_threshold(ms: Option<f64>) -> Result<(), PlanError> {
+    match ms {
+        Some(l) if l.is_nan() || l < 0.0 => Err(invalid("-l must be a number of milliseconds >= 0")),
+        _ => Ok(()),
+    }
+}
+
+/// `--request-timeout`, when given, is a number of seconds > 0.
+pub(crate) fn check_request_timeout(seconds: Option<f64>) -> Result<(), PlanError> {
+    if let Some(t) = seconds.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(invalid(format!("--request-timeout must be a number of seconds > 0, got {t}")));
+    }
+    Ok(())
+}
+
+/// `--metrics-url` comes with `--collect-metrics`; in-process, metrics need their URL.
+pub(crate) fn check_metrics(url_given: bool, collect: bool, target: &Target) -> Result<(), PlanError> {
+    if url_given && !collect {
+        return Err(invalid("Must specify --collect-metrics when using the --metrics-url option."));
+    }
+    if collect && !url_given && matches!(target, Target::InProcess { .. }) {
+        return Err(invalid("--collect-metrics needs --metrics-url with --service-kind inprocess"));
+    }
+    Ok(())
+}
+
 impl Plan {
     /// Reads a plan file (as `--print-plan` writes it) and checks it.
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
