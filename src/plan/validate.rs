@@ -431,3 +431,58 @@ impl Sweep {
         Ok(())
     }
 }
+
+impl search::Search {
+    pub(super) fn validate(&self) -> Result<(), PlanError> {
+        if self.max_configs == Some(0) {
+            return Err(invalid("--max-configs must be at least 1"));
+        }
+        if self.max_minutes.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
+            return Err(invalid("--max-minutes must be > 0"));
+        }
+        if !(self.improvement_pct.is_finite() && self.improvement_pct >= 0.0) {
+            return Err(invalid("improvement_pct must be a percentage >= 0"));
+        }
+        if !(self.budget.limit_us.is_finite() && self.budget.limit_us > 0.0) {
+            return Err(invalid("the latency budget must be a time > 0"));
+        }
+        let space = &self.space;
+        let climbing = |flag: &str, v: &[u64], min: u64| {
+            if v.is_empty() || v[0] < min || v.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(invalid(format!("{flag}: needs values >= {min}, smallest first, each once")));
+            }
+            Ok(())
+        };
+        let wide = |v: &[u32]| v.iter().map(|&x| u64::from(x)).collect::<Vec<_>>();
+        climbing("--instances", &wide(&space.instances), 1)?;
+        climbing("--max-batch-size", &wide(&space.max_batch_sizes), 0)?;
+        climbing("--concurrency", &space.concurrency, 1)?;
+        if space.instances.iter().any(|&n| n > 64) {
+            return Err(invalid("--instances: at most 64"));
+        }
+        if space.batching.is_empty() {
+            return Err(invalid("--dynamic-batching: the space has no scheduling"));
+        }
+        Ok(())
+    }
+}
+
+impl search::SearchPlan {
+    /// Every check that does not need the server.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        check_model_named(&self.model)?;
+        if let Target::InProcess { .. } = &self.target {
+            return Err(invalid("search needs a server: drop --service-kind inprocess"));
+        }
+        check_config_served(&self.model, &self.target)?;
+        self.search.validate()?;
+        self.sweep.validate(&self.target)?;
+        if self.sweep.kind != SweepKind::Online || !matches!(self.sweep.load, Load::Concurrency { .. }) {
+            return Err(invalid("a search measures with an online sweep over concurrency"));
+        }
+        if self.sweep.batch_sizes.max() != Some(self.sweep.batch_sizes.first()) {
+            return Err(invalid("a search sends one client batch size"));
+        }
+        Ok(())
+    }
+}
