@@ -7,7 +7,8 @@ use clap::Args;
 
 use super::tls::TlsArgs;
 use crate::plan::settings::{CallSettings, InputSettings, LoadSettings, MeasurementSettings, OutputSettings, Settings};
-use crate::plan::{invalid, PlanError, Target};
+use crate::plan::validate::check_target_flags;
+use crate::plan::{PlanError, Target};
 
 /// The flags `profile`, `offline`, `online` and `search` share: where to connect, the call,
 /// input and measurement sections of the settings, and `--print-plan`. The sweeps add the load
@@ -58,14 +59,11 @@ impl CommonArgs {
 
 /// `-u`, `--service-kind` and `--model-repository` as a target.
 pub fn target(url: &Option<String>, service_kind: &str, repository: &Option<PathBuf>) -> Result<Target, PlanError> {
+    check_target_flags(service_kind, url.is_some(), repository.is_some())?;
     match (service_kind, url) {
-        ("triton", Some(_)) if repository.is_some() => {
-            Err(invalid("--model-repository is for the bundled server: drop -u to use it"))
-        }
         ("triton", Some(url)) => Ok(Target::Remote { url: url.clone() }),
         ("triton", None) => Ok(Target::Embedded { model_repository: repository.clone() }),
         ("inprocess", None) => Ok(Target::InProcess { model_repository: repository.clone() }),
-        ("inprocess", Some(_)) => Err(invalid("-u has no meaning with --service-kind inprocess")),
         (other, _) => Err(PlanError::NotSupported(format!("--service-kind {other}"))),
     }
 }

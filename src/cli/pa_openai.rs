@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::pa_compat::concurrency_range;
 use super::profile::ProfileArgs;
 use crate::client::shm::SharedMemoryKind;
-use crate::plan::{invalid, PlanError, Protocol};
+use crate::plan::{validate, PlanError, Protocol};
 use crate::run::{EXIT_BAD_INPUT, EXIT_TARGET};
 
 /// Runs the resolved line (or prints why it cannot run).
@@ -56,20 +56,12 @@ impl ProfileArgs {
         match self.plan() {
             Err(PlanError::NotSupported(what)) if what == "--service-kind openai" => {}
             Err(e) => return Err(e),
-            Ok(_) => return Err(invalid("--service-kind openai: not an OpenAI run")),
+            Ok(_) => return Err(validate::not_openai()),
         }
-        if self.common.call.protocol == Some(Protocol::Grpc) {
-            return Err(invalid(
-                "failed to create triton client backend: perf_analyzer does not support gRPC protocol with OpenAI \
-                 endpoints",
-            ));
-        }
-        if self.common.input.shared_memory.is_some_and(|m| m != SharedMemoryKind::None) {
-            return Err(invalid(
-                "Unable to init infer data manager: client backend of kind OPENAI does not support \
-                 CreateSharedMemoryRegion()",
-            ));
-        }
+        validate::check_openai_call(
+            self.common.call.protocol == Some(Protocol::Grpc),
+            self.common.input.shared_memory.is_some_and(|m| m != SharedMemoryKind::None),
+        )?;
         if self.sections.load.request_rate.is_some()
             || self.sections.load.request_intervals.is_some()
             || self.pa.periodic_concurrency_range.is_some()
@@ -88,12 +80,8 @@ impl ProfileArgs {
             .into_iter()
             .find(|d| d != "zero" && d != "random")
             .map(PathBuf::from);
-        if let Some(path) = input_data.as_ref().filter(|p| !p.exists()) {
-            return Err(invalid(format!(
-                "Failed to parse --input-data. Unsupported type provided: '{}'. The available options are 'zero', \
-                 'random', path to a directory, or a json file.",
-                path.display()
-            )));
+        if let Some(path) = input_data.as_ref() {
+            validate::check_openai_input_data(path)?;
         }
         let headers = self
             .common

@@ -9,7 +9,8 @@ use clap::Args;
 use super::common::{target, CommonArgs, SweepSections};
 use super::pa_compat::PaCompat;
 use crate::plan::settings::resolve;
-use crate::plan::{invalid, Model, Plan, PlanError, SweepKind};
+use crate::plan::validate::check_model_given;
+use crate::plan::{Model, Plan, PlanError, SweepKind};
 
 /// `perfbench profile`: a drop-in for `perf_analyzer` (same flag names). With no `-u`, the
 /// bundled server is started in this process on ephemeral loopback ports and profiled over the
@@ -34,9 +35,7 @@ impl ProfileArgs {
     /// Resolves the flags into a one-sweep plan. No file is created and no socket opened,
     /// except reading the `--request-intervals` trace.
     pub fn plan(&self) -> Result<Plan, PlanError> {
-        let Some(model) = self.model.clone() else {
-            return Err(invalid("Failed to parse -m (model name). The value must be specified."));
-        };
+        let model = check_model_given(self.model.as_deref())?.to_string();
         let mut settings = self.common.settings(&self.sections.load, &self.sections.output);
         self.pa.apply(&mut settings, self.common.model_repository.is_some())?;
         let target = target(&self.common.url, &self.pa.service_kind, &self.common.model_repository)?;
@@ -75,7 +74,7 @@ mod tests {
         let argv = std::iter::once("profile").chain(line.split_whitespace());
         match Cli::try_parse_from(argv) {
             Ok(cli) => cli.args.plan(),
-            Err(e) => Err(invalid(crate::cli::usage_error(&e))),
+            Err(e) => Err(PlanError::Invalid(crate::cli::usage_error(&e))),
         }
     }
 
@@ -196,7 +195,7 @@ mod tests {
             ("-m m --request-rate-range 5 -d", "Cannot use concurrency options with --request-rate-range."),
             ("-m m -c 2 --request-intervals f", "Cannot use deprecated options with --request-intervals."),
         ] {
-            assert_eq!(levels(line).unwrap_err(), invalid(want).to_string(), "{line}");
+            assert_eq!(levels(line).unwrap_err(), want, "{line}");
         }
     }
 
@@ -217,7 +216,8 @@ mod tests {
 
     #[test]
     fn unsupported_flags_are_named() {
-        assert_eq!(resolve("-m m --max-threads 0").unwrap_err(), invalid("--max-threads must be at least 1"));
+        let e = resolve("-m m --max-threads 0").unwrap_err();
+        assert_eq!(e, PlanError::Invalid("--max-threads must be at least 1".into()));
         let e = resolve("-m m -i grpc --ssl-grpc-use-ssl").unwrap_err().to_string();
         assert!(e.contains("needs -u"), "{e}");
         let plan = resolve("-m m -u h:1 -i grpc --ssl-grpc-use-ssl --grpc-compression-algorithm gzip").unwrap();

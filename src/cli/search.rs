@@ -10,7 +10,7 @@ use super::common::{target, CommonArgs};
 use crate::plan::scenario::Scenario;
 use crate::plan::search::{SearchPlan, SearchSettings};
 use crate::plan::settings::{default_out, LoadSettings, OutputSettings, Settings};
-use crate::plan::{invalid, FileKind, Model, PlanError};
+use crate::plan::{validate, FileKind, Model, PlanError};
 
 #[derive(Args, Debug, Clone)]
 pub struct SearchArgs {
@@ -98,16 +98,13 @@ impl SearchArgs {
             let model = Model { name, version: String::new(), config: None };
             return self.resolve(model, &SearchSettings::default(), &Settings::default(), out);
         };
-        let text =
-            std::fs::read_to_string(file).map_err(|e| invalid(format!("cannot read {}: {e}", file.display())))?;
+        let text = validate::read_named_file(file)?;
         match FileKind::of(&text) {
-            FileKind::Plan => {
-                Err(invalid(format!("{} is a plan of sweeps: run it with `perfbench run {0}`", file.display())))
-            }
+            FileKind::Plan => Err(validate::sweeps_given_to_search(file)),
             FileKind::SearchPlan => self.search_plan(file, &text),
             FileKind::Scenario => {
-                let scenario = Scenario::parse(&text, file).map_err(|e| invalid(e.to_string()))?;
-                let (search, online) = scenario.search(self.profile.as_deref()).map_err(|e| invalid(e.to_string()))?;
+                let scenario = Scenario::parse(&text, file).map_err(validate::bad_scenario)?;
+                let (search, online) = scenario.search(self.profile.as_deref()).map_err(validate::bad_scenario)?;
                 let out = self.out.clone().unwrap_or_else(|| {
                     let profile = self.profile.as_deref().map(|p| format!("-{p}")).unwrap_or_default();
                     default_out(&format!("{}{profile}-search", scenario.name))
@@ -144,12 +141,7 @@ impl SearchArgs {
             || self.flags.model_repository.is_some()
             || self.profile.is_some()
             || self.out.is_some();
-        if changes {
-            return Err(invalid(format!(
-                "{} is a search plan: it runs as written (flags other than --print-plan are for scenarios)",
-                file.display()
-            )));
-        }
-        SearchPlan::from_toml(text).map_err(|e| invalid(format!("search plan {}: {e}", file.display())))
+        validate::check_search_plan_unchanged(file, changes)?;
+        SearchPlan::from_toml(text).map_err(|e| validate::in_file("search plan", file, e))
     }
 }

@@ -61,7 +61,7 @@ impl ShardArgs {
         }
         if let Some(shard) = plan.shard {
             for sweep in &plan.sweeps {
-                shard.check_sweep(sweep)?;
+                crate::plan::validate::check_shard_sweep(&shard, sweep)?;
             }
         }
         Ok(plan)

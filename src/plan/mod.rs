@@ -11,7 +11,7 @@ pub mod scenario;
 pub mod search;
 pub mod settings;
 pub mod shard;
-mod validate;
+pub(crate) mod validate;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -608,19 +608,6 @@ pub(crate) fn invalid(msg: impl Into<String>) -> PlanError {
 }
 
 impl Plan {
-    /// Reads a plan file (as `--print-plan` writes it) and checks it.
-    pub fn load(path: &Path) -> Result<Plan, PlanError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
-        Plan::from_toml(&text).map_err(|e| invalid(format!("plan {}: {e}", path.display())))
-    }
-
-    pub fn from_toml(text: &str) -> Result<Plan, PlanError> {
-        let plan: Plan = toml::from_str(text).map_err(|e| invalid(e.message().replace('\n', " ")))?;
-        plan.validate()?;
-        Ok(plan)
-    }
-
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a plan is always representable as TOML")
     }

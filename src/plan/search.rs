@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::layers::overlay;
 use super::settings::{resolve, LoadSettings, Settings};
-use super::validate::{check_config_served, check_model_named};
-use super::{invalid, Levels, Load, Model, PlanError, Sweep, SweepKind, Target};
+use super::{invalid, Levels, Model, PlanError, Sweep, SweepKind, Target};
 use crate::results::ReportRow;
 
 /// The latency statistic a budget limits.
@@ -432,41 +431,6 @@ pub struct Search {
     pub space: Space,
 }
 
-impl Search {
-    fn validate(&self) -> Result<(), PlanError> {
-        if self.max_configs == Some(0) {
-            return Err(invalid("--max-configs must be at least 1"));
-        }
-        if self.max_minutes.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
-            return Err(invalid("--max-minutes must be > 0"));
-        }
-        if !(self.improvement_pct.is_finite() && self.improvement_pct >= 0.0) {
-            return Err(invalid("improvement_pct must be a percentage >= 0"));
-        }
-        if !(self.budget.limit_us.is_finite() && self.budget.limit_us > 0.0) {
-            return Err(invalid("the latency budget must be a time > 0"));
-        }
-        let space = &self.space;
-        let climbing = |flag: &str, v: &[u64], min: u64| {
-            if v.is_empty() || v[0] < min || v.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(invalid(format!("{flag}: needs values >= {min}, smallest first, each once")));
-            }
-            Ok(())
-        };
-        let wide = |v: &[u32]| v.iter().map(|&x| u64::from(x)).collect::<Vec<_>>();
-        climbing("--instances", &wide(&space.instances), 1)?;
-        climbing("--max-batch-size", &wide(&space.max_batch_sizes), 0)?;
-        climbing("--concurrency", &space.concurrency, 1)?;
-        if space.instances.iter().any(|&n| n > 64) {
-            return Err(invalid("--instances: at most 64"));
-        }
-        if space.batching.is_empty() {
-            return Err(invalid("--dynamic-batching: the space has no scheduling"));
-        }
-        Ok(())
-    }
-}
-
 /// A whole search: where, what model, the search, and how each point is measured (`sweep`, an
 /// online sweep whose concurrency each configuration's ramp replaces). `perfbench search
 /// --print-plan` prints it as TOML and `perfbench search PLAN.toml` runs it back.
@@ -519,7 +483,7 @@ impl SearchPlan {
 
     /// Reads a search plan (as `--print-plan` writes it) and checks it.
     pub fn from_toml(text: &str) -> Result<SearchPlan, PlanError> {
-        let plan: SearchPlan = toml::from_str(text).map_err(|e| invalid(e.message().replace('\n', " ")))?;
+        let plan: SearchPlan = toml::from_str(text).map_err(|e| super::validate::bad_toml(&e))?;
         plan.validate()?;
         Ok(plan)
     }
@@ -527,29 +491,12 @@ impl SearchPlan {
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a search plan is always representable as TOML")
     }
-
-    /// Every check that does not need the server.
-    pub fn validate(&self) -> Result<(), PlanError> {
-        check_model_named(&self.model)?;
-        if let Target::InProcess { .. } = &self.target {
-            return Err(invalid("search needs a server: drop --service-kind inprocess"));
-        }
-        check_config_served(&self.model, &self.target)?;
-        self.search.validate()?;
-        self.sweep.validate(&self.target)?;
-        if self.sweep.kind != SweepKind::Online || !matches!(self.sweep.load, Load::Concurrency { .. }) {
-            return Err(invalid("a search measures with an online sweep over concurrency"));
-        }
-        if self.sweep.batch_sizes.max() != Some(self.sweep.batch_sizes.first()) {
-            return Err(invalid("a search sends one client batch size"));
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Load;
 
     #[test]
     fn budgets_parse_in_any_unit_and_bad_ones_say_why() {

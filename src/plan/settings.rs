@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::layers::overlay;
 use super::{
-    defaults, invalid, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, Periodic,
+    defaults, validate, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, Periodic,
     PlanError, Protocol, Sequences, StopWhen, Sweep, SweepKind, Target, TensorFormat, TraceSetting, WindowKind,
 };
 use crate::client::shm::SharedMemoryKind;
@@ -382,45 +382,19 @@ impl std::fmt::Display for Distribution {
 pub const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
     following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
 
-/// `--sequence-id-range start[:end]` (end excluded), as perf_analyzer reads it.
-fn parse_id_range(text: &str) -> Result<(u64, Option<u64>), PlanError> {
-    let bad = |why: &str| invalid(format!("Failed to parse --sequence-id-range. {why} (got '{text}')"));
-    let parts: Vec<&str> = text.split(':').collect();
-    if parts.len() > 2 {
-        return Err(bad("The value does not match <start:end>."));
-    }
-    let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad("The range values must be >= 0."));
-    let start = num(parts[0])?;
-    let end = parts.get(1).map(|s| num(s)).transpose()?;
-    if end.is_some_and(|end| start > end) {
-        return Err(bad("The 'end' value must be greater than 'start' value."));
-    }
-    Ok((start, end))
-}
-
 /// The sequence settings of a sweep, checked.
 fn sequences(s: &Settings, d: &defaults::Defaults) -> Result<Sequences, PlanError> {
-    let length = match s.input.sequence_length {
-        Some(0) => return Err(invalid("Failed to parse --sequence-length. The value must be > 0.")),
-        Some(n) => n,
-        None => d.sequence_length,
-    };
+    validate::check_sequence_length(s.input.sequence_length)?;
+    let length = s.input.sequence_length.unwrap_or(d.sequence_length);
     let variation = s.input.sequence_length_variation.unwrap_or(d.sequence_length_variation);
-    if !(variation.is_finite() && variation >= 0.0) {
-        return Err(invalid("Failed to parse --sequence-length-variation. The value must be >= 0.0."));
-    }
+    validate::check_sequence_length_variation(variation)?;
     let (id_start, id_end) = match &s.input.sequence_id_range {
-        Some(text) => parse_id_range(text)?,
+        Some(text) => validate::parse_id_range(text)?,
         None => (d.sequence_id_start, None),
     };
-    if id_end == Some(id_start) {
-        return Err(invalid("Failed to parse --sequence-id-range. The range holds no sequence id."));
-    }
-    let count = match s.input.num_of_sequences {
-        Some(0) => return Err(invalid("Failed to parse --num-of-sequences. The value must be > 0.")),
-        Some(n) => n,
-        None => d.num_of_sequences,
-    };
+    validate::check_id_range_holds(id_start, id_end)?;
+    validate::check_num_of_sequences(s.input.num_of_sequences)?;
+    let count = s.input.num_of_sequences.unwrap_or(d.num_of_sequences);
     Ok(Sequences {
         length,
         length_given: s.input.sequence_length.is_some(),
@@ -440,24 +414,23 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         Some(protocol) => protocol,
         None => d.protocol.parse().expect("the default protocol parses"),
     };
+    validate::check_batch(s.load.batch_sizes.is_some(), s.load.batch)?;
     let batch_sizes = match (&s.load.batch_sizes, s.load.batch) {
-        (Some(_), Some(_)) => return Err(invalid("give batch sizes or one batch, not both")),
-        (Some(levels), None) => levels.clone(),
-        (None, Some(0)) => return Err(invalid("Failed to parse -b (batch size). The value must be > 0.")),
+        (Some(levels), _) => levels.clone(),
         (None, Some(b)) => Levels::one(b),
         (None, None) => d.batch_sizes.parse().expect("default batch sizes parse"),
     };
-    let other_mode =
-        s.load.concurrency.is_some() || s.load.request_rate.is_some() || s.load.request_intervals.is_some();
+    validate::check_one_load_mode(&[
+        s.load.periodic_concurrency.is_some(),
+        s.load.concurrency.is_some(),
+        s.load.request_rate.is_some(),
+        s.load.request_intervals.is_some(),
+    ])?;
     let load = match (&s.load.concurrency, &s.load.request_rate, &s.load.request_intervals) {
-        _ if s.load.periodic_concurrency.is_some() && other_mode => return Err(invalid(TWO_LOAD_MODES)),
         _ if s.load.periodic_concurrency.is_some() => {
             Load::Periodic(s.load.periodic_concurrency.expect("checked above"))
         }
-        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
-            return Err(invalid(TWO_LOAD_MODES));
-        }
-        (_, Some(range), None) => {
+        (_, Some(range), _) => {
             let RateRange { start, end, step } = *range;
             let (end, step) = (end.unwrap_or(start), step.unwrap_or(1.0));
             let distribution = match s.load.request_distribution {
@@ -468,36 +441,31 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             // the start measures the start alone.
             Load::RequestRate { start, end: end.max(start), step, distribution, seed: s.load.seed.unwrap_or(d.seed) }
         }
-        (None, None, Some(path)) => Load::Trace { intervals: path.clone() },
-        (levels, None, None) => Load::Concurrency {
+        (_, _, Some(path)) => Load::Trace { intervals: path.clone() },
+        (levels, _, _) => Load::Concurrency {
             levels: levels.clone().unwrap_or_else(|| d.concurrency.parse().expect("default concurrency parses")),
         },
     };
-    if kind == SweepKind::Offline && !matches!(&load, Load::Concurrency { levels } if *levels == Levels::one(1)) {
-        return Err(invalid("an offline sweep runs at concurrency 1: use an online sweep for other loads"));
-    }
-    let latency_limit_ms = match s.load.latency_threshold_ms {
-        Some(l) if l.is_nan() || l < 0.0 => return Err(invalid("-l must be a number of milliseconds >= 0")),
-        Some(l) if l > 0.0 => Some(l),
-        _ => None,
-    };
+    validate::check_offline_load(kind, &load)?;
+    validate::check_latency_threshold(s.load.latency_threshold_ms)?;
+    let latency_limit_ms = s.load.latency_threshold_ms.filter(|l| *l > 0.0);
     let shared_memory: SharedMemoryKind = match s.input.shared_memory {
         Some(kind) => kind,
-        None => d.shared_memory.parse().map_err(|e| invalid(format!("{e}")))?,
+        None => d.shared_memory.parse().map_err(validate::unparsed)?,
     };
     let data = match s.input.input_data.as_deref() {
         Some(texts) if !texts.is_empty() => texts.iter().map(String::as_str).collect(),
         _ => vec![d.input_data],
     }
     .into_iter()
-    .map(|t| t.parse::<InputData>().map_err(|e| invalid(format!("{e}"))))
+    .map(|t| t.parse::<InputData>().map_err(validate::unparsed))
     .collect::<Result<Vec<_>, _>>()?;
     let shapes = s
         .input
         .shapes
         .iter()
         .flatten()
-        .map(|t| t.parse::<ShapeOverride>().map_err(|e| invalid(e.to_string())))
+        .map(|t| t.parse::<ShapeOverride>().map_err(validate::unparsed))
         .collect::<Result<Vec<_>, _>>()?;
     let headers = s
         .call
@@ -511,16 +479,9 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             .map_err(PlanError::Invalid)?;
     let tls = s.call.tls.clone().unwrap_or_default();
     tls.check().map_err(PlanError::Invalid)?;
-    if let Some(t) = s.call.request_timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        return Err(invalid(format!("--request-timeout must be a number of seconds > 0, got {t}")));
-    }
+    validate::check_request_timeout(s.call.request_timeout)?;
     let collect = s.call.collect_metrics.unwrap_or(false);
-    if s.call.metrics_url.is_some() && !collect {
-        return Err(invalid("Must specify --collect-metrics when using the --metrics-url option."));
-    }
-    if collect && s.call.metrics_url.is_none() && matches!(target, Target::InProcess { .. }) {
-        return Err(invalid("--collect-metrics needs --metrics-url with --service-kind inprocess"));
-    }
+    validate::check_metrics(s.call.metrics_url.is_some(), collect, target)?;
     let mode: WindowKind = s.measurement.measurement_mode.unwrap_or(d.window);
     let stop_when: StopWhen = match s.measurement.stop_when {
         Some(stop_when) => stop_when,

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{invalid, PlanError, Sweep};
+use super::{validate, PlanError, Sweep};
 
 /// `PERFBENCH_SHARDS`: the shard count beside Kubernetes' `JOB_COMPLETION_INDEX` when
 /// `--shards` is not given (an Indexed Job's `completions`).
@@ -53,7 +53,7 @@ impl Shard {
         Shard { index, count, start_at_ms: None, point_slot_ms: None }
     }
 
-    fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if self.count == 0 {
             return Err("N must be at least 1".into());
         }
@@ -75,29 +75,23 @@ impl Shard {
             return text.parse().map(Some).map_err(PlanError::Invalid);
         }
         let num = |name: &str| -> Result<Option<u64>, PlanError> {
-            env(name)
-                .map(|v| v.trim().parse::<u64>().map_err(|_| invalid(format!("bad {name} '{v}': not a whole number"))))
-                .transpose()
+            env(name).map(|v| validate::env_whole_number(name, &v)).transpose()
         };
         let pairs = [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")];
         for (rank, size) in pairs {
             if let (Some(index), Some(count)) = (num(rank)?, num(size)?) {
                 let shard = Shard::new(index, count);
-                shard.check().map_err(|why| invalid(format!("bad {rank}/{size}: {why}")))?;
+                validate::check_env_shard(&shard, &format!("{rank}/{size}"))?;
                 return Ok((count > 1).then_some(shard));
             }
         }
         if let Some(index) = num("JOB_COMPLETION_INDEX")? {
             let count = match shards {
                 Some(n) => n,
-                None => num(SHARDS_ENV)?.ok_or_else(|| {
-                    invalid(format!(
-                        "JOB_COMPLETION_INDEX is set: give the shard count with --shards N or {SHARDS_ENV}"
-                    ))
-                })?,
+                None => validate::job_shard_count(num(SHARDS_ENV)?)?,
             };
             let shard = Shard::new(index, count);
-            shard.check().map_err(|why| invalid(format!("bad JOB_COMPLETION_INDEX {index} of {count}: {why}")))?;
+            validate::check_env_shard(&shard, &format!("JOB_COMPLETION_INDEX {index} of {count}"))?;
             return Ok(Some(shard));
         }
         Ok(None)
@@ -135,28 +129,6 @@ impl Shard {
             part.call.metrics = None;
         }
         part
-    }
-
-    /// The load a shard checks before anything starts: every shard must get at least one
-    /// request in flight at every concurrency level.
-    pub fn check_sweep(&self, sweep: &Sweep) -> Result<(), PlanError> {
-        if let super::Load::Concurrency { levels } = &sweep.load {
-            let lowest = levels.first();
-            if lowest < self.count {
-                return Err(invalid(format!(
-                    "--shard {self}: concurrency {lowest} leaves a shard with no request in flight (give at least \
-                     {} per level)",
-                    self.count
-                )));
-            }
-        }
-        if let super::Load::Periodic(_) = &sweep.load {
-            return Err(invalid("--shard does not split --periodic-concurrency-range"));
-        }
-        if sweep.output.dir.is_none() {
-            return Err(invalid(format!("--shard {self} needs a results folder (--out DIR) for its shard files")));
-        }
-        Ok(())
     }
 }
 

@@ -21,7 +21,251 @@ pub(super) fn check_config_served(model: &Model, target: &Target) -> Result<(), 
     Ok(())
 }
 
+/// `-u` and `--model-repository` agree with `--service-kind` (the kind itself is checked as the
+/// target is built).
+pub(crate) fn check_target_flags(service_kind: &str, url: bool, repository: bool) -> Result<(), PlanError> {
+    match (service_kind, url) {
+        ("triton", true) if repository => {
+            Err(invalid("--model-repository is for the bundled server: drop -u to use it"))
+        }
+        ("inprocess", true) => Err(invalid("-u has no meaning with --service-kind inprocess")),
+        _ => Ok(()),
+    }
+}
+
+/// A number an engine's environment variable gives for sharding (`name` is the variable).
+pub(crate) fn env_whole_number(name: &str, value: &str) -> Result<u64, PlanError> {
+    value.trim().parse::<u64>().map_err(|_| invalid(format!("bad {name} '{value}': not a whole number")))
+}
+
+/// A shard read from the environment (`source` names the variables and values) is in range.
+pub(crate) fn check_env_shard(shard: &Shard, source: &str) -> Result<(), PlanError> {
+    shard.check().map_err(|why| invalid(format!("bad {source}: {why}")))
+}
+
+/// `JOB_COMPLETION_INDEX` needs the shard count from [`shard::SHARDS_ENV`] when `--shards` is not given.
+pub(crate) fn job_shard_count(count: Option<u64>) -> Result<u64, PlanError> {
+    count.ok_or_else(|| {
+        invalid(format!("JOB_COMPLETION_INDEX is set: give the shard count with --shards N or {}", shard::SHARDS_ENV))
+    })
+}
+
+/// The load a shard checks before anything starts: every shard must get at least one request
+/// in flight at every concurrency level, and writes its own results folder.
+pub(crate) fn check_shard_sweep(shard: &Shard, sweep: &Sweep) -> Result<(), PlanError> {
+    if let Load::Concurrency { levels } = &sweep.load {
+        let lowest = levels.first();
+        if lowest < shard.count {
+            return Err(invalid(format!(
+                "--shard {shard}: concurrency {lowest} leaves a shard with no request in flight (give at least \
+                 {} per level)",
+                shard.count
+            )));
+        }
+    }
+    if let Load::Periodic(_) = &sweep.load {
+        return Err(invalid("--shard does not split --periodic-concurrency-range"));
+    }
+    if sweep.output.dir.is_none() {
+        return Err(invalid(format!("--shard {shard} needs a results folder (--out DIR) for its shard files")));
+    }
+    Ok(())
+}
+
+/// `-m` was given: perf_analyzer's words when it was not.
+pub(crate) fn check_model_given(model: Option<&str>) -> Result<&str, PlanError> {
+    model.ok_or_else(|| invalid("Failed to parse -m (model name). The value must be specified."))
+}
+
+/// `--service-kind openai` on flags that resolve to a plan of their own.
+pub(crate) fn not_openai() -> PlanError {
+    invalid("--service-kind openai: not an OpenAI run")
+}
+
+/// What perf_analyzer 2.50 refuses with `--service-kind openai`, in its words: gRPC, and
+/// shared memory.
+pub(crate) fn check_openai_call(grpc: bool, shared_memory: bool) -> Result<(), PlanError> {
+    if grpc {
+        return Err(invalid(
+            "failed to create triton client backend: perf_analyzer does not support gRPC protocol with OpenAI \
+             endpoints",
+        ));
+    }
+    if shared_memory {
+        return Err(invalid(
+            "Unable to init infer data manager: client backend of kind OPENAI does not support \
+             CreateSharedMemoryRegion()",
+        ));
+    }
+    Ok(())
+}
+
+/// `--input-data` of an OpenAI run names a file that exists (perf_analyzer's words otherwise).
+pub(crate) fn check_openai_input_data(path: &Path) -> Result<(), PlanError> {
+    if !path.exists() {
+        return Err(invalid(format!(
+            "Failed to parse --input-data. Unsupported type provided: '{}'. The available options are 'zero', \
+             'random', path to a directory, or a json file.",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A file named on the command line, read once, here; a file that cannot be read is bad input.
+pub(crate) fn read_named_file(path: &Path) -> Result<String, PlanError> {
+    std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))
+}
+
+/// A TOML file that does not parse, in one line.
+pub(crate) fn bad_toml(e: &toml::de::Error) -> PlanError {
+    invalid(e.message().replace('\n', " "))
+}
+
+/// An error found in the file `path` (`kind` says what the file is: plan, search plan).
+pub(crate) fn in_file(kind: &str, path: &Path, e: impl fmt::Display) -> PlanError {
+    invalid(format!("{kind} {}: {e}", path.display()))
+}
+
+/// A scenario that does not parse or has no search table, in its own words.
+pub(crate) fn bad_scenario(e: impl fmt::Display) -> PlanError {
+    invalid(e.to_string())
+}
+
+/// `search` was given a plan of sweeps.
+pub(crate) fn sweeps_given_to_search(path: &Path) -> PlanError {
+    invalid(format!("{} is a plan of sweeps: run it with `perfbench run {0}`", path.display()))
+}
+
+/// A search plan runs as written: `changed` says whether a flag would change it.
+pub(crate) fn check_search_plan_unchanged(path: &Path, changed: bool) -> Result<(), PlanError> {
+    if changed {
+        return Err(invalid(format!(
+            "{} is a search plan: it runs as written (flags other than --print-plan are for scenarios)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A value whose parser gives the reason it is refused, in the parser's words.
+pub(crate) fn unparsed(e: impl fmt::Display) -> PlanError {
+    invalid(e.to_string())
+}
+
+/// `--sequence-id-range start[:end]` (end excluded), as perf_analyzer reads it.
+pub(crate) fn parse_id_range(text: &str) -> Result<(u64, Option<u64>), PlanError> {
+    let bad = |why: &str| invalid(format!("Failed to parse --sequence-id-range. {why} (got '{text}')"));
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() > 2 {
+        return Err(bad("The value does not match <start:end>."));
+    }
+    let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad("The range values must be >= 0."));
+    let start = num(parts[0])?;
+    let end = parts.get(1).map(|s| num(s)).transpose()?;
+    if end.is_some_and(|end| start > end) {
+        return Err(bad("The 'end' value must be greater than 'start' value."));
+    }
+    Ok((start, end))
+}
+
+/// `--sequence-length`, when given, is above 0.
+pub(crate) fn check_sequence_length(length: Option<u64>) -> Result<(), PlanError> {
+    if length == Some(0) {
+        return Err(invalid("Failed to parse --sequence-length. The value must be > 0."));
+    }
+    Ok(())
+}
+
+/// `--sequence-length-variation` is a percentage >= 0.
+pub(crate) fn check_sequence_length_variation(variation: f64) -> Result<(), PlanError> {
+    if !(variation.is_finite() && variation >= 0.0) {
+        return Err(invalid("Failed to parse --sequence-length-variation. The value must be >= 0.0."));
+    }
+    Ok(())
+}
+
+/// The sequence-id range holds at least one id (its end is excluded).
+pub(crate) fn check_id_range_holds(start: u64, end: Option<u64>) -> Result<(), PlanError> {
+    if end == Some(start) {
+        return Err(invalid("Failed to parse --sequence-id-range. The range holds no sequence id."));
+    }
+    Ok(())
+}
+
+/// `--num-of-sequences`, when given, is above 0.
+pub(crate) fn check_num_of_sequences(count: Option<u64>) -> Result<(), PlanError> {
+    if count == Some(0) {
+        return Err(invalid("Failed to parse --num-of-sequences. The value must be > 0."));
+    }
+    Ok(())
+}
+
+/// Batch sizes or one batch (`-b`, above 0), not both.
+pub(crate) fn check_batch(sizes_given: bool, batch: Option<u64>) -> Result<(), PlanError> {
+    match (sizes_given, batch) {
+        (true, Some(_)) => Err(invalid("give batch sizes or one batch, not both")),
+        (false, Some(0)) => Err(invalid("Failed to parse -b (batch size). The value must be > 0.")),
+        _ => Ok(()),
+    }
+}
+
+/// At most one load mode is given (`given`: one flag per mode).
+pub(crate) fn check_one_load_mode(given: &[bool]) -> Result<(), PlanError> {
+    if given.iter().filter(|&&g| g).count() > 1 {
+        return Err(invalid(settings::TWO_LOAD_MODES));
+    }
+    Ok(())
+}
+
+/// An offline sweep runs at concurrency 1 only.
+pub(crate) fn check_offline_load(kind: SweepKind, load: &Load) -> Result<(), PlanError> {
+    if kind == SweepKind::Offline && !matches!(load, Load::Concurrency { levels } if *levels == Levels::one(1)) {
+        return Err(invalid("an offline sweep runs at concurrency 1: use an online sweep for other loads"));
+    }
+    Ok(())
+}
+
+/// `-l`, when given, is a number of milliseconds >= 0 (0: no limit).
+pub(crate) fn check_latency_threshold(ms: Option<f64>) -> Result<(), PlanError> {
+    match ms {
+        Some(l) if l.is_nan() || l < 0.0 => Err(invalid("-l must be a number of milliseconds >= 0")),
+        _ => Ok(()),
+    }
+}
+
+/// `--request-timeout`, when given, is a number of seconds > 0.
+pub(crate) fn check_request_timeout(seconds: Option<f64>) -> Result<(), PlanError> {
+    if let Some(t) = seconds.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(invalid(format!("--request-timeout must be a number of seconds > 0, got {t}")));
+    }
+    Ok(())
+}
+
+/// `--metrics-url` comes with `--collect-metrics`; in-process, metrics need their URL.
+pub(crate) fn check_metrics(url_given: bool, collect: bool, target: &Target) -> Result<(), PlanError> {
+    if url_given && !collect {
+        return Err(invalid("Must specify --collect-metrics when using the --metrics-url option."));
+    }
+    if collect && !url_given && matches!(target, Target::InProcess { .. }) {
+        return Err(invalid("--collect-metrics needs --metrics-url with --service-kind inprocess"));
+    }
+    Ok(())
+}
+
 impl Plan {
+    /// Reads a plan file (as `--print-plan` writes it) and checks it.
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let text = read_named_file(path)?;
+        Plan::from_toml(&text).map_err(|e| in_file("plan", path, e))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Plan, PlanError> {
+        let plan: Plan = toml::from_str(text).map_err(|e| bad_toml(&e))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
     /// Every check that does not need the server. A plan that passes runs or fails only on the
     /// target's account (exit 3) or on data the server judges (exit 2).
     pub fn validate(&self) -> Result<(), PlanError> {
@@ -183,6 +427,61 @@ impl Sweep {
         }
         if self.kind != SweepKind::Profile && self.output.dir.is_none() {
             return Err(invalid(format!("the {} sweep needs an output folder", self.kind.name())));
+        }
+        Ok(())
+    }
+}
+
+impl search::Search {
+    pub(super) fn validate(&self) -> Result<(), PlanError> {
+        if self.max_configs == Some(0) {
+            return Err(invalid("--max-configs must be at least 1"));
+        }
+        if self.max_minutes.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
+            return Err(invalid("--max-minutes must be > 0"));
+        }
+        if !(self.improvement_pct.is_finite() && self.improvement_pct >= 0.0) {
+            return Err(invalid("improvement_pct must be a percentage >= 0"));
+        }
+        if !(self.budget.limit_us.is_finite() && self.budget.limit_us > 0.0) {
+            return Err(invalid("the latency budget must be a time > 0"));
+        }
+        let space = &self.space;
+        let climbing = |flag: &str, v: &[u64], min: u64| {
+            if v.is_empty() || v[0] < min || v.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(invalid(format!("{flag}: needs values >= {min}, smallest first, each once")));
+            }
+            Ok(())
+        };
+        let wide = |v: &[u32]| v.iter().map(|&x| u64::from(x)).collect::<Vec<_>>();
+        climbing("--instances", &wide(&space.instances), 1)?;
+        climbing("--max-batch-size", &wide(&space.max_batch_sizes), 0)?;
+        climbing("--concurrency", &space.concurrency, 1)?;
+        if space.instances.iter().any(|&n| n > 64) {
+            return Err(invalid("--instances: at most 64"));
+        }
+        if space.batching.is_empty() {
+            return Err(invalid("--dynamic-batching: the space has no scheduling"));
+        }
+        Ok(())
+    }
+}
+
+impl search::SearchPlan {
+    /// Every check that does not need the server.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        check_model_named(&self.model)?;
+        if let Target::InProcess { .. } = &self.target {
+            return Err(invalid("search needs a server: drop --service-kind inprocess"));
+        }
+        check_config_served(&self.model, &self.target)?;
+        self.search.validate()?;
+        self.sweep.validate(&self.target)?;
+        if self.sweep.kind != SweepKind::Online || !matches!(self.sweep.load, Load::Concurrency { .. }) {
+            return Err(invalid("a search measures with an online sweep over concurrency"));
+        }
+        if self.sweep.batch_sizes.max() != Some(self.sweep.batch_sizes.first()) {
+            return Err(invalid("a search sends one client batch size"));
         }
         Ok(())
     }
