@@ -3,6 +3,9 @@
 //! run-time facts (the model's config and metadata) live where those facts are read, each
 //! commented as such.
 
+use std::str::FromStr;
+
+use super::search::{Budget, Mode, Objective, Statistic};
 use super::*;
 
 /// The model has a name (a plan file may leave it empty).
@@ -485,4 +488,114 @@ impl search::SearchPlan {
         }
         Ok(())
     }
+}
+
+// `perfbench search`'s own flags, parsed where they are read (`--latency-budget`, `--objective`,
+// `--mode`, the level lists) and the checks of its resolve.
+
+impl FromStr for Budget {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Budget, PlanError> {
+        let bad = || {
+            invalid(format!("bad --latency-budget '{text}': expected STAT=TIME, e.g. p99=20ms (STAT p50, p90, p95, p99 or avg; TIME in us, ms or s)"))
+        };
+        let (stat, time) = text.split_once('=').ok_or_else(bad)?;
+        let statistic = match stat.trim().to_ascii_lowercase().as_str() {
+            "p50" => Statistic::P50,
+            "p90" => Statistic::P90,
+            "p95" => Statistic::P95,
+            "p99" => Statistic::P99,
+            "avg" => Statistic::Avg,
+            _ => return Err(bad()),
+        };
+        let time = time.trim();
+        let (number, scale) = if let Some(n) = time.strip_suffix("us") {
+            (n, 1.0)
+        } else if let Some(n) = time.strip_suffix("ms") {
+            (n, 1e3)
+        } else if let Some(n) = time.strip_suffix('s') {
+            (n, 1e6)
+        } else {
+            return Err(bad());
+        };
+        let value: f64 = number.trim().parse().map_err(|_| bad())?;
+        if !value.is_finite() || value <= 0.0 {
+            return Err(bad());
+        }
+        Ok(Budget { statistic, limit_us: value * scale })
+    }
+}
+
+impl FromStr for Objective {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Objective, PlanError> {
+        match text {
+            "throughput" => Ok(Objective::Throughput),
+            "latency" => Ok(Objective::Latency),
+            _ => Err(invalid(format!("bad --objective '{text}': throughput or latency"))),
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Mode, PlanError> {
+        match text {
+            "quick" => Ok(Mode::Quick),
+            "brute" => Ok(Mode::Brute),
+            _ => Err(invalid(format!("bad --mode '{text}': quick or brute"))),
+        }
+    }
+}
+
+/// A list `1,8,32` (sorted, deduplicated) or a doubling range `1..64` (1, 2, 4, ..., 64, the
+/// end always included), each value at least `min`.
+pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
+    let number = |s: &str| -> Result<u64, PlanError> {
+        let v: u64 = s.trim().parse().map_err(|_| invalid(format!("bad {flag} '{text}': '{s}' is not a number")))?;
+        if v < min {
+            return Err(invalid(format!("bad {flag} '{text}': values must be >= {min}")));
+        }
+        Ok(v)
+    };
+    let mut out = match text.split_once("..") {
+        Some((a, b)) => {
+            let (start, end) = (number(a)?, number(b)?);
+            if end < start {
+                return Err(invalid(format!("bad {flag} '{text}': the range is descending")));
+            }
+            let mut v = vec![start];
+            let mut x = start.max(1);
+            while x * 2 < end {
+                x *= 2;
+                v.push(x);
+            }
+            v.push(end);
+            v
+        }
+        None => text.split(',').map(number).collect::<Result<Vec<_>, _>>()?,
+    };
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(invalid(format!("bad {flag} '{text}': no values")));
+    }
+    Ok(out)
+}
+
+/// `--dynamic-batching` takes `on`, `off` or both.
+pub(super) fn bad_dynamic_batching(other: &str) -> PlanError {
+    invalid(format!("bad --dynamic-batching '{other}': on, off or on,off"))
+}
+
+pub(super) fn no_latency_budget() -> PlanError {
+    invalid("a search needs a latency budget: --latency-budget p99=20ms (or latency_budget in [search])")
+}
+
+/// A search varies the server; the client sends one batch size.
+pub(super) fn check_one_client_batch(online: &Settings) -> Result<(), PlanError> {
+    if online.load.batch_sizes.as_ref().is_some_and(|b| b.max() != Some(b.first())) {
+        return Err(invalid("a search sends one client batch size: give batch (-b), not batch_sizes"));
+    }
+    Ok(())
 }
