@@ -3,6 +3,7 @@
 //! budget a configuration must meet, and the objective that ranks those that do.
 
 use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -10,8 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::layers::overlay;
 use super::settings::{resolve, LoadSettings, Settings};
-use super::validate::{self, values};
-use super::{Levels, Model, PlanError, Sweep, SweepKind, Target};
+use super::{invalid, Levels, Model, PlanError, Sweep, SweepKind, Target};
 use crate::results::ReportRow;
 
 /// The latency statistic a budget limits.
@@ -63,6 +63,39 @@ impl Budget {
     }
 }
 
+impl FromStr for Budget {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Budget, PlanError> {
+        let bad = || {
+            invalid(format!("bad --latency-budget '{text}': expected STAT=TIME, e.g. p99=20ms (STAT p50, p90, p95, p99 or avg; TIME in us, ms or s)"))
+        };
+        let (stat, time) = text.split_once('=').ok_or_else(bad)?;
+        let statistic = match stat.trim().to_ascii_lowercase().as_str() {
+            "p50" => Statistic::P50,
+            "p90" => Statistic::P90,
+            "p95" => Statistic::P95,
+            "p99" => Statistic::P99,
+            "avg" => Statistic::Avg,
+            _ => return Err(bad()),
+        };
+        let time = time.trim();
+        let (number, scale) = if let Some(n) = time.strip_suffix("us") {
+            (n, 1.0)
+        } else if let Some(n) = time.strip_suffix("ms") {
+            (n, 1e3)
+        } else if let Some(n) = time.strip_suffix('s') {
+            (n, 1e6)
+        } else {
+            return Err(bad());
+        };
+        let value: f64 = number.trim().parse().map_err(|_| bad())?;
+        if !value.is_finite() || value <= 0.0 {
+            return Err(bad());
+        }
+        Ok(Budget { statistic, limit_us: value * scale })
+    }
+}
+
 impl fmt::Display for Budget {
     /// In ms when whole, else in µs, so that the text reads back as the same budget.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,6 +131,17 @@ pub enum Objective {
     Latency,
 }
 
+impl FromStr for Objective {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Objective, PlanError> {
+        match text {
+            "throughput" => Ok(Objective::Throughput),
+            "latency" => Ok(Objective::Latency),
+            _ => Err(invalid(format!("bad --objective '{text}': throughput or latency"))),
+        }
+    }
+}
+
 /// How the space is walked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -107,6 +151,17 @@ pub enum Mode {
     Quick,
     /// Every configuration of the grid.
     Brute,
+}
+
+impl FromStr for Mode {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Mode, PlanError> {
+        match text {
+            "quick" => Ok(Mode::Quick),
+            "brute" => Ok(Mode::Brute),
+            _ => Err(invalid(format!("bad --mode '{text}': quick or brute"))),
+        }
+    }
 }
 
 /// The scheduling of one configuration.
@@ -220,7 +275,13 @@ impl SearchSettings {
 
     /// These settings with the defaults filled in, checked.
     pub fn resolve(&self) -> Result<Search, PlanError> {
-        let budget: Budget = self.latency_budget.as_deref().ok_or_else(validate::no_latency_budget)?.parse()?;
+        let budget: Budget = self
+            .latency_budget
+            .as_deref()
+            .ok_or_else(|| {
+                invalid("a search needs a latency budget: --latency-budget p99=20ms (or latency_budget in [search])")
+            })?
+            .parse()?;
         let search = Search {
             budget,
             objective: self.objective.as_deref().map_or(Ok(Objective::default()), str::parse)?,
@@ -265,7 +326,7 @@ impl SearchSettings {
                         }
                     }
                 }
-                other => return Err(validate::bad_dynamic_batching(other)),
+                other => return Err(invalid(format!("bad --dynamic-batching '{other}': on, off or on,off"))),
             }
         }
         batching.dedup();
@@ -310,6 +371,41 @@ mod values_text {
     pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
         Vec::<Values>::deserialize(d).map(|sets| Some(sets.into_iter().map(String::from).collect()))
     }
+}
+
+/// A list `1,8,32` (sorted, deduplicated) or a doubling range `1..64` (1, 2, 4, ..., 64, the
+/// end always included), each value at least `min`.
+pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
+    let number = |s: &str| -> Result<u64, PlanError> {
+        let v: u64 = s.trim().parse().map_err(|_| invalid(format!("bad {flag} '{text}': '{s}' is not a number")))?;
+        if v < min {
+            return Err(invalid(format!("bad {flag} '{text}': values must be >= {min}")));
+        }
+        Ok(v)
+    };
+    let mut out = match text.split_once("..") {
+        Some((a, b)) => {
+            let (start, end) = (number(a)?, number(b)?);
+            if end < start {
+                return Err(invalid(format!("bad {flag} '{text}': the range is descending")));
+            }
+            let mut v = vec![start];
+            let mut x = start.max(1);
+            while x * 2 < end {
+                x *= 2;
+                v.push(x);
+            }
+            v.push(end);
+            v
+        }
+        None => text.split(',').map(number).collect::<Result<Vec<_>, _>>()?,
+    };
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(invalid(format!("bad {flag} '{text}': no values")));
+    }
+    Ok(out)
 }
 
 /// The improvement a climb step or a concurrency step must bring to go on, in percent: above
@@ -360,7 +456,9 @@ impl SearchPlan {
         out: PathBuf,
     ) -> Result<SearchPlan, PlanError> {
         let search = search.resolve()?;
-        validate::check_one_client_batch(online)?;
+        if online.load.batch_sizes.as_ref().is_some_and(|b| b.max() != Some(b.first())) {
+            return Err(invalid("a search sends one client batch size: give batch (-b), not batch_sizes"));
+        }
         let mut settings = online.clone();
         settings.load = LoadSettings {
             concurrency: Some(Levels::List(search.space.concurrency.clone())),
