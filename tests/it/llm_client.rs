@@ -8,12 +8,11 @@ use std::time::Duration;
 use perfbench::genai::endpoint::{BodyOptions, EndpointType, Message};
 use perfbench::genai::metrics::{ErrorKind, TokenSource};
 use perfbench::genai::runner::{Runner, Target};
-use perfbench::server::serve::{self, RunningServer, ServeConfig};
-use perfbench::server::ServerOptions;
 use perfbench::tokenize::Tokenizer;
 
 use crate::common::perfbench;
 use crate::proxy::{Cut, CutKind, Direction, Fault, Proxy};
+use crate::server_llm::Llm;
 
 const LLM: &str = r#"backend: "llm" max_batch_size: 0
 model_transaction_policy { decoupled: true }
@@ -26,24 +25,8 @@ parameters { key: "step_us" value { string_value: "2000" } }
 parameters { key: "max_model_len" value { string_value: "256" } }
 "#;
 
-struct Twin {
-    server: RunningServer,
-    _repo: tempfile::TempDir,
-    record: std::path::PathBuf,
-}
-
-async fn twin() -> Twin {
-    let repo = tempfile::tempdir().unwrap();
-    std::fs::create_dir(repo.path().join("llm")).unwrap();
-    std::fs::write(repo.path().join("llm/config.pbtxt"), LLM).unwrap();
-    let record = repo.path().join("requests.jsonl");
-    let options = ServerOptions {
-        model_repository: Some(repo.path().to_path_buf()),
-        record_requests: Some(record.clone()),
-        ..Default::default()
-    };
-    let server = serve::start(ServeConfig { options, ..Default::default() }).await.expect("server starts");
-    Twin { server, _repo: repo, record }
+async fn twin() -> Llm {
+    Llm::with_config(LLM).await
 }
 
 fn kserve_runner(url: String, streaming: bool) -> Runner {
@@ -58,7 +41,7 @@ fn ask(text: &str) -> Vec<Message> {
 }
 
 /// The twin writes a request's record after its last token leaves: wait for `n` of them.
-async fn server_records(twin: &Twin, n: usize) -> Vec<serde_json::Value> {
+async fn server_records(twin: &Llm, n: usize) -> Vec<serde_json::Value> {
     for _ in 0..500 {
         let text = std::fs::read_to_string(&twin.record).unwrap_or_default();
         let records: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -34,18 +34,24 @@ fn llm_config(params: &[(&str, &str)]) -> String {
     text
 }
 
-struct Llm {
-    server: RunningServer,
+/// A `perfbench serve` with one `llm` model and `--record-requests`; `llm_client` starts it too.
+pub(crate) struct Llm {
+    pub(crate) server: RunningServer,
     _repo: tempfile::TempDir,
-    record: std::path::PathBuf,
+    pub(crate) record: std::path::PathBuf,
     http: reqwest::Client,
 }
 
 impl Llm {
     async fn start(params: &[(&str, &str)]) -> Llm {
+        Llm::with_config(&llm_config(params)).await
+    }
+
+    /// The twin with this whole `config.pbtxt`.
+    pub(crate) async fn with_config(config: &str) -> Llm {
         let repo = tempfile::tempdir().unwrap();
         std::fs::create_dir(repo.path().join("llm")).unwrap();
-        std::fs::write(repo.path().join("llm/config.pbtxt"), llm_config(params)).unwrap();
+        std::fs::write(repo.path().join("llm/config.pbtxt"), config).unwrap();
         let record = repo.path().join("requests.jsonl");
         let options = ServerOptions {
             model_repository: Some(repo.path().to_path_buf()),
