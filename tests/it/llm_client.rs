@@ -25,6 +25,14 @@ parameters { key: "step_us" value { string_value: "2000" } }
 parameters { key: "max_model_len" value { string_value: "256" } }
 "#;
 
+/// Runs perfbench, which must exit 0; its stdout.
+fn succeeds(args: &[&str]) -> String {
+    let out = perfbench(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
 async fn twin() -> Llm {
     Llm::with_config(LLM).await
 }
@@ -122,7 +130,7 @@ async fn a_kserve_stream_cut_midway_is_a_transport_error() {
 fn perfbench_llm_kserve_against_the_bundled_server_writes_its_files() {
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("run");
-    let out = perfbench(&[
+    let stdout = succeeds(&[
         "llm",
         "-m",
         "llm",
@@ -140,8 +148,6 @@ fn perfbench_llm_kserve_against_the_bundled_server_writes_its_files() {
         "--artifact-dir",
         artifacts.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("Time to First Token"), "{stdout}");
     assert!(stdout.contains("client tokenizer (20 requests)"), "{stdout}");
     let lines = std::fs::read_to_string(artifacts.join("profile_export.jsonl")).unwrap();
@@ -164,7 +170,7 @@ fn a_throttled_streaming_client_is_flagged_client_limited() {
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("run");
     // Every event's handling blocks its thread for 5 ms (the test-only hook).
-    let out = perfbench(&[
+    let stdout = succeeds(&[
         "llm",
         "-m",
         "llm",
@@ -182,8 +188,6 @@ fn a_throttled_streaming_client_is_flagged_client_limited() {
         "--artifact-dir",
         artifacts.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("CLIENT-LIMITED"), "{stdout}");
     assert!(stdout.contains("event-handling lag p99"), "{stdout}");
     let lag = handler_lag_us(&stdout).expect("the note names the handler's lag");
@@ -196,7 +200,7 @@ fn a_throttled_streaming_client_is_flagged_client_limited() {
 fn an_online_generative_sweep_writes_one_row_per_level_and_the_token_plots() {
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("sweep");
-    let out = perfbench(&[
+    succeeds(&[
         "online",
         "-m",
         "llm",
@@ -214,8 +218,6 @@ fn an_online_generative_sweep_writes_one_row_per_level_and_the_token_plots() {
         "--artifact-dir",
         artifacts.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let csv = std::fs::read_to_string(artifacts.join("report.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert!(lines[0].starts_with("concurrency,requests,errors,ttft_p50_ms,ttft_p99_ms,itl_p50_ms"), "{csv}");
