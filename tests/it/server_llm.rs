@@ -461,11 +461,18 @@ async fn grpc_streams_each_token_and_flags_the_last() {
     let request = pb::ModelInferRequest {
         model_name: "llm".into(),
         id: "req-7".into(),
-        inputs: vec![input("text_input", "BYTES"), input("stream", "BOOL"), input("max_tokens", "INT32")],
+        // ignore_eos: without it the twin may stop early by chance (its natural length is random).
+        inputs: vec![
+            input("text_input", "BYTES"),
+            input("stream", "BOOL"),
+            input("max_tokens", "INT32"),
+            input("sampling_parameters", "BYTES"),
+        ],
         raw_input_contents: vec![
             bytes_tensor("Hello there").into(),
             vec![1u8].into(),
             6i32.to_le_bytes().to_vec().into(),
+            bytes_tensor(r#"{"ignore_eos": true}"#).into(),
         ],
         ..Default::default()
     };
