@@ -4,8 +4,11 @@
 //! `POST /v1/completions` with `"stream": true` is the floor for streamed tokens: it answers
 //! `max_tokens` Server-Sent Events shaped as the twin's completion chunks, then `data: [DONE]`,
 //! each event its own body frame, with no scheduler and no tokenizer behind them.
+//! With `--parse`, the infer route does the JSON exchange an identity model's server must do at
+//! the least: the request parsed by serde_json into typed FP32 tensors, the answer written by
+//! serde_json with the same text as perfbench serve and Triton write (FP32 widened to double).
 //!
-//! Usage: `cargo run --release --example echo_axum -- [PORT]` (default 24200).
+//! Usage: `cargo run --release --example echo_axum -- [PORT] [--parse]` (default 24200).
 
 use std::convert::Infallible;
 
@@ -28,6 +31,57 @@ async fn echo(headers: HeaderMap, body: Bytes) -> (HeaderMap, Bytes) {
         }
     }
     (reply, body)
+}
+
+#[derive(serde::Deserialize)]
+struct ParsedRequest {
+    inputs: Vec<ParsedInput>,
+}
+
+#[derive(serde::Deserialize)]
+struct ParsedInput {
+    name: String,
+    datatype: String,
+    shape: Vec<i64>,
+    data: Vec<f32>,
+}
+
+#[derive(serde::Serialize)]
+struct ParsedReply {
+    model_name: &'static str,
+    model_version: &'static str,
+    outputs: Vec<ParsedOutput>,
+}
+
+#[derive(serde::Serialize)]
+struct ParsedOutput {
+    name: String,
+    datatype: String,
+    shape: Vec<i64>,
+    data: Vec<f64>,
+}
+
+/// The JSON floor: parse, then answer each `INPUTn` as `OUTPUTn` (JSON requests only).
+async fn echo_parsed(body: Bytes) -> Response {
+    let Ok(request) = serde_json::from_slice::<ParsedRequest>(&body) else {
+        let mut bad = Response::new(Body::from("not a JSON FP32 request"));
+        *bad.status_mut() = axum::http::StatusCode::BAD_REQUEST;
+        return bad;
+    };
+    let outputs = request
+        .inputs
+        .into_iter()
+        .map(|i| ParsedOutput {
+            name: i.name.replace("INPUT", "OUTPUT"),
+            datatype: i.datatype,
+            shape: i.shape,
+            data: i.data.into_iter().map(f64::from).collect(),
+        })
+        .collect();
+    let reply = ParsedReply { model_name: "identity", model_version: "1", outputs };
+    let mut response = Response::new(Body::from(serde_json::to_vec(&reply).expect("plain types serialize")));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// The SSE floor: the request's `max_tokens`, then that many completion chunks, the chunk that
@@ -61,15 +115,17 @@ async fn completions(body: Bytes) -> Response {
 }
 
 fn main() -> std::io::Result<()> {
-    let port: u16 = std::env::args().nth(1).map_or(24200, |p| p.parse().expect("PORT is a number"));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let parse = args.iter().any(|a| a == "--parse");
+    let port: u16 = args.iter().find(|a| !a.starts_with("--")).map_or(24200, |p| p.parse().expect("PORT is a number"));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let app =
-            Router::new().route("/v2/models/{model}/infer", post(echo)).route("/v1/completions", post(completions));
-        eprintln!("echo_axum on 127.0.0.1:{port}");
+        let infer = if parse { post(echo_parsed) } else { post(echo) };
+        let app = Router::new().route("/v2/models/{model}/infer", infer).route("/v1/completions", post(completions));
+        eprintln!("echo_axum on 127.0.0.1:{port}{}", if parse { " (parsing JSON)" } else { "" });
         axum::serve(listener, app).await
     })
 }

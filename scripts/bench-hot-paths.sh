@@ -14,7 +14,10 @@
 #     `perfbench profile` against wrk / h2load (and perf_analyzer when installed) on the same
 #     server at the same concurrency;
 #   - Server Queue from the statistics extension at concurrency 1, and at 16 with the average
-#     batch size, so a faster queue is seen not to change batching.
+#     batch size, so a faster queue is seen not to change batching;
+#   - real Triton as a peer (when scripts/setup-peers.sh installed it): its server CPU-µs per
+#     request serving the same identity model (python backend: tests/interop/models/identity),
+#     beside perfbench serve's, same load, same cores. A python model is not a floor; users ask.
 #
 # Usage: scripts/bench-hot-paths.sh     (builds --release; installs wrk, h2load and perf with
 #                                        scripts/setup-bench-tools.sh)
@@ -22,7 +25,7 @@
 #      quarter of it for 64 KiB), BENCH_PORT (24100), PERFBENCH_PEERS / PERFBENCH_PA (optional
 #      perf_analyzer, see scripts/setup-peers.sh), BENCH_SKIP_BUILD=1 (use target/release as is),
 #      PERFBENCH_BIN (another perfbench binary to measure, e.g. an older build, against the same echoes),
-#      BENCH_SSE_ONLY=1 (only the SSE row).
+#      BENCH_SSE_ONLY=1 (only the SSE row), BENCH_TRITON_ONLY=1 (only the Triton rows).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/benches/common.sh"
@@ -31,7 +34,9 @@ REQUESTS=${BENCH_REQUESTS:-20000}
 CONCURRENCY=16
 ECHO_HTTP_PORT=$((PORT + 10))
 ECHO_GRPC_PORT=$((PORT + 11))
+ECHO_PARSE_PORT=$((PORT + 12))
 LLM_PORT=$((PORT + 20))
+TRITON_PORT=$((PORT + 30))
 SSE_TOKENS=64
 SERVER_CORE=0
 LOAD_CORE=1
@@ -58,8 +63,9 @@ build() {
       die "cargo build --release failed"
   fi
   BIN=${PERFBENCH_BIN:-$TARGET/perfbench}
-  local needed=("$BIN" "$TARGET/examples/echo_axum")
-  [ -n "${BENCH_SSE_ONLY:-}" ] || needed+=("$TARGET/examples/echo_tonic")
+  local needed=("$BIN")
+  [ -n "${BENCH_TRITON_ONLY:-}" ] || needed+=("$TARGET/examples/echo_axum")
+  [ -n "${BENCH_SSE_ONLY:-}${BENCH_TRITON_ONLY:-}" ] || needed+=("$TARGET/examples/echo_tonic")
   for b in "${needed[@]}"; do
     [ -x "$b" ] || die "missing $b"
   done
@@ -133,10 +139,17 @@ start_servers() {
   taskset -c $SERVER_CORE "$BIN" serve --host "$HOST" --http-port "$PORT" --grpc-port $((PORT + 1)) \
     --metrics-port $((PORT + 2)) --models identity,delay >"$BENCH_TMP/serve.log" 2>&1 &
   SERVER_PID=$!
+  if [ -n "${BENCH_TRITON_ONLY:-}" ]; then
+    wait_port "$PORT"
+    return
+  fi
   taskset -c $SERVER_CORE "$TARGET/examples/echo_axum" "$ECHO_HTTP_PORT" >"$BENCH_TMP/echo_axum.log" 2>&1 &
   ECHO_HTTP_PID=$!
   EXTRA_PIDS+=("$ECHO_HTTP_PID")
-  local ports=("$PORT" $((PORT + 1)) "$ECHO_HTTP_PORT")
+  taskset -c $SERVER_CORE "$TARGET/examples/echo_axum" "$ECHO_PARSE_PORT" --parse >"$BENCH_TMP/echo_parse.log" 2>&1 &
+  ECHO_PARSE_PID=$!
+  EXTRA_PIDS+=("$ECHO_PARSE_PID")
+  local ports=("$PORT" $((PORT + 1)) "$ECHO_HTTP_PORT" "$ECHO_PARSE_PORT")
   if [ -z "${BENCH_SSE_ONLY:-}" ]; then
     taskset -c $SERVER_CORE "$TARGET/examples/echo_tonic" "$ECHO_GRPC_PORT" >"$BENCH_TMP/echo_tonic.log" 2>&1 &
     ECHO_GRPC_PID=$!
@@ -164,16 +177,25 @@ i = s["inference_stats"]
 print(i["success"]["count"], i["queue"]["count"], i["queue"]["ns"], s["inference_count"], s["execution_count"])'
 }
 
+# CPU ticks of a process and its children (Triton's python backend runs each model instance in
+# a stub process of its own; perfbench serve and the echoes have none).
+tree_ticks() {
+  local total=0 p
+  for p in "$1" $(pgrep -P "$1"); do total=$((total + $(cpu_ticks "$p"))); done
+  echo "$total"
+}
+
 # Runs a load command pinned to the load core; sets LOAD_CPU_S (its user + system seconds),
-# SERVER_CPU_TICKS (the server PID's ticks meanwhile) and leaves its output in $BENCH_TMP/load.out.
+# SERVER_CPU_TICKS (the server's ticks meanwhile, its children's included) and leaves its output
+# in $BENCH_TMP/load.out.
 run_load() {
   local server_pid=$1
   shift
   local t0
-  t0=$(cpu_ticks "$server_pid")
+  t0=$(tree_ticks "$server_pid")
   taskset -c $LOAD_CORE /usr/bin/time -f '%U %S' -o "$BENCH_TMP/time.out" "$@" >"$BENCH_TMP/load.out" 2>&1 ||
     { tail -20 "$BENCH_TMP/load.out" >&2; die "load failed: $*"; }
-  SERVER_CPU_TICKS=$(($(cpu_ticks "$server_pid") - t0))
+  SERVER_CPU_TICKS=$(($(tree_ticks "$server_pid") - t0))
   LOAD_CPU_S=$(awk 'END {print $1 + $2}' "$BENCH_TMP/time.out")
 }
 
@@ -244,8 +266,8 @@ server_table() {
   echo "ratio = echo CPU-us/req / perfbench CPU-us/req (the req/s ratio on a saturated server core)"
   echo "the echo answers each request with the body it received, unparsed (JSON rows: the request's JSON text)"
   printf '%-14s %-8s %12s %10s %12s %10s %7s\n' path payload "perfbench/s" "CPU-us/req" "echo/s" "CPU-us/req" ratio
-  local path kind n ours echo label
-  local sizes
+  local path kind n ours echo label parse_rate parse_cpu
+  local sizes parsed_rows=()
   for path in "HTTP JSON:json" "HTTP JSON in:jsonin" "HTTP JSON out:jsonout" "HTTP binary:bin" "gRPC unary:grpc" \
     "gRPC stream:stream" "in-process:inprocess"; do
     label=${path%%:*}
@@ -264,9 +286,20 @@ server_table() {
       printf '%-14s %-8s %12.0f %10s %12s %10s %7s\n' "$label" "$([ "$n" = 16 ] && echo "16 f32" || echo "64 KiB")" \
         "$our_rate" "$our_cpu" "$([ "$echo_rate" = - ] && echo - || printf '%.0f' "$echo_rate")" "$echo_cpu" \
         "$([ "$echo_rate" = - ] && echo - || python3 -c "print(f'{$echo_cpu / $our_cpu:.2f}')")"
+      if [ "$kind" = json ]; then
+        read -r parse_rate parse_cpu <<<"$(measure json "$n" "$ECHO_PARSE_PID" "$ECHO_PARSE_PORT")"
+        parsed_rows+=("$(printf '%-14s %-8s %12.0f %10s %12.0f %10s %7s' "HTTP JSON" \
+          "$([ "$n" = 16 ] && echo "16 f32" || echo "64 KiB")" "$our_rate" "$our_cpu" "$parse_rate" "$parse_cpu" \
+          "$(python3 -c "print(f'{$parse_cpu / $our_cpu:.2f}')")")")
+      fi
     done
   done
   sse_row
+  echo
+  echo "HTTP JSON against the echo doing the JSON exchange (echo_axum --parse: serde_json parses the request into"
+  echo "typed FP32 tensors, float_roundtrip on as for perfbench, and writes the answer's text as perfbench does)"
+  printf '%-14s %-8s %12s %10s %12s %10s %7s\n' path payload "perfbench/s" "CPU-us/req" "parse-echo/s" "CPU-us/req" ratio
+  printf '%s\n' "${parsed_rows[@]}"
 }
 
 # sse_row: server CPU-µs per streamed chunk, the twin against the SSE echo.
@@ -329,6 +362,58 @@ client_table() {
   python3 -c "print(f'       perfbench / h2load = {$perfbench_us / $h2load_us:.2f} (goal <= 1.25)')"
 }
 
+# start_triton: the tritonserver of the nvidia-pytriton wheel (scripts/setup-peers.sh), pinned to
+# the server core, serving tests/interop/models/identity (python backend) on TRITON_PORT; sets
+# TRITON_PID. The python backend's stub sits next to libtriton_python.so and links libpython and
+# the wheel's libcudart, as tests/interop/peers.py sets it up.
+start_triton() {
+  local site wheel pyver pylib
+  site=$(ls -d "$PEERS"/venv/lib/python3*/site-packages 2>/dev/null | head -1)
+  wheel=$site/pytriton/tritonserver
+  [ -x "$wheel/bin/tritonserver" ] || return 1
+  pyver=$("$PEERS/venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  pylib=$("$PEERS/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
+  mkdir -p "$BENCH_TMP/triton-repo"
+  cp -r "$ROOT/tests/interop/models/identity" "$BENCH_TMP/triton-repo/"
+  cp -r "$wheel/backends" "$BENCH_TMP/triton-backends"
+  cp "$wheel/python_backend_stubs/$pyver/triton_python_backend_stub" "$BENCH_TMP/triton-backends/python/"
+  PATH="$PEERS/venv/bin:$PATH" LD_LIBRARY_PATH="$pylib:$site/nvidia_pytriton.libs" taskset -c $SERVER_CORE \
+    "$wheel/bin/tritonserver" --model-repository="$BENCH_TMP/triton-repo" \
+    --backend-directory="$BENCH_TMP/triton-backends" --http-port "$TRITON_PORT" --grpc-port $((TRITON_PORT + 1)) \
+    --metrics-port $((TRITON_PORT + 2)) >"$BENCH_TMP/triton.log" 2>&1 &
+  TRITON_PID=$!
+  EXTRA_PIDS+=("$TRITON_PID")
+  for _ in $(seq 1 600); do
+    curl -sf "http://$HOST:$TRITON_PORT/v2/models/identity/ready" >/dev/null && return 0
+    kill -0 "$TRITON_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -20 "$BENCH_TMP/triton.log" >&2
+  die "Triton did not get ready (log above)"
+}
+
+# triton_table: server CPU-µs per request of real Triton beside perfbench serve, 16 f32.
+triton_table() {
+  echo
+  if ! start_triton; then
+    echo "Triton rows skipped: no tritonserver in $PEERS (scripts/setup-peers.sh installs it)"
+    return
+  fi
+  echo "real Triton (python-backend identity, tests/interop/models/identity) beside perfbench serve, both on core"
+  echo "$SERVER_CORE, load on core $LOAD_CORE, $CONCURRENCY in flight, 16 f32; Triton's CPU includes its python stub"
+  printf '%-12s %12s %10s %12s %10s %9s\n' path "perfbench/s" "CPU-us/req" "triton/s" "CPU-us/req" "Triton/ours"
+  local path kind ours theirs
+  for path in "HTTP JSON:json" "HTTP binary:bin" "gRPC unary:grpc"; do
+    kind=${path##*:}
+    ours=$(measure "$kind" 16 "$SERVER_PID" "$([ "$kind" = grpc ] && echo $((PORT + 1)) || echo "$PORT")")
+    theirs=$(measure "$kind" 16 "$TRITON_PID" "$([ "$kind" = grpc ] && echo $((TRITON_PORT + 1)) || echo "$TRITON_PORT")")
+    read -r our_rate our_cpu <<<"$ours"
+    read -r their_rate their_cpu <<<"$theirs"
+    printf '%-12s %12.0f %10s %12.0f %10s %9s\n' "${path%%:*}" "$our_rate" "$our_cpu" "$their_rate" "$their_cpu" \
+      "$(python3 -c "print(f'{$their_cpu / $our_cpu:.1f}x')")"
+  done
+}
+
 queue_table() {
   echo
   echo "Server Queue (statistics extension) of perfbench serve, 16 f32, perfbench profile; delay (1 ms + 50 us/item)"
@@ -361,6 +446,10 @@ build
 make_bodies 16 16384
 start_servers
 echo "perfbench $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), $(nproc --all) cores, $SECONDS_PER_ROW s per wrk/h2load row, $REQUESTS requests per perfbench row (a quarter for 64 KiB)"
+if [ -n "${BENCH_TRITON_ONLY:-}" ]; then
+  triton_table
+  exit 0
+fi
 if [ -n "${BENCH_SSE_ONLY:-}" ]; then
   printf '%-14s %-8s %12s %10s %12s %10s %7s\n' path payload "perfbench/s" "CPU-us/chk" "echo/s" "CPU-us/chk" ratio
   sse_row
@@ -369,3 +458,4 @@ fi
 server_table
 client_table
 queue_table
+triton_table
