@@ -378,10 +378,6 @@ impl std::fmt::Display for Distribution {
     }
 }
 
-/// perf_analyzer's load-mode conflict, in its words (its spelling included: scripts grep them).
-pub const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
-    following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
-
 /// The sequence settings of a sweep, checked.
 fn sequences(s: &Settings, d: &defaults::Defaults) -> Result<Sequences, PlanError> {
     validate::check_sequence_length(s.input.sequence_length)?;
@@ -435,7 +431,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             let (end, step) = (end.unwrap_or(start), step.unwrap_or(1.0));
             let distribution = match s.load.request_distribution {
                 Some(distribution) => distribution,
-                None => d.request_distribution.parse().map_err(PlanError::Invalid)?,
+                None => d.request_distribution.parse().map_err(validate::unparsed)?,
             };
             // perf_analyzer measures the start and steps on while at most the end: an end below
             // the start measures the start alone.
@@ -472,20 +468,20 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         .headers
         .iter()
         .flatten()
-        .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
+        .map(|h| h.parse::<Header>().map_err(validate::unparsed))
         .collect::<Result<Vec<_>, _>>()?;
     let request_parameters =
         crate::client::parse_request_parameters(s.call.request_parameters.as_deref().unwrap_or_default())
-            .map_err(PlanError::Invalid)?;
+            .map_err(validate::unparsed)?;
     let tls = s.call.tls.clone().unwrap_or_default();
-    tls.check().map_err(PlanError::Invalid)?;
+    validate::check_tls(&tls)?;
     validate::check_request_timeout(s.call.request_timeout)?;
     let collect = s.call.collect_metrics.unwrap_or(false);
     validate::check_metrics(s.call.metrics_url.is_some(), collect, target)?;
     let mode: WindowKind = s.measurement.measurement_mode.unwrap_or(d.window);
     let stop_when: StopWhen = match s.measurement.stop_when {
         Some(stop_when) => stop_when,
-        None => d.stop_when.parse().map_err(PlanError::Invalid)?,
+        None => d.stop_when.parse().map_err(validate::unparsed)?,
     };
     let out = match (kind, &s.output.out) {
         (SweepKind::Profile, out) => out.clone(),
