@@ -170,6 +170,9 @@ pub struct Sweep {
     /// are read and reported as an ensemble's composing models are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bls_composing_models: Vec<ModelRef>,
+    /// The settings used as given, by section ([`settings::Plain`]).
+    #[serde(default, skip_serializing_if = "settings::Plain::is_empty")]
+    pub plain: settings::Plain,
 }
 
 /// A model by name and version ("" = the latest), as `--bls-composing-models` lists them.
@@ -591,7 +594,7 @@ impl FileKind {
     }
 }
 
-/// `NAME<sep>VALUE`, both trimmed, the name not empty (`-H`).
+/// `NAME<sep>VALUE`, both trimmed, the name not empty.
 pub(crate) fn named_value(text: &str, sep: char) -> Option<(String, String)> {
     let (name, value) = text.split_once(sep)?;
     (!name.trim().is_empty()).then(|| (name.trim().to_string(), value.trim().to_string()))
@@ -739,6 +742,7 @@ mod tests {
                 },
                 validate_outputs: true,
                 bls_composing_models: Vec::new(),
+                plain: Default::default(),
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         }
