@@ -304,7 +304,43 @@ pub struct PlainMeasurement {}
 
 /// The output settings used as given.
 #[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PlainOutput {}
+pub struct PlainOutput {
+    /// A row NAME=VALUE of report.md's configuration table (and report.toml's), saying what was
+    /// measured, e.g. commit=4f2a1c (repeatable; default: none).
+    #[arg(long = "label", value_name = "NAME=VALUE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<Label>>,
+}
+
+/// `--label NAME=VALUE` (in a file, that text).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Label {
+    pub name: String,
+    pub value: String,
+}
+
+impl std::str::FromStr for Label {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Label, String> {
+        let bad = || format!("bad --label '{text}': expected NAME=VALUE, e.g. commit=4f2a1c");
+        let (name, value) = super::named_value(text, '=').ok_or_else(bad)?;
+        Ok(Label { name, value })
+    }
+}
+
+impl From<Label> for String {
+    fn from(label: Label) -> String {
+        format!("{}={}", label.name, label.value)
+    }
+}
+
+impl TryFrom<String> for Label {
+    type Error = String;
+    fn try_from(text: String) -> Result<Label, String> {
+        text.parse()
+    }
+}
 
 fn is_unset<T: Default + PartialEq>(part: &T) -> bool {
     *part == T::default()

@@ -257,8 +257,10 @@ fn run_config<C: InferClient>(session: &Session<C>, sweep: &Sweep, device: &str)
         max_batch_size: config.max_batch_size.max(0) as u64,
         instances: crate::server::config::instance_count(config) as u64,
     };
-    RunConfig::from(basics)
+    let config = RunConfig::from(basics)
         .with("Model", session.model.clone())
         .with("Protocol", sweep.protocol.to_string())
-        .with("Shared memory", format!("{:?}", sweep.input.shared_memory).to_lowercase())
+        .with("Shared memory", format!("{:?}", sweep.input.shared_memory).to_lowercase());
+    let labels = sweep.plain.output.labels.iter().flatten();
+    labels.fold(config, |config, label| config.with(&label.name, &label.value))
 }
