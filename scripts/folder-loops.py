@@ -5,8 +5,9 @@ In each folder, every `.rs` file and every subfolder is one node (a subfolder st
 files under it; `mod.rs` is the folder's face and no node). A file depends on a sibling when it
 names it: `super::x`, `crate::a::b::x`, `self::x`, in paths and in `use` trees, or a name that the
 folder's `mod.rs` re-exports from `x` (`pub use x::Name`). Test code (`#[cfg(test)]` items,
-`tests.rs`, `tests/` folders) is ignored, as are comments and literals. Exit 1 when some folder
-has a circle; each is printed with the files that make its edges."""
+`tests.rs`, `tests/` folders) is ignored, as are comments and literals. A glob import of the
+crate's own modules outside test code counts as a failure too: its edges cannot be read. Exit 1
+when some folder has a circle; each is printed with the files that make its edges."""
 import os, re, sys
 
 SRC = "src"
@@ -244,5 +245,11 @@ for folder in sorted(edges):
         for a in comp:
             for b in sorted(edges[folder][a] & set(comp)):
                 print(f"  {a} -> {b}: {', '.join(sorted(why[(folder, a, b)]))}")
+# A file's glob of the crate's own modules (`use super::*`) would hide the siblings it names
+# (an inline module's `use super::*` names its own file, so only a file's top level counts).
+for p, t in sorted(files.items()):
+    for m in re.finditer(r"(?m)^use\s+(?:crate|super|self)\b[\w\s:]*::\s*\*", t):
+        bad += 1
+        print(f"glob import in {p}: `{m.group(0)}` hides which files it uses; name them")
 print(f"folders: {len(children)}; circles between files of one folder: {bad}")
 sys.exit(1 if bad else 0)

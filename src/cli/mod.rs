@@ -20,7 +20,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::plan::scenario::Scenario;
 use crate::plan::settings::default_out;
-use crate::plan::{FileKind, Gate, Plan, PlanError, Target, PLAN_FILE};
+use crate::plan::{validate, FileKind, Gate, Plan, PlanError, Target, PLAN_FILE};
 use crate::run::{EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_TARGET};
 
 const EXIT_CODES: &str = "Exit codes: 0 ok; 1 gate regression; 2 usage or bad input; \
@@ -112,30 +112,21 @@ impl RunArgs {
             return self.resumed_plan(dir);
         }
         let file = self.file.as_deref().expect("clap requires FILE without --resume");
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| PlanError::Invalid(format!("cannot read {}: {e}", file.display())))?;
+        let text = validate::read_named_file(file)?;
         let kind = FileKind::of(&text);
         if kind == FileKind::SearchPlan {
-            return Err(PlanError::Invalid(format!(
-                "{} is a search plan: run it with `perfbench search {0}`",
-                file.display()
-            )));
+            return Err(validate::search_plan_given_to_run(file));
         }
         if kind == FileKind::Plan {
-            if self.profile.is_some() || self.out.is_some() || self.url.is_some() {
-                return Err(PlanError::Invalid(format!(
-                    "{} is a plan: it runs as written (--profile, --out and -u are for scenarios)",
-                    file.display()
-                )));
-            }
-            let mut plan =
-                Plan::from_toml(&text).map_err(|e| PlanError::Invalid(format!("plan {}: {e}", file.display())))?;
+            let changed = self.profile.is_some() || self.out.is_some() || self.url.is_some();
+            validate::check_runs_as_written(file, "plan", "--profile, --out and -u", changed)?;
+            let mut plan = Plan::from_toml(&text).map_err(|e| validate::in_file("plan", file, e))?;
             if let Some(baseline) = &self.gate {
                 plan.gate = Some(Gate { baseline: baseline.clone(), thresholds: Default::default() });
             }
             return Ok(plan);
         }
-        let scenario = Scenario::parse(&text, file).map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let scenario = Scenario::parse(&text, file).map_err(validate::bad_scenario)?;
         let out = self.out.clone().unwrap_or_else(|| {
             let profile = self.profile.as_deref().map(|p| format!("-{p}")).unwrap_or_default();
             default_out(&format!("{}{profile}", scenario.name))
@@ -144,8 +135,7 @@ impl RunArgs {
             Some(url) => Target::Remote { url: url.clone() },
             None => Target::Embedded { model_repository: None },
         };
-        let mut plan =
-            scenario.plan(self.profile.as_deref(), target, &out).map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let mut plan = scenario.plan(self.profile.as_deref(), target, &out).map_err(validate::bad_scenario)?;
         plan.gate = self.gate.clone().map(|baseline| Gate { baseline, thresholds: scenario.gate });
         Ok(plan)
     }
@@ -153,10 +143,8 @@ impl RunArgs {
     /// The plan a results folder keeps ([`PLAN_FILE`]), marked to resume.
     fn resumed_plan(&self, dir: &Path) -> Result<Plan, PlanError> {
         let file = dir.join(PLAN_FILE);
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| PlanError::Invalid(format!("cannot resume {}: no {PLAN_FILE} there ({e})", dir.display())))?;
-        let mut plan =
-            Plan::from_toml(&text).map_err(|e| PlanError::Invalid(format!("plan {}: {e}", file.display())))?;
+        let text = validate::read_kept_plan(dir, PLAN_FILE)?;
+        let mut plan = Plan::from_toml(&text).map_err(|e| validate::in_file("plan", &file, e))?;
         plan.resume = true;
         if let Some(baseline) = &self.gate {
             let thresholds = plan.gate.take().map(|g| g.thresholds).unwrap_or_default();

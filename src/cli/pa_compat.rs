@@ -8,8 +8,9 @@
 use clap::Args;
 
 use crate::client::shm::SharedMemoryKind;
-use crate::plan::settings::{Settings, TWO_LOAD_MODES};
-use crate::plan::{invalid, Levels, ModelRef, Periodic, PlanError, Protocol, Sweep, TraceSetting};
+use crate::plan::settings::Settings;
+use crate::plan::validate::{self, invalid};
+use crate::plan::{Levels, ModelRef, Periodic, PlanError, Protocol, Sweep, TraceSetting};
 
 /// The quirk flags of `perfbench profile`.
 #[derive(Args, Debug, Clone)]
@@ -346,9 +347,7 @@ impl PaCompat {
         let deprecated = self.deprecated_concurrency(s)?;
         let other_modes =
             [self.concurrency_range.is_some(), s.load.request_rate.is_some(), s.load.request_intervals.is_some()];
-        if self.periodic_concurrency_range.is_some() && other_modes.contains(&true) {
-            return Err(invalid(TWO_LOAD_MODES));
-        }
+        validate::check_one_load_mode(&[self.periodic_concurrency_range.is_some(), other_modes.contains(&true)])?;
         // perf_analyzer 2.50 lets the deprecated -t/-c/-d win over --periodic-concurrency-range:
         // the run is their concurrency sweep, though the periodic range's own checks still hold.
         s.load.periodic_concurrency = periodic.filter(|_| deprecated.is_none());

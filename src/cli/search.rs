@@ -141,7 +141,7 @@ impl SearchArgs {
             || self.flags.model_repository.is_some()
             || self.profile.is_some()
             || self.out.is_some();
-        validate::check_search_plan_unchanged(file, changes)?;
+        validate::check_runs_as_written(file, "search plan", "flags other than --print-plan", changes)?;
         SearchPlan::from_toml(text).map_err(|e| validate::in_file("search plan", file, e))
     }
 }

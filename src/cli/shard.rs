@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::plan::{Plan, PlanError, Shard, Target};
+use crate::plan::{validate, Plan, PlanError, Shard};
 
 /// Sharding flags; global, so they go before or after the subcommand.
 #[derive(Args, Debug, Clone, Default)]
@@ -42,27 +42,12 @@ impl ShardArgs {
             Some(shard) => {
                 shard.start_at_ms = self.start_at.or(shard.start_at_ms);
                 shard.point_slot_ms = self.point_slot.or(shard.point_slot_ms);
-                if shard.point_slot_ms.is_some() && shard.start_at_ms.is_none() {
-                    return Err(PlanError::Invalid("--point-slot is the slot of --start-at: give --start-at".into()));
-                }
-                if shard.point_slot_ms == Some(0) {
-                    return Err(PlanError::Invalid("--point-slot must be at least 1 ms".into()));
-                }
+                validate::check_shard_clock(true, shard.start_at_ms, shard.point_slot_ms)?;
             }
-            None if self.start_at.is_some() || self.point_slot.is_some() => {
-                return Err(PlanError::Invalid("--start-at lines up shards: give --shard K/N".into()))
-            }
-            None => {}
-        }
-        if let (Some(shard), false) = (plan.shard, matches!(plan.target, Target::Remote { .. })) {
-            return Err(PlanError::Invalid(format!(
-                "--shard {shard}: give the server's address (-u): each shard would start a bundled server of its own"
-            )));
+            None => validate::check_shard_clock(false, self.start_at, self.point_slot)?,
         }
         if let Some(shard) = plan.shard {
-            for sweep in &plan.sweeps {
-                crate::plan::validate::check_shard_sweep(&shard, sweep)?;
-            }
+            validate::check_shard_plan(shard, shard.count, &plan)?;
         }
         Ok(plan)
     }

@@ -9,6 +9,7 @@ pub mod layers;
 pub mod levels;
 pub mod scenario;
 pub mod search;
+pub mod search_resolve;
 pub mod settings;
 pub mod shard;
 pub(crate) mod validate;
@@ -169,6 +170,9 @@ pub struct Sweep {
     /// are read and reported as an ensemble's composing models are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bls_composing_models: Vec<ModelRef>,
+    /// The settings used as given, by section ([`settings::Plain`]).
+    #[serde(default, skip_serializing_if = "settings::Plain::is_empty")]
+    pub plain: settings::Plain,
 }
 
 /// A model by name and version ("" = the latest), as `--bls-composing-models` lists them.
@@ -323,12 +327,8 @@ impl FromStr for Header {
     type Err = String;
     /// `-H 'Name: value'`.
     fn from_str(h: &str) -> Result<Header, String> {
-        match h.split_once(':') {
-            Some((name, value)) if !name.trim().is_empty() => {
-                Ok(Header { name: name.trim().to_string(), value: value.trim().to_string() })
-            }
-            _ => Err(format!("bad -H '{h}': expected 'Name: value'")),
-        }
+        let (name, value) = named_value(h, ':').ok_or_else(|| format!("bad -H '{h}': expected 'Name: value'"))?;
+        Ok(Header { name, value })
     }
 }
 
@@ -594,6 +594,12 @@ impl FileKind {
     }
 }
 
+/// `NAME<sep>VALUE`, both trimmed, the name not empty.
+pub(crate) fn named_value(text: &str, sep: char) -> Option<(String, String)> {
+    let (name, value) = text.split_once(sep)?;
+    (!name.trim().is_empty()).then(|| (name.trim().to_string(), value.trim().to_string()))
+}
+
 /// Bad input found while resolving or checking a plan: exit 2, nothing started.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
@@ -601,10 +607,6 @@ pub enum PlanError {
     NotSupported(String),
     #[error("{0}")]
     Invalid(String),
-}
-
-pub(crate) fn invalid(msg: impl Into<String>) -> PlanError {
-    PlanError::Invalid(msg.into())
 }
 
 impl Plan {
@@ -740,6 +742,7 @@ mod tests {
                 },
                 validate_outputs: true,
                 bls_composing_models: Vec::new(),
+                plain: Default::default(),
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         }

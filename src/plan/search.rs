@@ -7,11 +7,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::layers::overlay;
-use super::settings::{resolve, LoadSettings, Settings};
-use super::{invalid, Levels, Model, PlanError, Sweep, SweepKind, Target};
+use super::{Model, Sweep, Target};
 use crate::results::ReportRow;
 
 /// The latency statistic a budget limits.
@@ -64,10 +63,10 @@ impl Budget {
 }
 
 impl FromStr for Budget {
-    type Err = PlanError;
-    fn from_str(text: &str) -> Result<Budget, PlanError> {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Budget, String> {
         let bad = || {
-            invalid(format!("bad --latency-budget '{text}': expected STAT=TIME, e.g. p99=20ms (STAT p50, p90, p95, p99 or avg; TIME in us, ms or s)"))
+            format!("bad --latency-budget '{text}': expected STAT=TIME, e.g. p99=20ms (STAT p50, p90, p95, p99 or avg; TIME in us, ms or s)")
         };
         let (stat, time) = text.split_once('=').ok_or_else(bad)?;
         let statistic = match stat.trim().to_ascii_lowercase().as_str() {
@@ -114,8 +113,8 @@ impl From<Budget> for String {
 }
 
 impl TryFrom<String> for Budget {
-    type Error = PlanError;
-    fn try_from(s: String) -> Result<Budget, PlanError> {
+    type Error = String;
+    fn try_from(s: String) -> Result<Budget, String> {
         s.parse()
     }
 }
@@ -132,12 +131,12 @@ pub enum Objective {
 }
 
 impl FromStr for Objective {
-    type Err = PlanError;
-    fn from_str(text: &str) -> Result<Objective, PlanError> {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Objective, String> {
         match text {
             "throughput" => Ok(Objective::Throughput),
             "latency" => Ok(Objective::Latency),
-            _ => Err(invalid(format!("bad --objective '{text}': throughput or latency"))),
+            _ => Err(format!("bad --objective '{text}': throughput or latency")),
         }
     }
 }
@@ -154,12 +153,12 @@ pub enum Mode {
 }
 
 impl FromStr for Mode {
-    type Err = PlanError;
-    fn from_str(text: &str) -> Result<Mode, PlanError> {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Mode, String> {
         match text {
             "quick" => Ok(Mode::Quick),
             "brute" => Ok(Mode::Brute),
-            _ => Err(invalid(format!("bad --mode '{text}': quick or brute"))),
+            _ => Err(format!("bad --mode '{text}': quick or brute")),
         }
     }
 }
@@ -272,75 +271,6 @@ impl SearchSettings {
     pub fn merged(&self, over: &SearchSettings) -> SearchSettings {
         overlay(self, over)
     }
-
-    /// These settings with the defaults filled in, checked.
-    pub fn resolve(&self) -> Result<Search, PlanError> {
-        let budget: Budget = self
-            .latency_budget
-            .as_deref()
-            .ok_or_else(|| {
-                invalid("a search needs a latency budget: --latency-budget p99=20ms (or latency_budget in [search])")
-            })?
-            .parse()?;
-        let search = Search {
-            budget,
-            objective: self.objective.as_deref().map_or(Ok(Objective::default()), str::parse)?,
-            mode: self.mode.as_deref().map_or(Ok(Mode::default()), str::parse)?,
-            max_configs: self.max_configs,
-            max_minutes: self.max_minutes,
-            improvement_pct: IMPROVEMENT_PCT,
-            space: self.space()?,
-        };
-        search.validate()?;
-        Ok(search)
-    }
-
-    fn space(&self) -> Result<Space, PlanError> {
-        let instances = values("--instances", self.instances.as_deref().unwrap_or(DEFAULT_INSTANCES), 1)?;
-        let max_batch_sizes =
-            values("--max-batch-size", self.max_batch_size.as_deref().unwrap_or(DEFAULT_MAX_BATCH_SIZES), 0)?;
-        let delays = values("--queue-delay-us", self.queue_delay_us.as_deref().unwrap_or("0"), 0)?;
-        let preferred: Vec<Vec<u32>> = match &self.preferred_batch_sizes {
-            None => vec![Vec::new()],
-            Some(sets) => {
-                sets.iter()
-                    .map(|s| match s.trim() {
-                        "none" | "" => Ok(Vec::new()),
-                        list => values("--preferred-batch-sizes", list, 1)
-                            .map(|v| v.into_iter().map(|x| x as u32).collect()),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-        };
-        // The batcher's settings first, off last: a climb starts with the batcher on, or
-        // growing max_batch_size would never pay.
-        let mut batching = Vec::new();
-        let mut off = false;
-        for switch in self.dynamic_batching.as_deref().unwrap_or("on").split(',') {
-            match switch.trim() {
-                "off" => off = true,
-                "on" => {
-                    for &queue_delay_us in &delays {
-                        for p in &preferred {
-                            batching.push(Batching::Dynamic { queue_delay_us, preferred: p.clone() });
-                        }
-                    }
-                }
-                other => return Err(invalid(format!("bad --dynamic-batching '{other}': on, off or on,off"))),
-            }
-        }
-        batching.dedup();
-        if off {
-            batching.push(Batching::Off);
-        }
-        let concurrency = values("--concurrency", self.concurrency.as_deref().unwrap_or(DEFAULT_CONCURRENCY), 1)?;
-        Ok(Space {
-            instances: instances.into_iter().map(|v| v as u32).collect(),
-            max_batch_sizes: max_batch_sizes.into_iter().map(|v| v as u32).collect(),
-            batching,
-            concurrency,
-        })
-    }
 }
 
 /// A list of numbers as a file may write it, a string (`"1,2,4"`, `"1..8"`) or an array
@@ -375,11 +305,11 @@ mod values_text {
 
 /// A list `1,8,32` (sorted, deduplicated) or a doubling range `1..64` (1, 2, 4, ..., 64, the
 /// end always included), each value at least `min`.
-pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
-    let number = |s: &str| -> Result<u64, PlanError> {
-        let v: u64 = s.trim().parse().map_err(|_| invalid(format!("bad {flag} '{text}': '{s}' is not a number")))?;
+pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, String> {
+    let number = |s: &str| -> Result<u64, String> {
+        let v: u64 = s.trim().parse().map_err(|_| format!("bad {flag} '{text}': '{s}' is not a number"))?;
         if v < min {
-            return Err(invalid(format!("bad {flag} '{text}': values must be >= {min}")));
+            return Err(format!("bad {flag} '{text}': values must be >= {min}"));
         }
         Ok(v)
     };
@@ -387,7 +317,7 @@ pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
         Some((a, b)) => {
             let (start, end) = (number(a)?, number(b)?);
             if end < start {
-                return Err(invalid(format!("bad {flag} '{text}': the range is descending")));
+                return Err(format!("bad {flag} '{text}': the range is descending"));
             }
             let mut v = vec![start];
             let mut x = start.max(1);
@@ -403,7 +333,7 @@ pub fn values(flag: &str, text: &str, min: u64) -> Result<Vec<u64>, PlanError> {
     out.sort_unstable();
     out.dedup();
     if out.is_empty() {
-        return Err(invalid(format!("bad {flag} '{text}': no values")));
+        return Err(format!("bad {flag} '{text}': no values"));
     }
     Ok(out)
 }
@@ -444,48 +374,9 @@ pub struct SearchPlan {
 }
 
 impl SearchPlan {
-    /// The one resolution of a search: `search` and the online settings every point is
-    /// measured with (`online`; flags already laid over a file's) into a checked plan that
-    /// writes to `out`. The ramp is the search's: `online`'s own load keys are its sweep's,
-    /// for `perfbench run`, and are set aside here.
-    pub fn resolve(
-        target: Target,
-        model: Model,
-        search: &SearchSettings,
-        online: &Settings,
-        out: PathBuf,
-    ) -> Result<SearchPlan, PlanError> {
-        let search = search.resolve()?;
-        if online.load.batch_sizes.as_ref().is_some_and(|b| b.max() != Some(b.first())) {
-            return Err(invalid("a search sends one client batch size: give batch (-b), not batch_sizes"));
-        }
-        let mut settings = online.clone();
-        settings.load = LoadSettings {
-            concurrency: Some(Levels::List(search.space.concurrency.clone())),
-            request_rate: None,
-            request_intervals: None,
-            periodic_concurrency: None,
-            latency_threshold_ms: None,
-            binary_search: None,
-            ..online.load.clone()
-        };
-        settings.output.out = Some(out);
-        let sweep = resolve(SweepKind::Online, &settings, &target)?;
-        let plan = SearchPlan { target, model, search, sweep };
-        plan.validate()?;
-        Ok(plan)
-    }
-
     /// The results folder.
     pub fn out(&self) -> &Path {
         self.sweep.output.dir.as_deref().expect("a checked search plan has an output folder")
-    }
-
-    /// Reads a search plan (as `--print-plan` writes it) and checks it.
-    pub fn from_toml(text: &str) -> Result<SearchPlan, PlanError> {
-        let plan: SearchPlan = toml::from_str(text).map_err(|e| super::validate::bad_toml(&e))?;
-        plan.validate()?;
-        Ok(plan)
     }
 
     pub fn to_toml(&self) -> String {
@@ -496,7 +387,6 @@ impl SearchPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Load;
 
     #[test]
     fn budgets_parse_in_any_unit_and_bad_ones_say_why() {
@@ -517,119 +407,5 @@ mod tests {
         assert_eq!(values("f", "32,1,8,8", 0).unwrap(), [1, 8, 32]);
         assert!(values("f", "4..1", 1).is_err());
         assert!(values("f", "0,1", 1).is_err());
-    }
-
-    fn resolved(search: &SearchSettings, online: &Settings) -> Result<SearchPlan, PlanError> {
-        let model = Model { name: "delay".into(), version: String::new(), config: None };
-        SearchPlan::resolve(Target::Embedded { model_repository: None }, model, search, online, "out".into())
-    }
-
-    #[test]
-    fn a_search_table_takes_lists_or_text_and_flags_go_over_it() {
-        let file: SearchSettings = toml::from_str(
-            r#"
-            latency_budget = "p95=5ms"
-            mode = "brute"
-            instances = [1, 2]
-            max_batch_size = "1..16"
-            preferred_batch_sizes = [[4, 8], "none"]
-            concurrency = [1, 8]
-            max_configs = 3
-            "#,
-        )
-        .unwrap();
-        let flags = SearchSettings { instances: Some("4".into()), max_configs: Some(2), ..SearchSettings::default() };
-        let search = file.merged(&flags).resolve().unwrap();
-        assert_eq!(search.budget, Budget { statistic: Statistic::P95, limit_us: 5000.0 });
-        assert_eq!(search.mode, Mode::Brute);
-        assert_eq!(search.space.instances, [4], "the flag wins");
-        assert_eq!(search.max_configs, Some(2), "the flag wins");
-        assert_eq!(search.space.max_batch_sizes, [1, 2, 4, 8, 16], "the file's where no flag is given");
-        assert_eq!(search.space.concurrency, [1, 8]);
-        assert_eq!(
-            search.space.batching,
-            [
-                Batching::Dynamic { queue_delay_us: 0, preferred: vec![4, 8] },
-                Batching::Dynamic { queue_delay_us: 0, preferred: vec![] }
-            ]
-        );
-    }
-
-    #[test]
-    fn bad_search_settings_say_which_key() {
-        let err = toml::from_str::<SearchSettings>("instancs = [1]").unwrap_err().to_string();
-        assert!(err.contains("instancs"), "{err}");
-        let err = SearchSettings::default().resolve().unwrap_err().to_string();
-        assert!(err.contains("latency budget"), "{err}");
-        let budget = || Some("p99=1ms".to_string());
-        for (bad, needle) in [
-            (SearchSettings { latency_budget: budget(), mode: Some("fast".into()), ..Default::default() }, "--mode"),
-            (SearchSettings { latency_budget: budget(), max_configs: Some(0), ..Default::default() }, "--max-configs"),
-            (
-                SearchSettings { latency_budget: budget(), max_minutes: Some(-1.0), ..Default::default() },
-                "--max-minutes",
-            ),
-            (
-                SearchSettings { latency_budget: budget(), instances: Some("0".into()), ..Default::default() },
-                "--instances",
-            ),
-            (
-                SearchSettings { latency_budget: budget(), instances: Some("65".into()), ..Default::default() },
-                "--instances",
-            ),
-        ] {
-            let err = bad.resolve().unwrap_err().to_string();
-            assert!(err.contains(needle), "{needle}: {err}");
-        }
-    }
-
-    #[test]
-    fn a_search_plan_round_trips_through_toml_and_sets_its_ramp() {
-        let search = SearchSettings {
-            latency_budget: Some("p99=2.5ms".into()),
-            dynamic_batching: Some("on,off".into()),
-            preferred_batch_sizes: Some(vec!["4,8".into()]),
-            concurrency: Some("2..16".into()),
-            max_minutes: Some(1.5),
-            ..SearchSettings::default()
-        };
-        // The online section's own load is its sweep's; the search ramps its own concurrency.
-        let mut online = Settings::default();
-        online.load.concurrency = Some("1..8".parse().unwrap());
-        online.load.batch = Some(4);
-        online.measurement.measurement_request_count = Some(40);
-        let plan = resolved(&search, &online).unwrap();
-        assert_eq!(plan.sweep.load, Load::Concurrency { levels: Levels::List(vec![2, 4, 8, 16]) });
-        assert_eq!(plan.sweep.batch_sizes, Levels::one(4));
-        assert_eq!(plan.sweep.measurement.request_count, 40);
-        assert_eq!(plan.out(), Path::new("out"));
-        let text = plan.to_toml();
-        assert!(text.contains("[search]") && text.contains("budget = \"p99=2500us\""), "{text}");
-        assert_eq!(SearchPlan::from_toml(&text).unwrap(), plan, "{text}");
-        assert_eq!(super::super::FileKind::of(&text), super::super::FileKind::SearchPlan);
-        // A plan file is checked as it is read.
-        let edited = text.replace("improvement_pct = 5.0", "improvement_pct = -1.0");
-        assert!(SearchPlan::from_toml(&edited).unwrap_err().to_string().contains("improvement_pct"), "{edited}");
-        let mut many = Settings::default();
-        many.load.batch_sizes = Some("1,8".parse().unwrap());
-        assert!(resolved(&search, &many).unwrap_err().to_string().contains("one client batch size"));
-    }
-
-    #[test]
-    fn the_space_crosses_switches_delays_and_preferred_sets() {
-        let s = SearchSettings {
-            dynamic_batching: Some("off,on".into()),
-            queue_delay_us: Some("0,100".into()),
-            preferred_batch_sizes: Some(vec!["none".into(), "4,8".into()]),
-            ..SearchSettings::default()
-        }
-        .space()
-        .unwrap();
-        assert_eq!(s.batching.len(), 5);
-        assert_eq!(s.batching[4], Batching::Off);
-        assert_eq!(s.instances, [1, 2, 4]);
-        assert_eq!(s.concurrency.last(), Some(&256));
-        assert!(!Batching::Dynamic { queue_delay_us: 0, preferred: vec![4, 8] }.fits(4));
-        assert!(!Batching::Dynamic { queue_delay_us: 0, preferred: vec![] }.fits(0));
     }
 }

@@ -87,6 +87,10 @@ pub struct CallSettings {
     /// Server trace settings (perf_analyzer's `--trace-*` flags, mapped in `cli::pa_compat`).
     #[arg(skip)]
     pub trace: Option<Vec<TraceSetting>>,
+    /// This section's settings used as given ([`Plain`]).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub plain: PlainCall,
 }
 
 /// The load: batch sizes, and closed-loop concurrencies or an open-loop schedule.
@@ -125,6 +129,10 @@ pub struct LoadSettings {
     /// `--request-period`, mapped and checked in `cli::pa_compat`).
     #[arg(skip)]
     pub periodic_concurrency: Option<Periodic>,
+    /// This section's settings used as given ([`Plain`]).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub plain: PlainLoad,
 }
 
 /// What each request carries: tensor values and shapes, where they travel, and sequences.
@@ -166,6 +174,10 @@ pub struct InputSettings {
     /// Sequence models, open loop: at most one request of a sequence in flight.
     #[arg(long = "serial-sequences", num_args = 0, default_missing_value = "true")]
     pub serial_sequences: Option<bool>,
+    /// This section's settings used as given ([`Plain`]).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub plain: PlainInput,
 }
 
 /// How each point is measured and when it ends.
@@ -206,6 +218,10 @@ pub struct MeasurementSettings {
     /// mismatch counts as a failed request and the run exits non-zero.
     #[arg(long = "validate-outputs", num_args = 0, default_missing_value = "true")]
     pub validate_outputs: Option<bool>,
+    /// This section's settings used as given ([`Plain`]).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub plain: PlainMeasurement,
 }
 
 /// What is written, and where.
@@ -226,6 +242,128 @@ pub struct OutputSettings {
     /// How much is printed (perf_analyzer's `-v`, mapped in `cli::pa_compat`).
     #[arg(skip)]
     pub verbose: Option<u8>,
+    /// This section's settings used as given ([`Plain`]).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub plain: PlainOutput,
+}
+
+/// The settings a sweep uses as given, section by section: no default but the one its use
+/// applies (named in its doc), no check but its parser's. Each section flattens its part (flags
+/// and scenario keys beside the section's own), and the plan carries the parts as they are
+/// (`Sweep::plain`), so such a setting is its field here and the code that reads it, nothing
+/// else. A setting that needs a kind's default or a check across settings is a field of its
+/// section, resolved in [`resolve`] instead.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plain {
+    #[serde(default, deserialize_with = "strict", skip_serializing_if = "is_unset")]
+    pub call: PlainCall,
+    #[serde(default, deserialize_with = "strict", skip_serializing_if = "is_unset")]
+    pub load: PlainLoad,
+    #[serde(default, deserialize_with = "strict", skip_serializing_if = "is_unset")]
+    pub input: PlainInput,
+    #[serde(default, deserialize_with = "strict", skip_serializing_if = "is_unset")]
+    pub measurement: PlainMeasurement,
+    #[serde(default, deserialize_with = "strict", skip_serializing_if = "is_unset")]
+    pub output: PlainOutput,
+}
+
+impl Plain {
+    /// The plain parts of `s`'s sections.
+    fn of(s: &Settings) -> Plain {
+        Plain {
+            call: s.call.plain.clone(),
+            load: s.load.plain.clone(),
+            input: s.input.plain.clone(),
+            measurement: s.measurement.plain.clone(),
+            output: s.output.plain.clone(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        is_unset(self)
+    }
+}
+
+/// The call settings used as given.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlainCall {}
+
+/// The load settings used as given.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlainLoad {}
+
+/// The input settings used as given.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlainInput {}
+
+/// The measurement settings used as given.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlainMeasurement {}
+
+/// The output settings used as given.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlainOutput {
+    /// A row NAME=VALUE of report.md's configuration table (and report.toml's), saying what was
+    /// measured, e.g. commit=4f2a1c (repeatable; default: none).
+    #[arg(long = "label", value_name = "NAME=VALUE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<Label>>,
+}
+
+/// `--label NAME=VALUE` (in a file, that text).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Label {
+    pub name: String,
+    pub value: String,
+}
+
+impl std::str::FromStr for Label {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Label, String> {
+        let bad = || format!("bad --label '{text}': expected NAME=VALUE, e.g. commit=4f2a1c");
+        let (name, value) = super::named_value(text, '=').ok_or_else(bad)?;
+        Ok(Label { name, value })
+    }
+}
+
+impl From<Label> for String {
+    fn from(label: Label) -> String {
+        format!("{}={}", label.name, label.value)
+    }
+}
+
+impl TryFrom<String> for Label {
+    type Error = String;
+    fn try_from(text: String) -> Result<Label, String> {
+        text.parse()
+    }
+}
+
+fn is_unset<T: Default + PartialEq>(part: &T) -> bool {
+    *part == T::default()
+}
+
+/// A plain part of a plan file, whose keys are all its own: a part is flattened into its
+/// section, so it cannot refuse other keys itself; here, a key it does not write back is unknown.
+fn strict<'de, D, T>(input: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Serialize + serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    let keys = toml::Table::deserialize(input)?;
+    let part: T = toml::Value::Table(keys.clone()).try_into().map_err(D::Error::custom)?;
+    let known = match toml::Value::try_from(&part) {
+        Ok(toml::Value::Table(known)) => known,
+        other => return Err(D::Error::custom(format!("settings are not a table: {other:?}"))),
+    };
+    match keys.keys().find(|key| !known.contains_key(*key)) {
+        Some(key) => Err(D::Error::custom(format!("unknown field `{key}`"))),
+        None => Ok(part),
+    }
 }
 
 impl Settings {
@@ -378,10 +516,6 @@ impl std::fmt::Display for Distribution {
     }
 }
 
-/// perf_analyzer's load-mode conflict, in its words (its spelling included: scripts grep them).
-pub const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
-    following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
-
 /// The sequence settings of a sweep, checked.
 fn sequences(s: &Settings, d: &defaults::Defaults) -> Result<Sequences, PlanError> {
     validate::check_sequence_length(s.input.sequence_length)?;
@@ -435,7 +569,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             let (end, step) = (end.unwrap_or(start), step.unwrap_or(1.0));
             let distribution = match s.load.request_distribution {
                 Some(distribution) => distribution,
-                None => d.request_distribution.parse().map_err(PlanError::Invalid)?,
+                None => d.request_distribution.parse().map_err(validate::unparsed)?,
             };
             // perf_analyzer measures the start and steps on while at most the end: an end below
             // the start measures the start alone.
@@ -472,20 +606,20 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         .headers
         .iter()
         .flatten()
-        .map(|h| h.parse::<Header>().map_err(PlanError::Invalid))
+        .map(|h| h.parse::<Header>().map_err(validate::unparsed))
         .collect::<Result<Vec<_>, _>>()?;
     let request_parameters =
         crate::client::parse_request_parameters(s.call.request_parameters.as_deref().unwrap_or_default())
-            .map_err(PlanError::Invalid)?;
+            .map_err(validate::unparsed)?;
     let tls = s.call.tls.clone().unwrap_or_default();
-    tls.check().map_err(PlanError::Invalid)?;
+    validate::check_tls(&tls)?;
     validate::check_request_timeout(s.call.request_timeout)?;
     let collect = s.call.collect_metrics.unwrap_or(false);
     validate::check_metrics(s.call.metrics_url.is_some(), collect, target)?;
     let mode: WindowKind = s.measurement.measurement_mode.unwrap_or(d.window);
     let stop_when: StopWhen = match s.measurement.stop_when {
         Some(stop_when) => stop_when,
-        None => d.stop_when.parse().map_err(PlanError::Invalid)?,
+        None => d.stop_when.parse().map_err(validate::unparsed)?,
     };
     let out = match (kind, &s.output.out) {
         (SweepKind::Profile, out) => out.clone(),
@@ -546,6 +680,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         sequences: sequences(s, d)?,
         validate_outputs: s.measurement.validate_outputs.unwrap_or(false),
         bls_composing_models: Vec::new(),
+        plain: Plain::of(s),
     };
     sweep.validate(target)?;
     Ok(sweep)

@@ -72,7 +72,7 @@ impl Shard {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Shard>, PlanError> {
         if let Some(text) = flag {
-            return text.parse().map(Some).map_err(PlanError::Invalid);
+            return text.parse().map(Some).map_err(validate::unparsed);
         }
         let num = |name: &str| -> Result<Option<u64>, PlanError> {
             env(name).map(|v| validate::env_whole_number(name, &v)).transpose()
@@ -81,17 +81,17 @@ impl Shard {
         for (rank, size) in pairs {
             if let (Some(index), Some(count)) = (num(rank)?, num(size)?) {
                 let shard = Shard::new(index, count);
-                validate::check_env_shard(&shard, &format!("{rank}/{size}"))?;
+                validate::check_env_shard(shard.check(), &format!("{rank}/{size}"))?;
                 return Ok((count > 1).then_some(shard));
             }
         }
         if let Some(index) = num("JOB_COMPLETION_INDEX")? {
             let count = match shards {
                 Some(n) => n,
-                None => validate::job_shard_count(num(SHARDS_ENV)?)?,
+                None => validate::job_shard_count(num(SHARDS_ENV)?, SHARDS_ENV)?,
             };
             let shard = Shard::new(index, count);
-            validate::check_env_shard(&shard, &format!("JOB_COMPLETION_INDEX {index} of {count}"))?;
+            validate::check_env_shard(shard.check(), &format!("JOB_COMPLETION_INDEX {index} of {count}"))?;
             return Ok(Some(shard));
         }
         Ok(None)

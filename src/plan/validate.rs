@@ -3,7 +3,20 @@
 //! run-time facts (the model's config and metadata) live where those facts are read, each
 //! commented as such.
 
-use super::*;
+use std::fmt;
+use std::path::Path;
+
+use super::search::{Search, SearchPlan};
+use super::{
+    Levels, Load, Model, Plan, PlanError, Protocol, Sweep, SweepKind, Target, WindowKind, MAX_OPEN_CONCURRENCY,
+};
+use crate::client::shm::SharedMemoryKind;
+use crate::client::tls::TlsOptions;
+
+/// Bad input: a plan's check failed (exit 2), with its one-line reason.
+pub(crate) fn invalid(msg: impl Into<String>) -> PlanError {
+    PlanError::Invalid(msg.into())
+}
 
 /// The model has a name (a plan file may leave it empty).
 pub(super) fn check_model_named(model: &Model) -> Result<(), PlanError> {
@@ -38,28 +51,65 @@ pub(crate) fn env_whole_number(name: &str, value: &str) -> Result<u64, PlanError
     value.trim().parse::<u64>().map_err(|_| invalid(format!("bad {name} '{value}': not a whole number")))
 }
 
-/// A shard read from the environment (`source` names the variables and values) is in range.
-pub(crate) fn check_env_shard(shard: &Shard, source: &str) -> Result<(), PlanError> {
-    shard.check().map_err(|why| invalid(format!("bad {source}: {why}")))
+/// A shard read from the environment (`source` names the variables and values) is in range
+/// (`checked`: the shard's own range check).
+pub(crate) fn check_env_shard(checked: Result<(), String>, source: &str) -> Result<(), PlanError> {
+    checked.map_err(|why| invalid(format!("bad {source}: {why}")))
 }
 
-/// `JOB_COMPLETION_INDEX` needs the shard count from [`shard::SHARDS_ENV`] when `--shards` is not given.
-pub(crate) fn job_shard_count(count: Option<u64>) -> Result<u64, PlanError> {
+/// `JOB_COMPLETION_INDEX` needs the shard count from `shards_env` when `--shards` is not given.
+pub(crate) fn job_shard_count(count: Option<u64>, shards_env: &str) -> Result<u64, PlanError> {
     count.ok_or_else(|| {
-        invalid(format!("JOB_COMPLETION_INDEX is set: give the shard count with --shards N or {}", shard::SHARDS_ENV))
+        invalid(format!("JOB_COMPLETION_INDEX is set: give the shard count with --shards N or {shards_env}"))
     })
+}
+
+/// `--start-at` and `--point-slot` line up shards: without a shard neither is given; a slot
+/// needs a start and is at least 1 ms.
+pub(crate) fn check_shard_clock(
+    sharded: bool,
+    start_at: Option<u64>,
+    point_slot: Option<u64>,
+) -> Result<(), PlanError> {
+    if !sharded {
+        if start_at.is_some() || point_slot.is_some() {
+            return Err(invalid("--start-at lines up shards: give --shard K/N"));
+        }
+        return Ok(());
+    }
+    if point_slot.is_some() && start_at.is_none() {
+        return Err(invalid("--point-slot is the slot of --start-at: give --start-at"));
+    }
+    if point_slot == Some(0) {
+        return Err(invalid("--point-slot must be at least 1 ms"));
+    }
+    Ok(())
+}
+
+/// What a shard (`shard`, one of `count`) checks of its plan before anything starts: a server
+/// of its own would not share the load, so it needs `-u`; and each sweep splits
+/// ([`check_shard_sweep`]).
+pub(crate) fn check_shard_plan(shard: impl fmt::Display, count: u64, plan: &Plan) -> Result<(), PlanError> {
+    if !matches!(plan.target, Target::Remote { .. }) {
+        return Err(invalid(format!(
+            "--shard {shard}: give the server's address (-u): each shard would start a bundled server of its own"
+        )));
+    }
+    for sweep in &plan.sweeps {
+        check_shard_sweep(&shard, count, sweep)?;
+    }
+    Ok(())
 }
 
 /// The load a shard checks before anything starts: every shard must get at least one request
 /// in flight at every concurrency level, and writes its own results folder.
-pub(crate) fn check_shard_sweep(shard: &Shard, sweep: &Sweep) -> Result<(), PlanError> {
+fn check_shard_sweep(shard: &impl fmt::Display, count: u64, sweep: &Sweep) -> Result<(), PlanError> {
     if let Load::Concurrency { levels } = &sweep.load {
         let lowest = levels.first();
-        if lowest < shard.count {
+        if lowest < count {
             return Err(invalid(format!(
                 "--shard {shard}: concurrency {lowest} leaves a shard with no request in flight (give at least \
-                 {} per level)",
-                shard.count
+                 {count} per level)"
             )));
         }
     }
@@ -137,13 +187,37 @@ pub(crate) fn sweeps_given_to_search(path: &Path) -> PlanError {
     invalid(format!("{} is a plan of sweeps: run it with `perfbench run {0}`", path.display()))
 }
 
-/// A search plan runs as written: `changed` says whether a flag would change it.
-pub(crate) fn check_search_plan_unchanged(path: &Path, changed: bool) -> Result<(), PlanError> {
+/// `run` was given a search plan.
+pub(crate) fn search_plan_given_to_run(path: &Path) -> PlanError {
+    invalid(format!("{} is a search plan: run it with `perfbench search {0}`", path.display()))
+}
+
+/// The plan a results folder keeps (`run --resume DIR`), read once, here.
+pub(crate) fn read_kept_plan(dir: &Path, plan_file: &str) -> Result<String, PlanError> {
+    std::fs::read_to_string(dir.join(plan_file))
+        .map_err(|e| invalid(format!("cannot resume {}: no {plan_file} there ({e})", dir.display())))
+}
+
+/// A plan file (`kind`: plan, search plan) runs as written: `changed` says whether a flag that
+/// would change it was given (`flags`: those that are for scenarios).
+pub(crate) fn check_runs_as_written(path: &Path, kind: &str, flags: &str, changed: bool) -> Result<(), PlanError> {
     if changed {
-        return Err(invalid(format!(
-            "{} is a search plan: it runs as written (flags other than --print-plan are for scenarios)",
-            path.display()
-        )));
+        return Err(invalid(format!("{} is a {kind}: it runs as written ({flags} are for scenarios)", path.display())));
+    }
+    Ok(())
+}
+
+/// A search's latency budget is given (flag or `[search]` key).
+pub(crate) fn budget_given(budget: Option<&str>) -> Result<&str, PlanError> {
+    budget.ok_or_else(|| {
+        invalid("a search needs a latency budget: --latency-budget p99=20ms (or latency_budget in [search])")
+    })
+}
+
+/// A search sends one client batch size: the online settings give `-b`, not a list.
+pub(crate) fn check_search_batch(batch_sizes: Option<&Levels>) -> Result<(), PlanError> {
+    if batch_sizes.is_some_and(|b| b.max() != Some(b.first())) {
+        return Err(invalid("a search sends one client batch size: give batch (-b), not batch_sizes"));
     }
     Ok(())
 }
@@ -210,10 +284,14 @@ pub(crate) fn check_batch(sizes_given: bool, batch: Option<u64>) -> Result<(), P
     }
 }
 
+/// perf_analyzer's load-mode conflict, in its words (its spelling included: scripts grep them).
+const TWO_LOAD_MODES: &str = "Cannot specify more then one inference load mode. Please choose only one of the \
+    following modes: --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals.";
+
 /// At most one load mode is given (`given`: one flag per mode).
 pub(crate) fn check_one_load_mode(given: &[bool]) -> Result<(), PlanError> {
     if given.iter().filter(|&&g| g).count() > 1 {
-        return Err(invalid(settings::TWO_LOAD_MODES));
+        return Err(invalid(TWO_LOAD_MODES));
     }
     Ok(())
 }
@@ -240,6 +318,11 @@ pub(crate) fn check_request_timeout(seconds: Option<f64>) -> Result<(), PlanErro
         return Err(invalid(format!("--request-timeout must be a number of seconds > 0, got {t}")));
     }
     Ok(())
+}
+
+/// The TLS flags agree (a key with its certificate, files given where asked).
+pub(crate) fn check_tls(tls: &TlsOptions) -> Result<(), PlanError> {
+    tls.check().map_err(invalid)
 }
 
 /// `--metrics-url` comes with `--collect-metrics`; in-process, metrics need their URL.
@@ -294,7 +377,7 @@ impl Sweep {
         {
             return Err(invalid("Using compression algorithm is only allowed with gRPC protocol."));
         }
-        self.call.tls.check().map_err(PlanError::Invalid)?;
+        check_tls(&self.call.tls)?;
         if !self.call.request_parameters.is_empty() {
             if self.protocol != Protocol::Grpc {
                 return Err(invalid("The --request-parameter option is currently only supported by gRPC protocol."));
@@ -432,7 +515,7 @@ impl Sweep {
     }
 }
 
-impl search::Search {
+impl Search {
     pub(super) fn validate(&self) -> Result<(), PlanError> {
         if self.max_configs == Some(0) {
             return Err(invalid("--max-configs must be at least 1"));
@@ -467,7 +550,14 @@ impl search::Search {
     }
 }
 
-impl search::SearchPlan {
+impl SearchPlan {
+    /// Reads a search plan (as `--print-plan` writes it) and checks it.
+    pub fn from_toml(text: &str) -> Result<SearchPlan, PlanError> {
+        let plan: SearchPlan = toml::from_str(text).map_err(|e| bad_toml(&e))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
     /// Every check that does not need the server.
     pub fn validate(&self) -> Result<(), PlanError> {
         check_model_named(&self.model)?;

@@ -4,6 +4,7 @@
 //! result. Errors carry the exit code they end the process with.
 
 pub mod composing;
+mod drive;
 pub mod grid;
 pub mod interrupt;
 pub mod merge;
@@ -23,24 +24,18 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 
+use self::drive::{drive, Context};
 use self::interrupt::Interrupt;
-use self::observe::{Export, FolderStart, Recorder};
-use self::prepare::{bound_open_range, time_bank, ModelTraits};
-use self::session::Session;
-use self::sweep::{sweep as measure_sweep, LoadPlan, SweepError, Target as SweepTarget};
+use self::observe::FolderStart;
 use crate::client::deadline::Deadline;
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
 use crate::client::inprocess::InProcessClient;
-use crate::client::{ClientError, InferClient};
-use crate::load::PeriodicSpec;
-use crate::measure::window::derive_point;
-use crate::measure::MeasureSettings;
-use crate::plan::{Load, Model, Periodic, Plan, Protocol, Shard, Sweep, SweepKind, Target, MAX_OPEN_CONCURRENCY};
+use crate::client::ClientError;
+use crate::plan::{Model, Plan, Protocol, Shard, Sweep, SweepKind, Target};
 use crate::report::pa_summary::Wire;
-use crate::report::{ConfigBasics, Device, RunConfig};
 use crate::results::csv::{read_csv, Unit};
-use crate::results::{LoadPoint, ReportRow};
+use crate::results::ReportRow;
 use crate::server::serve::{self, RunningServer, ServeConfig};
 use crate::server::{InferenceServer, ServerOptions};
 
@@ -373,210 +368,6 @@ async fn run_sweep(
             drive(client, model, sweep, folder, context, interrupt).await
         }
     }
-}
-
-/// How a sweep's endpoint describes itself in the outputs.
-struct Context<'a> {
-    wire: Wire,
-    /// "TRITON" or "INPROCESS", as perf_analyzer's settings block prints it.
-    service_kind: &'static str,
-    /// The metrics endpoint when the plan names none.
-    metrics: &'a str,
-    device: &'a str,
-}
-
-async fn drive<C: InferClient>(
-    client: C,
-    model: &Model,
-    sweep: &Sweep,
-    folder: FolderStart,
-    context: Context<'_>,
-    interrupt: &Interrupt,
-) -> Result<SweepOutcome, RunError> {
-    let mut session = Session::open(client, model, sweep.call.streaming, &sweep.bls_composing_models).await?;
-    let config = run_config(&session, sweep, context.device);
-    // A shard runs its part of the sweep's request counts and sequence ids (load levels are
-    // split per point), and only shard 0 reads the server's counters, so they count once.
-    let shard = folder.shard.clone();
-    let sweep_part = shard.as_ref().map(|s| s.shard.sweep_part(sweep));
-    let sweep = sweep_part.as_ref().unwrap_or(sweep);
-    let reads_server = shard.as_ref().is_none_or(|s| s.shard.index == 0);
-    let traits = ModelTraits { sequence: session.sequence, decoupled: session.decoupled };
-    let bounded = match bound_open_range(sweep, traits) {
-        Ok(bounded) => bounded,
-        Err(e) => {
-            session.close().await;
-            return Err(e);
-        }
-    };
-    let sweep = bounded.as_ref().unwrap_or(sweep);
-    let mut recorder = Recorder::create(sweep, context.wire, context.service_kind, traits, context.metrics, folder)
-        .map_err(RunError::bad_input)?;
-    if let (Some(start), Some(dir)) = (&shard, &sweep.output.dir) {
-        let log = shard::ShardLog::open(dir.clone(), start, &config, &recorder.rows()).map_err(RunError::bad_input)?;
-        recorder.log_shard(log);
-    }
-    if let Load::Periodic(periodic) = &sweep.load {
-        let outcome = tokio::select! {
-            outcome = drive_periodic(&mut session, sweep, *periodic, &context) => outcome,
-            _ = interrupt.cancelled() => Err(RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") }),
-        };
-        session.close().await;
-        return outcome.map(|()| SweepOutcome { kind: sweep.kind, rows: Vec::new(), dir: sweep.output.dir.clone() });
-    }
-    let slots = shard.as_ref().and_then(|s| s.slots.clone());
-    let mut step_inputs = Vec::new();
-    // On a clock grid a point keeps to its slot: none borrows time from the next.
-    let time_bank = if slots.is_some() { None } else { time_bank(sweep) };
-    let measured = {
-        let batches = async {
-            // Built once for every batch size (the trace of --request-intervals is read here).
-            let plan = LoadPlan {
-                time_bank,
-                shard: shard.as_ref().map(|s| (s.shard.index, s.shard.count)),
-                slots: slots.clone(),
-                ..load_plan(sweep)?
-            };
-            for batch in sweep.batch_sizes.values(MAX_OPEN_CONCURRENCY) {
-                let requests = session.requests(sweep, batch).await?;
-                step_inputs = requests.step_inputs;
-                let target = SweepTarget {
-                    client: session.client.clone(),
-                    requests: requests.prepared,
-                    model: session.model.clone(),
-                    version: session.version.clone(),
-                    server_stats: session.server_stats && reads_server,
-                    composing: if reads_server { session.composing.clone() } else { Vec::new() },
-                    check: requests.check,
-                    check_fatal: !sweep.validate_outputs,
-                    sequences: requests.sequences,
-                };
-                let settings = MeasureSettings {
-                    keep_windows: shard.is_some(),
-                    windows_on_offsets: slots.is_some(),
-                    ..measure_settings(sweep, batch)
-                };
-                let measured = match mpi::world().filter(|_| shard.is_some()) {
-                    Some(mpi) => {
-                        let mut lined_up = mpi::LinedUp { inner: &mut recorder, mpi };
-                        measure_sweep(&target, &plan, &settings, &mut lined_up).await
-                    }
-                    None => measure_sweep(&target, &plan, &settings, &mut recorder).await,
-                };
-                measured.map_err(sweep_error)?;
-            }
-            Ok::<(), RunError>(())
-        };
-        tokio::select! {
-            outcome = batches => outcome,
-            _ = interrupt.cancelled() => Err(RunError {
-                failure: Failure::Interrupted,
-                error: anyhow!("interrupted"),
-            }),
-        }
-    };
-    let session_mismatches = session.mismatches.clone();
-    session.close().await;
-    let kind = context.service_kind.to_lowercase();
-    let export = sweep.output.profile_export_file.as_deref().map(|path| Export {
-        path,
-        service_kind: kind.as_str(),
-        step_inputs: step_inputs.as_slice(),
-    });
-    let finished = recorder.finish(&config, export);
-    let rows = recorder.rows();
-    let mismatches = session_mismatches.load(std::sync::atomic::Ordering::Relaxed);
-    match measured {
-        Ok(()) if mismatches > 0 => {
-            finished.map_err(RunError::bad_input)?;
-            Err(RunError::target(anyhow!(
-                "--validate-outputs: {mismatches} answer(s) did not match the expected output (counted as failed \
-                 requests in the rows)"
-            )))
-        }
-        Ok(()) => {
-            finished.map_err(RunError::bad_input)?;
-            Ok(SweepOutcome { kind: sweep.kind, rows, dir: sweep.output.dir.clone() })
-        }
-        Err(e) => {
-            if let Err(write) = finished {
-                tracing::warn!("writing the report of the measured rows: {write}");
-            }
-            if rows.is_empty() {
-                return Err(e);
-            }
-            let place = match &sweep.output.dir {
-                Some(dir) => format!(", written to {}", dir.display()),
-                None => String::new(),
-            };
-            Err(e.context(format!("the sweep stopped after {} measured row(s){place}", rows.len())))
-        }
-    }
-}
-
-/// perf_analyzer's periodic concurrency: one run of `periodic` at the first batch size, written
-/// to the profile export as its one experiment (concurrency 1, window `[0, u64::MAX]`, as
-/// perf_analyzer 2.50 writes it); no rows, no summary.
-async fn drive_periodic<C: InferClient>(
-    session: &mut Session<C>,
-    sweep: &Sweep,
-    periodic: Periodic,
-    context: &Context<'_>,
-) -> Result<(), RunError> {
-    let batch = sweep.batch_sizes.first();
-    let requests = session.requests(sweep, batch).await?;
-    if requests.sequences.is_some() {
-        return Err(RunError::bad_input(anyhow!(
-            "--periodic-concurrency-range with a sequence model is not supported"
-        )));
-    }
-    let spec = PeriodicSpec {
-        start: periodic.start,
-        end: periodic.end,
-        step: periodic.step,
-        request_period: periodic.request_period,
-    };
-    let records = crate::load::periodic::run(session.client.clone(), requests.prepared, spec, requests.check)
-        .await
-        .map_err(RunError::client)?;
-    let mut result = derive_point(&[], batch, LoadPoint::Concurrency(1), true, None);
-    result.detail.requests = records;
-    result.detail.window_boundaries_ns = vec![0, u64::MAX];
-    let path = sweep.output.profile_export_file.as_deref().expect("the plan checks periodic runs have an export");
-    let kind = context.service_kind.to_lowercase();
-    crate::report::pa_export::write(path, &[result], &kind, &requests.step_inputs)
-        .map_err(|e| RunError::bad_input(anyhow!("writing results: {e}")))
-}
-
-fn sweep_error(e: SweepError) -> RunError {
-    match e {
-        SweepError::Stopped { error, .. } => RunError::client(error),
-        SweepError::Load(e) => RunError::bad_input(e),
-        SweepError::Output(e) => RunError::bad_input(anyhow!("writing results: {e}")),
-    }
-}
-
-/// The configuration table of report.md, from the model config the server reports.
-fn run_config<C: InferClient>(session: &Session<C>, sweep: &Sweep, device: &str) -> RunConfig {
-    let config = &session.config;
-    let precision = config
-        .input
-        .first()
-        .and_then(|i| crate::proto::inference::DataType::try_from(i.data_type).ok())
-        .map(|t| t.as_str_name().trim_start_matches("TYPE_").to_string())
-        .unwrap_or_else(|| "unknown".into());
-    let backend = if config.backend.is_empty() { config.platform.clone() } else { config.backend.clone() };
-    let basics = ConfigBasics {
-        device: Device::Cpu(device.to_string()),
-        backend,
-        precision,
-        max_batch_size: config.max_batch_size.max(0) as u64,
-        instances: crate::server::config::instance_count(config) as u64,
-    };
-    RunConfig::from(basics)
-        .with("Model", session.model.clone())
-        .with("Protocol", sweep.protocol.to_string())
-        .with("Shared memory", format!("{:?}", sweep.input.shared_memory).to_lowercase())
 }
 
 /// (baseline report.csv, current report.csv) per sweep of the run.

@@ -158,3 +158,29 @@ fn bad_scenarios_are_one_line_and_exit_2() {
     let run = perfbench(&["run", "scenarios/missing.toml"]);
     assert_eq!(run.status.code(), Some(2));
 }
+
+/// `--label NAME=VALUE` is a row of report.md's configuration table, kept in the folder's plan;
+/// one without `=` is refused before anything runs.
+#[test]
+fn labels_are_rows_of_the_configuration_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("labelled");
+    let args = ["offline", "-m", "identity", "--batch-sizes", "1", "--shape", "INPUT0:16"];
+    let run = sweep(&[&args[..], &["--label", "commit=4f2a1c", "--label", "driver=550"]].concat(), &out);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for (name, value) in [("commit", "4f2a1c"), ("driver", "550")] {
+        let row = md.lines().find(|l| l.starts_with(&format!("| {name} "))).unwrap_or_else(|| panic!("{md}"));
+        assert!(row.contains(&format!("| {value} ")), "{row}");
+    }
+    let plan = std::fs::read_to_string(out.join("plan.toml")).unwrap();
+    assert!(plan.contains("[sweeps.plain.output]\nlabels = [\"commit=4f2a1c\", \"driver=550\"]"), "{plan}");
+    let kept = perfbench::plan::Plan::from_toml(&plan).unwrap();
+    assert_eq!(kept.sweeps[0].plain.output.labels.as_ref().map(Vec::len), Some(2));
+    // A plan file's plain part knows its keys.
+    let typo = perfbench::plan::Plan::from_toml(&plan.replace("labels = ", "lables = ")).unwrap_err();
+    assert!(typo.to_string().contains("unknown field `lables`"), "{typo}");
+    let bad = perfbench(&[&args[..], &["--label", "commit", "--print-plan"]].concat());
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("bad --label 'commit': expected NAME=VALUE"), "{}", stderr(&bad));
+}
