@@ -446,27 +446,45 @@ async fn closed_loop(
 async fn open_loop(
     runner: &Arc<Runner>,
     conversations: &Arc<Vec<Conversation>>,
-    times: impl Iterator<Item = Duration>,
+    times: impl Iterator<Item = Duration> + Send + 'static,
     budget: &Arc<RequestBudget>,
     next: &Arc<AtomicUsize>,
     out: &Arc<Mutex<Vec<Record>>>,
 ) {
-    let origin = tokio::time::Instant::now();
+    // tokio's timer ticks in whole milliseconds, so a request due between ticks would leave up
+    // to 1 ms late; a thread's sleep wakes within tens of µs and hands each instant over.
+    let (due_tx, mut due_rx) = tokio::sync::mpsc::unbounded_channel();
+    let origin = Instant::now();
+    let pacer_budget = budget.clone();
+    std::thread::Builder::new()
+        .name("perfbench-pacer".into())
+        .spawn(move || {
+            for offset in times {
+                if pacer_budget.exhausted() {
+                    return;
+                }
+                let due = origin + offset;
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                // The loop below is gone: nothing more to pace.
+                if due_tx.send(due).is_err() {
+                    return;
+                }
+            }
+        })
+        .expect("a thread for the open loop's schedule");
     let mut tasks = Vec::new();
-    for offset in times {
+    while let Some(intended) = due_rx.recv().await {
         if budget.exhausted() {
             break;
         }
-        let due = origin + offset;
-        tokio::time::sleep_until(due).await;
         let (runner, conversations, budget, out) = (runner.clone(), conversations.clone(), budget.clone(), out.clone());
-        let intended = due.into_std();
         let k = next.fetch_add(1, Ordering::Relaxed);
         tasks.push(tokio::spawn(async move {
             let conversation = &conversations[k % conversations.len()];
             runner.converse(k, conversation, Some(intended), &budget, false, &out).await;
         }));
     }
+    drop(due_rx);
     for task in tasks {
         let _ = task.await;
     }
