@@ -534,7 +534,7 @@ async fn embed(core: &InferenceServer, request: Request, arrival_ns: u64) -> Api
                 prompt_tokens += finish.prompt_tokens;
             }
         }
-        data.push(json!({ "object": "embedding", "index": i, "embedding": engine.embedding(input)? }));
+        data.push(json!({ "object": "embedding", "index": i, "embedding": engine.embedding(input) }));
     }
     let body = json!({ "object": "list", "data": data, "model": r.model,
                        "usage": { "prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens } });
