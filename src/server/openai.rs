@@ -451,17 +451,25 @@ async fn whole(engine: Arc<LlmEngine>, mut generation: Generation, reply: Reply)
 /// Streams the answer as Server-Sent Events, one chunk per token, then `data: [DONE]`.
 fn stream(engine: Arc<LlmEngine>, generation: Generation, reply: Reply) -> Response {
     let Generation { text_start, events, .. } = generation;
-    let state = (events, reply, engine, false);
-    let body = futures::stream::unfold(Some(state), move |state| async move {
-        let (mut events, reply, engine, mut sent_any) = state?;
-        let bytes = match events.recv().await {
+    let state = Streaming {
+        first: Template::new(&reply, true),
+        rest: Template::new(&reply, false),
+        events,
+        reply,
+        engine,
+        text_start,
+        sent_any: false,
+    };
+    let body = futures::stream::unfold(Some(state), |state| async move {
+        let mut s = state?;
+        let bytes = match s.events.recv().await {
             Some(Event::Token { index, .. }) => {
-                let piece = engine.piece(text_start, index);
-                let chunk = reply.chunk(vec![reply.choice(Some(piece), !sent_any, None)], None);
-                sent_any = true;
-                chunk
+                let template = if s.sent_any { &s.rest } else { &s.first };
+                s.sent_any = true;
+                template.render(s.engine.piece(s.text_start, index))
             }
             Some(Event::Done(finish)) => {
+                let reply = &s.reply;
                 let mut out = reply.chunk(vec![reply.choice(None, false, Some(finish.reason.as_str()))], None).to_vec();
                 if reply.include_usage {
                     out.extend_from_slice(&reply.chunk(vec![], Some(usage(&finish))));
@@ -471,12 +479,52 @@ fn stream(engine: Arc<LlmEngine>, generation: Generation, reply: Reply) -> Respo
             }
             None => return None,
         };
-        Some((Ok(bytes), Some((events, reply, engine, sent_any))))
+        Some((Ok(bytes), Some(s)))
     });
     let mut response = Response::new(Body::from_stream(body.boxed()));
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     response.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache"));
     response
+}
+
+/// A streamed answer between two events.
+struct Streaming {
+    events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    reply: Reply,
+    engine: Arc<LlmEngine>,
+    text_start: usize,
+    /// The token chunks, rendered once per request (no JSON tree per token).
+    first: Template,
+    rest: Template,
+    sent_any: bool,
+}
+
+/// A token chunk's event around its text: the bytes before the text's JSON string and after it,
+/// cut from the chunk [`Reply::chunk`] renders with a marker for the text, so a filled template
+/// is the same bytes.
+struct Template {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+/// Stands for the text while a template is rendered (corpus words hold no control character).
+const MARKER: &str = "\u{1}text\u{1}";
+
+impl Template {
+    fn new(reply: &Reply, first: bool) -> Template {
+        let event = reply.chunk(vec![reply.choice(Some(MARKER), first, None)], None);
+        let marker = serde_json::to_vec(MARKER).expect("a string serializes");
+        let at = event.windows(marker.len()).position(|w| w == marker).expect("the chunk holds the marker");
+        Template { head: event[..at].to_vec(), tail: event[at + marker.len()..].to_vec() }
+    }
+
+    fn render(&self, text: &str) -> Bytes {
+        let mut out = Vec::with_capacity(self.head.len() + text.len() + 2 + self.tail.len());
+        out.extend_from_slice(&self.head);
+        serde_json::to_writer(&mut out, text).expect("a string serializes");
+        out.extend_from_slice(&self.tail);
+        out.into()
+    }
 }
 
 #[derive(Deserialize)]
@@ -534,9 +582,30 @@ async fn embed(core: &InferenceServer, request: Request, arrival_ns: u64) -> Api
                 prompt_tokens += finish.prompt_tokens;
             }
         }
-        data.push(json!({ "object": "embedding", "index": i, "embedding": engine.embedding(input)? }));
+        data.push(json!({ "object": "embedding", "index": i, "embedding": engine.embedding(input) }));
     }
     let body = json!({ "object": "list", "data": data, "model": r.model,
                        "usage": { "prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens } });
     Ok(Json(body).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filled_template_is_the_chunk_reply_renders() {
+        for flavor in [Flavor::Chat, Flavor::Completion] {
+            for include_usage in [false, true] {
+                let reply = Reply { flavor, id: "cmpl-1".into(), model: "llm".into(), created: 7, include_usage };
+                for first in [true, false] {
+                    let template = Template::new(&reply, first);
+                    for text in [" word", " \"quoted\" \\ \u{e9}\n", ""] {
+                        let expected = reply.chunk(vec![reply.choice(Some(text), first, None)], None);
+                        assert_eq!(template.render(text), expected, "{text:?}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -281,7 +281,7 @@ async fn tokens_per_second(llm: &Llm, streams: usize, tokens: usize) -> f64 {
 async fn continuous_batching_serves_32_streams_far_faster_than_one() {
     // 2 ms per step plus 20 µs per decoding sequence.
     let llm = Llm::start(&[("step_us", "2000"), ("decode_us_per_seq", "20"), ("prefill_us_per_token", "1")]).await;
-    // The first request opens the tokenizer (parsing its vocabulary): not part of a measurement.
+    // A warm-up stream: the first connection is not part of a measurement.
     tokens_per_second(&llm, 1, 1).await;
     let one = tokens_per_second(&llm, 1, 30).await;
     let many = tokens_per_second(&llm, 32, 30).await;
@@ -391,6 +391,46 @@ async fn a_shared_prompt_prefix_skips_its_prefill() {
     let page = llm.metrics().await;
     assert_eq!(metric(&page, "vllm:prefix_cache_hits_total"), cached as f64);
     assert!(metric(&page, "vllm:prefix_cache_queries_total") > cached as f64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_tokenizer_fails_the_model_load_with_its_reason() {
+    // The tokenizer is opened when the model loads, not on the first request: a path that holds
+    // no tokenizer.json fails the load, naming the model and the path.
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::create_dir(repo.path().join("llm")).unwrap();
+    let missing = repo.path().join("no-tokenizer-here");
+    let config = llm_config(&[("tokenizer", missing.to_str().unwrap())]);
+    std::fs::write(repo.path().join("llm/config.pbtxt"), config).unwrap();
+    let options = ServerOptions { model_repository: Some(repo.path().to_path_buf()), ..Default::default() };
+    let Err(e) = serve::start(ServeConfig { options, ..Default::default() }).await else {
+        panic!("a model whose tokenizer does not exist loaded");
+    };
+    let message = format!("{e:#}");
+    assert!(message.contains("model 'llm'") && message.contains(missing.to_str().unwrap()), "{message}");
+    assert!(!message.contains('\n'), "not one line: {message}");
+
+    // A served twin already holds its tokenizer: a load through the repository API with a bad
+    // tokenizer is refused with the reason, and the loaded model keeps serving.
+    let llm = Llm::start(&[]).await;
+    let override_config = json!({"parameters": {"config": json!({
+        "name": "llm", "backend": "llm", "max_batch_size": 0,
+        "model_transaction_policy": {"decoupled": true},
+        "input": [{"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}],
+        "output": [{"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]}],
+        "parameters": {"tokenizer": {"string_value": missing.to_str().unwrap()}},
+    }).to_string()}});
+    let (status, body) = llm.post("/v2/repository/models/llm/load", &override_config).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains(missing.to_str().unwrap()), "{body}");
+    let (status, body) = llm
+        .post_json(
+            "/v1/completions",
+            &json!({"model": "llm", "prompt": "still here", "max_tokens": 3, "ignore_eos": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 //! here and read each one's tokens from a channel.
 
 use std::collections::VecDeque;
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -132,14 +132,6 @@ impl LlmSettings {
         if !(settings.mean_output_tokens.is_finite() && settings.mean_output_tokens >= 1.0) {
             return Err(ServerError::invalid_arg(format!("model '{name}': mean_output_tokens must be at least 1")));
         }
-        if !config::parameter(c, "tokenizer").is_none_or(|t| matches!(t, "cl100k_base" | "o200k_base"))
-            && !std::path::Path::new(&settings.tokenizer).exists()
-        {
-            return Err(ServerError::invalid_arg(format!(
-                "model '{name}': tokenizer '{}' is neither cl100k_base, o200k_base nor an existing path",
-                settings.tokenizer
-            )));
-        }
         Ok(settings)
     }
 }
@@ -196,12 +188,12 @@ struct Started {
 pub struct LlmEngine {
     pub name: String,
     pub settings: LlmSettings,
-    stats: Arc<ModelStats>,
     telemetry: Arc<telemetry::Telemetry>,
     steps: Arc<Mutex<VecDeque<StepRecord>>>,
-    /// The tokenizer, the text and the batcher thread, made on first use: a server that never
-    /// generates does not pay for parsing a vocabulary.
-    started: OnceLock<Result<Started, ServerError>>,
+    /// The tokenizer, the text and the batcher thread, made when the model loads: the first
+    /// request must not pay for parsing a vocabulary (150-350 ms), and a bad tokenizer fails the
+    /// load rather than every request.
+    started: Started,
 }
 
 impl LlmEngine {
@@ -213,54 +205,26 @@ impl LlmEngine {
                 "model '{name}': backend 'llm' needs model_transaction_policy {{ decoupled: true }} and max_batch_size 0"
             )));
         }
-        Ok(LlmEngine {
-            name: name.clone(),
-            settings: LlmSettings::from_config(config)?,
-            stats,
-            telemetry: Default::default(),
-            steps: Default::default(),
-            started: OnceLock::new(),
-        })
+        let settings = LlmSettings::from_config(config)?;
+        let telemetry: Arc<telemetry::Telemetry> = Default::default();
+        let steps: Arc<Mutex<VecDeque<StepRecord>>> = Default::default();
+        let started = start(name, &settings, stats, &telemetry, &steps)?;
+        Ok(LlmEngine { name: name.clone(), settings, telemetry, steps, started })
     }
 
-    fn started(&self) -> ServerResult<&Started> {
-        self.started.get_or_init(|| self.start()).as_ref().map_err(Clone::clone)
-    }
-
-    fn start(&self) -> ServerResult<Started> {
-        let tokenizer = Tokenizer::open(&self.settings.tokenizer)
-            .map_err(|e| ServerError::invalid_arg(format!("model '{}': {e}", self.name)))?;
-        let text = text::TextSource::new(&tokenizer)?;
-        let (submit, arrivals) = mpsc::channel();
-        let s = &self.settings;
-        let batcher = batcher::Batcher::new(
-            s.limits,
-            s.cost,
-            kv::KvCache::new(s.block_size, s.num_blocks),
-            self.stats.clone(),
-            self.telemetry.clone(),
-        );
-        let steps = self.steps.clone();
-        std::thread::Builder::new()
-            .name(format!("llm-{}", self.name))
-            .spawn(move || run(batcher, arrivals, steps))
-            .map_err(|e| ServerError::internal(format!("cannot start the batcher thread: {e}")))?;
-        Ok(Started { tokenizer, text, submit })
-    }
-
-    /// The model's tokenizer (opened on first use).
-    pub fn tokenizer(&self) -> ServerResult<&Tokenizer> {
-        Ok(&self.started()?.tokenizer)
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.started.tokenizer
     }
 
     /// The `index`th generated piece of a text that starts at `start`.
     pub fn piece(&self, start: usize, index: usize) -> &str {
-        self.started().map(|s| s.text.piece(start, index)).unwrap_or_default()
+        self.started.text.piece(start, index)
     }
 
     /// Checks a request, plans its output and queues it for the batcher.
     pub fn generate(&self, params: GenerateParams, log: Option<Arc<RequestLog>>) -> Result<Generation, GenerateError> {
-        let started = self.started().map_err(GenerateError::Server)?;
+        let started = &self.started;
         let tokens = started.tokenizer.encode(&params.prompt);
         let plan = self.plan(&params, tokens.len()).map_err(GenerateError::Refused)?;
         let mut rng = match params.seed {
@@ -341,8 +305,8 @@ impl LlmEngine {
     }
 
     /// A deterministic unit vector for a text's tokens (the twin has no weights to embed with).
-    pub fn embedding(&self, text: &str) -> ServerResult<Vec<f32>> {
-        let tokens = self.tokenizer()?.encode(text);
+    pub fn embedding(&self, text: &str) -> Vec<f32> {
+        let tokens = self.tokenizer().encode(text);
         let mut v = vec![0f32; self.settings.embedding_dim];
         for (i, t) in tokens.iter().enumerate() {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(u64::from(*t) ^ ((i as u64) << 32));
@@ -352,7 +316,7 @@ impl LlmEngine {
             }
         }
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
-        Ok(v.into_iter().map(|x| x / norm).collect())
+        v.into_iter().map(|x| x / norm).collect()
     }
 
     pub fn gauges(&self) -> Gauges {
@@ -368,6 +332,35 @@ impl LlmEngine {
     pub fn telemetry(&self) -> &telemetry::Telemetry {
         &self.telemetry
     }
+}
+
+/// Opens the tokenizer, checks the corpus against it and starts the batcher thread, which ends
+/// once the engine (the only sender) is dropped and its last sequence is done.
+fn start(
+    name: &str,
+    settings: &LlmSettings,
+    stats: Arc<ModelStats>,
+    telemetry: &Arc<telemetry::Telemetry>,
+    steps: &Arc<Mutex<VecDeque<StepRecord>>>,
+) -> ServerResult<Started> {
+    let tokenizer =
+        Tokenizer::open(&settings.tokenizer).map_err(|e| ServerError::invalid_arg(format!("model '{name}': {e}")))?;
+    let text = text::TextSource::new(&tokenizer)
+        .map_err(|e| ServerError::invalid_arg(format!("model '{name}': {}", e.message)))?;
+    let (submit, arrivals) = mpsc::channel();
+    let batcher = batcher::Batcher::new(
+        settings.limits,
+        settings.cost,
+        kv::KvCache::new(settings.block_size, settings.num_blocks),
+        stats,
+        telemetry.clone(),
+    );
+    let steps = steps.clone();
+    std::thread::Builder::new()
+        .name(format!("llm-{name}"))
+        .spawn(move || run(batcher, arrivals, steps))
+        .map_err(|e| ServerError::internal(format!("cannot start the batcher thread: {e}")))?;
+    Ok(Started { tokenizer, text, submit })
 }
 
 enum Plan {
