@@ -450,6 +450,7 @@ async fn drive<C: InferClient>(
                     check: requests.check,
                     check_fatal: !sweep.validate_outputs,
                     sequences: requests.sequences,
+                    shm_regions: requests.shm_regions,
                 };
                 let settings = MeasureSettings {
                     keep_windows: shard.is_some(),
