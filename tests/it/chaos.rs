@@ -14,6 +14,8 @@ use perfbench::server::serve::{self, RunningServer, ServeConfig};
 
 use crate::proxy::{Fault, Proxy};
 
+mod resets;
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -321,101 +323,6 @@ fn identity_spec_of(n: usize) -> perfbench::client::RequestSpec {
     let mut spec = identity_spec();
     spec.inputs[0].1 = InputSource::Inline(perfbench::tensor::Tensor::from_f32(vec![1, n as i64], &values));
     spec
-}
-
-fn successes(server: &RunningServer) -> u64 {
-    let stats = server.core.statistics("identity", "").unwrap();
-    stats[0].inference_stats.as_ref().and_then(|s| s.success.as_ref()).map_or(0, |s| s.count)
-}
-
-/// Server, resets mid-request free everything: the proxy resets every connection, alternately
-/// mid-body (after 8 KB of a 16 KB request) and mid-response (after 8 KB of the answer), while a
-/// direct client keeps the same model's batches busy. The direct client's requests are all
-/// answered; the server's statistics count exactly the requests whose body arrived (cut
-/// mid-response: completed; cut mid-body: never admitted), none as failed; and the server serves
-/// on. Broken (a cut request counted, or a batch failing with it), the counts differ.
-#[test]
-fn resets_mid_body_and_mid_response_count_only_completed_requests() {
-    use perfbench::client::http::HttpClient;
-    use perfbench::client::{ConnectOptions, InferClient};
-    use std::sync::atomic::Ordering;
-
-    use crate::proxy::{Cut, CutKind, Direction};
-    const CUTS: usize = 200;
-    let runtime = runtime();
-    let server = start_server(&runtime, ConnectionSettings::default());
-    let cut = |direction| Cut { direction, after_bytes: 8_000, kind: CutKind::Reset };
-    let proxy = runtime.block_on(Proxy::with_rule(server.http_addr, move |i| Fault {
-        cut: Some(cut(if i % 2 == 0 { Direction::Up } else { Direction::Down })),
-        ..Default::default()
-    }));
-    let before = successes(&server);
-    let (cut_failed, direct_ok, direct_failed) = runtime.block_on(async {
-        let through = HttpClient::new(&proxy.url(), &ConnectOptions::default()).unwrap();
-        let direct = std::sync::Arc::new(
-            HttpClient::new(&server.http_url(), &ConnectOptions { concurrency: 4, ..Default::default() }).unwrap(),
-        );
-        let big = through.prepare(&identity_spec_of(4096)).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mates: Vec<_> = (0..4)
-            .map(|_| {
-                let (direct, stop) = (direct.clone(), stop.clone());
-                tokio::spawn(async move {
-                    let request = direct.prepare(&identity_spec_of(16)).unwrap();
-                    let (mut ok, mut failed) = (0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        match direct.infer(&request, true).await.0 {
-                            Ok(answer) if answer.outputs[0].1.to_f32().len() == 16 => ok += 1,
-                            _ => failed += 1,
-                        }
-                    }
-                    (ok, failed)
-                })
-            })
-            .collect();
-        let mut cut_failed = 0;
-        for _ in 0..CUTS {
-            cut_failed += through.infer(&big, false).await.0.is_err() as usize;
-        }
-        stop.store(true, Ordering::Relaxed);
-        let (mut ok, mut failed) = (0, 0);
-        for mate in mates {
-            let (o, f) = mate.await.unwrap();
-            ok += o;
-            failed += f;
-        }
-        (cut_failed, ok, failed)
-    });
-    let cuts = proxy.counters().cut.load(Ordering::Relaxed) as usize;
-    let accepted = proxy.counters().accepted.load(Ordering::Relaxed) as usize;
-    // Let the server finish what it was doing with the last connections.
-    std::thread::sleep(Duration::from_millis(500));
-    let counted = successes(&server) - before;
-    let mid_response = accepted / 2;
-    table_row(
-        &format!("{CUTS} requests reset mid-body / mid-response, 4 batch-mates direct"),
-        "http",
-        "statistics count only completed requests; batch-mates answered",
-        format!(
-            "{cut_failed} cut requests failed, {cuts} cuts on {accepted} connections; counted {} (expected {}); \
-             batch-mates {direct_ok} ok, {direct_failed} failed",
-            counted - direct_ok,
-            mid_response
-        ),
-        direct_failed == 0 && counted == direct_ok + mid_response as u64,
-    );
-    assert_eq!(cut_failed, CUTS, "every request through the proxy was cut");
-    assert_eq!(direct_failed, 0, "a batch-mate failed with a cut request");
-    assert!(direct_ok > 0);
-    // Connection i is cut mid-body when even, mid-response when odd.
-    assert_eq!(counted, direct_ok + mid_response as u64, "cuts {cuts}, connections {accepted}");
-    let fails = server.core.statistics("identity", "").unwrap()[0]
-        .inference_stats
-        .as_ref()
-        .and_then(|s| s.fail.as_ref())
-        .map_or(0, |s| s.count);
-    assert_eq!(fails, 0, "a cut request was counted as failed");
-    runtime.block_on(server.shutdown());
 }
 
 /// A column of the first row of perf_analyzer's CSV, by header name (µs).
