@@ -15,6 +15,7 @@ use perfbench::server::serve::{self, RunningServer, ServeConfig};
 use crate::proxy::{Fault, Proxy};
 
 mod resets;
+mod triton;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
