@@ -83,6 +83,10 @@ impl<C: InferClient> InferClient for Deadline<C> {
         self.bound_infer(self.inner.infer_watched(request, keep_outputs, watch)).await
     }
 
+    fn drop_connections(&self) {
+        self.inner.drop_connections()
+    }
+
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
         self.bound(self.inner.register_system_shm(name, key, offset, byte_size)).await
     }

@@ -48,7 +48,10 @@ const MESSAGE_PREFIX_BYTES: usize = 5;
 /// A gRPC client for one server.
 pub struct GrpcClient {
     base: String,
-    channels: Vec<Channel>,
+    /// Rebuilt by [`InferClient::drop_connections`] (after a server restart), hence the lock.
+    channels: parking_lot::RwLock<Vec<Channel>>,
+    /// Makes one lazily connecting channel to the server, as `new` made the first ones.
+    make_channel: Box<dyn Fn() -> Channel + Send + Sync>,
     next: AtomicUsize,
     metadata: MetadataMap,
     /// `Some` with `--streaming`: requests go over `ModelStreamInfer` streams.
@@ -117,8 +120,8 @@ impl GrpcClient {
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT);
         let count = options.concurrency.div_ceil(STREAMS_PER_CHANNEL).clamp(1, MAX_CHANNELS);
-        let (base, channels) = match tls_config {
-            None => (base, (0..count).map(|_| endpoint.connect_lazy()).collect()),
+        let (base, make_channel): (String, Box<dyn Fn() -> Channel + Send + Sync>) = match tls_config {
+            None => (base, Box::new(move || endpoint.connect_lazy())),
             Some(config) => {
                 // TLS runs in our connector rather than tonic's, whose verifier cannot be replaced
                 // and refuses X.509 v1 certificates; requests still say `https`.
@@ -127,9 +130,10 @@ impl GrpcClient {
                     secure.parse().map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
                 let endpoint = endpoint.origin(origin);
                 let connector = tls_connector(Arc::new(config), url)?;
-                (secure, (0..count).map(|_| endpoint.connect_with_connector_lazy(connector.clone())).collect())
+                (secure, Box::new(move || endpoint.connect_with_connector_lazy(connector.clone())))
             }
         };
+        let channels = parking_lot::RwLock::new((0..count).map(|_| make_channel()).collect());
         let mut metadata = MetadataMap::new();
         for (name, value) in &options.headers {
             let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));
@@ -140,6 +144,7 @@ impl GrpcClient {
         Ok(GrpcClient {
             base,
             channels,
+            make_channel,
             next: AtomicUsize::new(0),
             metadata,
             streams: options.streaming.then(|| stream::StreamPool::new(tls.grpc_compression.encoding())),
@@ -153,8 +158,8 @@ impl GrpcClient {
     }
 
     fn channel(&self) -> Channel {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.channels.len();
-        self.channels[i].clone()
+        let channels = self.channels.read();
+        channels[self.next.fetch_add(1, Ordering::Relaxed) % channels.len()].clone()
     }
 
     fn client(&self) -> GrpcInferenceServiceClient<Channel> {
@@ -393,6 +398,15 @@ fn from_proto(response: ModelInferResponse) -> ClientResult<InferResult> {
 
 impl InferClient for GrpcClient {
     type Prepared = GrpcRequest;
+
+    fn drop_connections(&self) {
+        let mut channels = self.channels.write();
+        let fresh = (0..channels.len()).map(|_| (self.make_channel)()).collect();
+        *channels = fresh;
+        if let Some(streams) = &self.streams {
+            streams.drop_idle();
+        }
+    }
 
     async fn server_metadata(&self) -> ClientResult<ServerInfo> {
         let m = self

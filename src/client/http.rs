@@ -326,6 +326,12 @@ impl Body for TimedBody {
 impl InferClient for HttpClient {
     type Prepared = HttpRequest;
 
+    /// Empties the pool of inference connections. The control calls' client (statistics,
+    /// metadata) checks its pooled connections itself and retries one found closed.
+    fn drop_connections(&self) {
+        self.idle.lock().clear();
+    }
+
     async fn server_metadata(&self) -> ClientResult<ServerInfo> {
         #[derive(Deserialize)]
         struct Metadata {

@@ -84,6 +84,12 @@ impl ClientError {
     pub fn is_fatal(&self) -> bool {
         matches!(self, ClientError::Unreachable { .. } | ClientError::Stalled(_))
     }
+
+    /// True when the connection broke or could not be made (the server went away, perhaps to
+    /// restart): a sweep may wait for the server and reconnect. A silent server is not lost.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, ClientError::Unreachable { .. })
+    }
 }
 
 pub type ClientResult<T> = Result<T, ClientError>;
@@ -311,6 +317,10 @@ pub trait InferClient: Send + Sync + 'static {
             (result, timing)
         }
     }
+
+    /// Forgets every pooled connection and idle stream, so the next requests connect afresh:
+    /// after the server restarted, none of them leads anywhere.
+    fn drop_connections(&self) {}
 
     fn register_system_shm(
         &self,

@@ -189,6 +189,27 @@ pub fn has_variable_outputs(meta: &ModelMetadataResponse, config: &ModelConfig) 
     output_byte_sizes(meta, config, 1, 0, None).iter().any(|(_, size)| *size == 0)
 }
 
+/// One region as the server knows it: enough to register it again after the server restarted
+/// (a restart forgets every registration; the client's regions and their data stay).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmRegistration {
+    pub name: String,
+    pub key: String,
+    pub byte_size: u64,
+}
+
+impl ShmRegistration {
+    /// Registers every region in `all` again: each is unregistered first (a server that did not
+    /// restart still has it), then registered.
+    pub async fn register_all<C: InferClient>(client: &C, all: &[ShmRegistration]) -> ClientResult<()> {
+        for r in all {
+            let _ = client.unregister_system_shm(&r.name).await;
+            client.register_system_shm(&r.name, &r.key, 0, r.byte_size).await?;
+        }
+        Ok(())
+    }
+}
+
 /// The regions of one run, registered with the server.
 pub struct ShmSet {
     regions: Vec<ShmRegion>,
@@ -297,6 +318,15 @@ impl ShmSet {
         client.register_system_shm(&name, &key, 0, size).await?;
         self.registered.push(name);
         Ok(())
+    }
+
+    /// The regions registered now, as [`ShmRegistration::register_all`] takes them.
+    pub fn registrations(&self) -> Vec<ShmRegistration> {
+        self.regions
+            .iter()
+            .filter(|r| self.registered.contains(&r.name))
+            .map(|r| ShmRegistration { name: r.name.clone(), key: r.key.clone(), byte_size: r.byte_size })
+            .collect()
     }
 
     pub fn region(&self, name: &str) -> Option<&ShmRegion> {

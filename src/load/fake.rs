@@ -33,6 +33,15 @@ pub struct FakeClient {
     pub fail_every: u64,
     /// After this many requests, the server is unreachable.
     pub unreachable_after: Option<u64>,
+    /// After this many requests, the server restarts: requests, statistics and the first
+    /// metadata request after fail as unreachable; the second metadata request finds it back.
+    pub restart_after: Option<u64>,
+    /// Restarting: set when the restart begins, cleared once the server answers again.
+    pub down: std::sync::atomic::AtomicBool,
+    pub metadata_asked_while_down: AtomicU64,
+    /// Calls of `drop_connections` and `register_system_shm`.
+    pub connections_dropped: AtomicU64,
+    pub registered: Mutex<Vec<String>>,
     /// After this many requests, the server hangs: requests are never answered.
     pub hang_after: Option<u64>,
     pub sent: AtomicU64,
@@ -60,12 +69,21 @@ impl InferClient for FakeClient {
         Ok(ServerInfo { name: "fake".into(), version: "0".into(), extensions: vec!["statistics".into()] })
     }
     async fn model_metadata(&self, _: &str, _: &str) -> ClientResult<ModelMetadataResponse> {
+        let gone = self.unreachable_after.is_some_and(|limit| self.sent.load(Ordering::Acquire) > limit);
+        if self.down.load(Ordering::Acquire) && self.metadata_asked_while_down.fetch_add(1, Ordering::AcqRel) > 0 {
+            self.down.store(false, Ordering::Release);
+        } else if gone || self.down.load(Ordering::Acquire) {
+            return Err(unreachable());
+        }
         Ok(ModelMetadataResponse::default())
     }
     async fn model_config(&self, _: &str, _: &str) -> ClientResult<ModelConfig> {
         Ok(ModelConfig::default())
     }
     async fn statistics(&self, model: &str, _: &str) -> ClientResult<Vec<ModelStatistics>> {
+        if self.down.load(Ordering::Acquire) {
+            return Err(unreachable());
+        }
         let (count, ns) = *self.served.lock();
         let d = |ns| Some(StatisticDuration { count, ns });
         Ok(vec![ModelStatistics {
@@ -105,7 +123,14 @@ impl InferClient for FakeClient {
         self.sequence_busy.lock().remove(&id);
         answer
     }
-    async fn register_system_shm(&self, _: &str, _: &str, _: u64, _: u64) -> ClientResult<()> {
+    fn drop_connections(&self) {
+        self.connections_dropped.fetch_add(1, Ordering::AcqRel);
+    }
+    async fn register_system_shm(&self, name: &str, _: &str, _: u64, _: u64) -> ClientResult<()> {
+        if self.down.load(Ordering::Acquire) {
+            return Err(unreachable());
+        }
+        self.registered.lock().push(name.to_string());
         Ok(())
     }
     async fn unregister_system_shm(&self, _: &str) -> ClientResult<()> {
@@ -119,12 +144,18 @@ impl InferClient for FakeClient {
     }
 }
 
+fn unreachable() -> ClientError {
+    ClientError::Unreachable { url: "fake".into(), reason: "connection refused".into() }
+}
+
 impl FakeClient {
     async fn serve(&self) -> (ClientResult<InferResult>, RequestTiming) {
         let n = self.sent.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.unreachable_after.is_some_and(|limit| n > limit) {
-            let e = ClientError::Unreachable { url: "fake".into(), reason: "connection refused".into() };
-            return (Err(e), RequestTiming::default());
+        if self.restart_after == Some(n - 1) {
+            self.down.store(true, Ordering::Release);
+        }
+        if self.unreachable_after.is_some_and(|limit| n > limit) || self.down.load(Ordering::Acquire) {
+            return (Err(unreachable()), RequestTiming::default());
         }
         if self.hang_after.is_some_and(|limit| n > limit) {
             std::future::pending::<()>().await;

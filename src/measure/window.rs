@@ -351,6 +351,7 @@ pub fn derive_point(
         p50_ci: intervals.p50,
         p99_ci: intervals.p99,
         overloaded,
+        interrupted: false,
         client: client_load(&client, load, secs),
     };
     let threshold_latency_us = match percentile {

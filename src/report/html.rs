@@ -169,6 +169,9 @@ pub fn warnings(rows: &[ReportRow]) -> Vec<String> {
         if r.overloaded {
             out.push(format!("{at}: overloaded (the server queue grew window after window)"));
         }
+        if r.interrupted {
+            out.push(format!("{at}: interrupted (the connection to the server was lost during the point)"));
+        }
         if r.failed > 0 {
             out.push(format!("{at}: {} of {} requests failed", r.failed, r.failed + r.requests));
         }

@@ -354,6 +354,7 @@ mod tests {
             p50_ci: crate::results::Interval::UNKNOWN,
             p99_ci: crate::results::Interval::UNKNOWN,
             overloaded: false,
+            interrupted: false,
             client: Default::default(),
         }
     }

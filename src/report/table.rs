@@ -13,7 +13,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::results::composing_csv::ComposingRow;
-use crate::results::csv::{latencies_us, FAILURE_COLUMNS, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS};
+use crate::results::csv::{
+    latencies_us, FAILURE_COLUMNS, INTERRUPTED_COLUMN, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS,
+};
 use crate::results::format::{fixed, format_e, format_g, round_decimal};
 use crate::results::{Interval, LoadPoint, ReportRow};
 
@@ -257,6 +259,21 @@ pub fn render_notes(rows: &[ReportRow]) -> String {
             overloaded.join(", ")
         ));
     }
+    let interrupted: Vec<String> = rows
+        .iter()
+        .filter(|r| r.interrupted)
+        .map(|r| match r.load {
+            LoadPoint::Concurrency(c) => format!("batch {} at concurrency {c}", r.batch),
+            LoadPoint::RequestRate(rate) => format!("batch {} at {} req/s", r.batch, format_g(rate)),
+        })
+        .collect();
+    if !interrupted.is_empty() {
+        notes.push(format!(
+            "Interrupted (the connection to the server was lost during the point; the row holds only what was \
+             measured before, and the sweep went on once the server answered again): {}.",
+            interrupted.join(", ")
+        ));
+    }
     let limited: Vec<String> = rows
         .iter()
         .filter(|r| r.client_limited())
@@ -429,6 +446,11 @@ pub fn results_columns(rows: &[ReportRow], layout: &Layout) -> Vec<PipeColumn> {
             columns.push(PipeColumn::new(*name, cells));
         }
     }
+    // A row whose point lost its server (a restart mid-sweep) says so in its own column.
+    if rows.iter().any(|r| r.interrupted) {
+        let cells = rows.iter().map(|r| if r.interrupted { "yes".to_string() } else { String::new() }).collect();
+        columns.push(PipeColumn::new(INTERRUPTED_COLUMN, cells));
+    }
     columns
 }
 
@@ -509,6 +531,7 @@ mod tests {
             p50_ci: Interval::UNKNOWN,
             p99_ci: Interval::UNKNOWN,
             overloaded: false,
+            interrupted: false,
             client: Default::default(),
             ..sample_row(8, 1)
         };

@@ -78,6 +78,10 @@ pub const CLIENT_COLUMNS: [&str; 6] =
 /// `Failed`. A CSV without them reads as zero of each.
 pub const FAILURE_COLUMNS: [&str; 4] = ["Failed Reset", "Failed Timeout", "Failed Refused", "Failed Other"];
 
+/// Whether the connection to the server was lost during the row's point (a restart mid-sweep),
+/// last in report.csv; a CSV without it reads as not interrupted.
+pub const INTERRUPTED_COLUMN: &str = "Interrupted";
+
 /// Sequence models: the sequences that ended in the row's windows and their average number of
 /// requests (0 for other models, and in an older report.csv without them).
 pub const SEQUENCE_COLUMNS: [&str; 2] = ["Sequences", "Avg Sequence Length"];
@@ -160,6 +164,7 @@ pub enum Field {
     AvgSpread,
     Requests,
     Overloaded,
+    Interrupted,
     /// One of [`CI_COLUMNS`].
     Ci(usize),
     Sequences,
@@ -208,6 +213,7 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "avg spread (%)" => Field::AvgSpread,
         "requests" => Field::Requests,
         "overloaded" => Field::Overloaded,
+        "interrupted" => Field::Interrupted,
         "sequences" => Field::Sequences,
         "avg sequence length" => Field::AvgSequenceLength,
         "achieved load" => Field::Client(0),
@@ -338,6 +344,7 @@ struct RowBuilder {
     spreads_pct: [f64; 3],
     requests: u64,
     overloaded: bool,
+    interrupted: bool,
     ci: [f64; 6],
     sequences: u64,
     avg_sequence_length: f64,
@@ -359,6 +366,7 @@ impl Default for RowBuilder {
             spreads_pct: [f64::NAN; 3],
             requests: 0,
             overloaded: false,
+            interrupted: false,
             ci: [f64::NAN; 6],
             sequences: 0,
             avg_sequence_length: 0.0,
@@ -399,6 +407,7 @@ impl RowBuilder {
             }
             Field::Stable => self.stable = flag(value, true)?,
             Field::Overloaded => self.overloaded = flag(value, false)?,
+            Field::Interrupted => self.interrupted = flag(value, false)?,
             Field::Client(i) => {
                 let v = number()?;
                 let v = if v.is_nan() { 0.0 } else { v };
@@ -472,6 +481,7 @@ impl RowBuilder {
             p50_ci: ci(2),
             p99_ci: ci(4),
             overloaded: self.overloaded,
+            interrupted: self.interrupted,
             client: self.client,
             sequences: self.sequences,
             avg_sequence_length: self.avg_sequence_length,
@@ -571,6 +581,7 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
         let counts = rows.iter().map(|r| r.client.failures.as_array()[i]).collect::<Vec<u64>>();
         columns.push(Column::new((*name).into(), counts));
     }
+    columns.push(Column::new(INTERRUPTED_COLUMN.into(), rows.iter().map(|r| r.interrupted).collect::<Vec<bool>>()));
     DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 
@@ -719,13 +730,14 @@ request/response,response wait
             p50_ci: Interval::new(3800.0, 3900.0),
             p99_ci: Interval::new(4000.0, f64::INFINITY),
             overloaded: true,
+            interrupted: false,
             client: Default::default(),
         }
     }
 
     #[test]
     fn report_csv_round_trips() {
-        let rows = vec![sample_row(1, 1), sample_row(8, 1)];
+        let rows = vec![sample_row(1, 1), ReportRow { interrupted: true, ..sample_row(8, 1) }];
         let text = report_csv(&rows).unwrap();
         let header = text.lines().next().unwrap();
         let expected: Vec<&str> = REPORT_COLUMNS
@@ -733,6 +745,7 @@ request/response,response wait
             .chain(&EXTRA_COLUMNS)
             .chain(&CLIENT_COLUMNS)
             .chain(&FAILURE_COLUMNS)
+            .chain(&[INTERRUPTED_COLUMN])
             .copied()
             .collect();
         assert_eq!(header, expected.join(","));
@@ -746,6 +759,7 @@ request/response,response wait
         assert_eq!(back[1].throughput_spread_pct, 3.25);
         assert_eq!(back[1].requests, 100);
         assert!(back[1].overloaded);
+        assert!(back[1].interrupted && !back[0].interrupted);
         assert_eq!(back[1].throughput_ci, Interval::new(2000.0, 2100.5));
         assert_eq!(back[1].p99_ci, Interval::new(4000.0, f64::INFINITY), "an open bound survives");
         assert!(text.lines().nth(1).unwrap().contains(",p95;p99,"), "{text}");

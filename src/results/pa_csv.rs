@@ -246,6 +246,7 @@ Achieved Load,Send Lag p50,Send Lag p99,Client CPU (%),Client Limited"
             p50_ci: Interval::new(5300.7, 5400.2),
             p99_ci: Interval::new(12000.0, f64::INFINITY),
             overloaded: false,
+            interrupted: false,
             client: Default::default(),
         };
         PointResult { row, detail: PointDetail { exchange_us: 5640.5, ..Default::default() } }

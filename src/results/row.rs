@@ -127,6 +127,10 @@ pub struct ReportRow {
     /// The server queue time kept growing window over window: the load exceeds what the server
     /// sustains, and the row's latencies depend on how long it was measured.
     pub overloaded: bool,
+    /// The connection to the server was lost during this point (a restart mid-sweep): the row
+    /// holds only what was measured before, failures included, and is never stable.
+    #[serde(default)]
+    pub interrupted: bool,
     /// What the client achieved: held load, send lag, CPU (zero when read from a CSV).
     #[serde(default)]
     pub client: super::ClientLoad,
@@ -201,6 +205,7 @@ impl ReportRow {
             p50_ci: Interval::UNKNOWN,
             p99_ci: Interval::UNKNOWN,
             overloaded: false,
+            interrupted: false,
             client: super::ClientLoad::default(),
         }
     }

@@ -132,6 +132,7 @@ impl<C: InferClient> OpenSweep<C> {
                 check: requests.check,
                 check_fatal: !self.sweep.validate_outputs,
                 sequences: requests.sequences,
+                shm_regions: requests.shm_regions,
             };
             let settings = MeasureSettings {
                 keep_windows: shard.is_some(),

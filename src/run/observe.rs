@@ -331,6 +331,9 @@ impl SweepObserver for Recorder {
             if r.overloaded {
                 flags.push("overloaded".into());
             }
+            if r.interrupted {
+                flags.push("INTERRUPTED: the server went away during this point".into());
+            }
             if !r.stable {
                 flags.push("unstable".into());
             }

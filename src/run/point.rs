@@ -44,6 +44,28 @@ pub struct WindowProgress {
     pub achieved: f64,
 }
 
+/// How a point ended: measured by its rule, or cut short by a lost connection.
+#[derive(Debug)]
+pub enum PointOutcome {
+    Measured(PointResult),
+    /// The server went away: the row of what was measured before (flagged `interrupted`), and
+    /// the error that ended it.
+    Interrupted {
+        partial: PointResult,
+        error: ClientError,
+    },
+}
+
+impl PointOutcome {
+    /// The measured row, or the error that interrupted the point.
+    pub fn into_result(self) -> Result<PointResult, ClientError> {
+        match self {
+            PointOutcome::Measured(result) => Ok(result),
+            PointOutcome::Interrupted { error, .. } => Err(error),
+        }
+    }
+}
+
 /// Where server statistics come from (`None` model: the server lacks the extension).
 pub struct StatsSource<'a, C> {
     pub client: &'a C,
@@ -182,16 +204,39 @@ pub(super) async fn settle(
 ///
 /// Count windows hold at least `k ×` the requests in flight ([`window_requests`]): the
 /// concurrency, or for an open loop the previous window's throughput × latency (Little's law).
+///
+/// A connection lost on the way ([`ClientError::is_connection_lost`]: the server went away)
+/// ends the point as [`PointOutcome::Interrupted`], its row made of the windows so far and the
+/// unfinished one (failures included), flagged `interrupted` and never stable.
 pub async fn measure_point<C: InferClient>(
     load: &RunningLoad,
     stats: &StatsSource<'_, C>,
     settings: &MeasureSettings,
     point: LoadPoint,
     mut on_window: impl FnMut(&WindowProgress),
-) -> Result<PointResult, ClientError> {
+) -> Result<PointOutcome, ClientError> {
     let begun = Instant::now();
-    let mut before = stats.read().await?;
     let mut rule = StopRule::new(settings);
+    let mut boundaries = vec![epoch_ns()];
+    // What was measured when the connection was lost: the windows so far and the open one.
+    let interrupted = |rule: StopRule, boundaries: Vec<u64>, since: (Instant, u64), error: ClientError| {
+        let open = load.take_window();
+        let (mut windows, _) = rule.into_windows();
+        let end_ns = epoch_ns();
+        let duration = since.0.elapsed();
+        windows.push(Window { client: open, duration, server: None, composing: Vec::new(), start_ns: since.1, end_ns });
+        let mut partial = derive_point(&windows, settings.batch, point, false, settings.percentile);
+        partial.row.interrupted = true;
+        partial.detail.first_error = Some(error.to_string());
+        partial.detail.trials = windows.len();
+        partial.detail.window_boundaries_ns = boundaries.into_iter().chain([end_ns]).collect();
+        Ok(PointOutcome::Interrupted { partial, error })
+    };
+    let mut before = match stats.read().await {
+        Ok(reading) => reading,
+        Err(e) if e.is_connection_lost() => return interrupted(rule, boundaries, (begun, epoch_ns()), e),
+        Err(e) => return Err(e),
+    };
     // Recorders of windows no longer needed, each merged into again by a later window, so a
     // long point allocates no histograms (about 208 KB a window) as it goes.
     let mut spares: Vec<WindowRecorder> = (0..rule.recorders_needed()).map(|_| WindowRecorder::default()).collect();
@@ -209,34 +254,20 @@ pub async fn measure_point<C: InferClient>(
     let mut started = (Instant::now(), epoch_ns());
     let origin = started.0;
     let mut cpu_started_ns = crate::measure::cpu::process_cpu_ns();
-    let mut boundaries = vec![started.1];
+    boundaries[0] = started.1;
     loop {
         let trial = rule.trials();
-        match (settings.request_count, settings.window, window_cap) {
-            (Some(n), _, _) => load.wait_completed(n).await?,
-            (None, WindowMode::Time(span), cap) => {
-                let span = cap.map_or(span, |cap| span.min(cap));
-                if settings.windows_on_offsets {
-                    let now = Instant::now();
-                    load.wait_for(window_end(origin, span, trial, now) - now).await?
-                } else {
-                    load.wait_for(span).await?
-                }
-            }
-            (None, WindowMode::Count(n), None) => {
-                load.wait_completed(load.completed() + window_requests(n, in_flight)).await?
-            }
-            (None, WindowMode::Count(n), Some(cap)) => {
-                let goal = load.completed() + window_requests(n, in_flight);
-                tokio::time::timeout_at(started.0 + cap, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
-                let span = started.0.elapsed();
-                if span < MIN_WINDOW_TIME {
-                    load.wait_for(MIN_WINDOW_TIME - span).await?;
-                }
-            }
-        }
+        let waited = wait_window_end(load, settings, window_cap, origin, started.0, trial, in_flight).await;
         tracing::debug!(trial, completed = load.completed(), "window ends: reading server statistics");
-        let after = stats.read().await?;
+        let after = match waited {
+            Ok(()) => stats.read().await,
+            Err(e) => Err(e),
+        };
+        let after = match after {
+            Ok(reading) => reading,
+            Err(e) if e.is_connection_lost() => return interrupted(rule, boundaries, started, e),
+            Err(e) => return Err(e),
+        };
         let mut client = load.take_window_into(spares.pop().unwrap_or_default());
         let ended = (Instant::now(), epoch_ns());
         let cpu_ended_ns = crate::measure::cpu::process_cpu_ns();
@@ -290,5 +321,42 @@ pub async fn measure_point<C: InferClient>(
     }
     result.detail.trials = trial;
     result.detail.window_boundaries_ns = boundaries;
-    Ok(result)
+    Ok(PointOutcome::Measured(result))
+}
+
+/// Waits until the window that began at `started` ends, as the point's settings say (see
+/// [`measure_point`]); an error is the load's end (the server gone or silent).
+async fn wait_window_end(
+    load: &RunningLoad,
+    settings: &MeasureSettings,
+    window_cap: Option<Duration>,
+    origin: Instant,
+    started: Instant,
+    trial: usize,
+    in_flight: f64,
+) -> Result<(), ClientError> {
+    match (settings.request_count, settings.window, window_cap) {
+        (Some(n), _, _) => load.wait_completed(n).await,
+        (None, WindowMode::Time(span), cap) => {
+            let span = cap.map_or(span, |cap| span.min(cap));
+            if settings.windows_on_offsets {
+                let now = Instant::now();
+                load.wait_for(window_end(origin, span, trial, now) - now).await
+            } else {
+                load.wait_for(span).await
+            }
+        }
+        (None, WindowMode::Count(n), None) => {
+            load.wait_completed(load.completed() + window_requests(n, in_flight)).await
+        }
+        (None, WindowMode::Count(n), Some(cap)) => {
+            let goal = load.completed() + window_requests(n, in_flight);
+            tokio::time::timeout_at(started + cap, load.wait_completed(goal)).await.unwrap_or(Ok(()))?;
+            let span = started.elapsed();
+            if span < MIN_WINDOW_TIME {
+                load.wait_for(MIN_WINDOW_TIME - span).await?;
+            }
+            Ok(())
+        }
+    }
 }

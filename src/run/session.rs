@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::composing::composing_models;
 use super::RunError;
-use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmSet};
+use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmRegistration, ShmSet};
 use crate::client::{
     within_stall_timeout, CorrelationId, InferClient, InferResult, InputSource, RequestSpec, SequenceFlags,
 };
@@ -54,6 +54,9 @@ pub struct BatchRequests<C: InferClient> {
     pub check: Option<ResponseCheck>,
     /// A sequence model: how the load forms sequences.
     pub sequences: Option<SequenceSpec>,
+    /// The shared-memory regions the requests use (`--shared-memory system`), to register
+    /// again after a server restart; empty otherwise.
+    pub shm_regions: Vec<ShmRegistration>,
 }
 
 impl<C: InferClient> Session<C> {
@@ -236,7 +239,8 @@ impl<C: InferClient> Session<C> {
             let sum = sums.as_ref().map(|s| s[0].as_slice());
             check(0, sum, &answer).map_err(|reason| RunError::bad_input(anyhow::anyhow!(reason)))?;
         }
-        Ok(BatchRequests { prepared: prepared.into(), step_inputs, check, sequences })
+        let shm_regions = self.shm.as_ref().map(ShmSet::registrations).unwrap_or_default();
+        Ok(BatchRequests { prepared: prepared.into(), step_inputs, check, sequences, shm_regions })
     }
 
     /// The `accumulate` model's summed input and its output: a sequence model of that name

@@ -12,7 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::grid::{SweepSlots, START_TOLERANCE};
-use super::point::{epoch_ns, measure_point, settle, StatsSource, WindowProgress};
+use super::point::{epoch_ns, measure_point, settle, PointOutcome, StatsSource, WindowProgress};
+use crate::client::shm::ShmRegistration;
 use crate::client::{ClientError, InferClient};
 use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, ResponseCheck, RunningLoad, Schedule};
 use crate::measure::{MeasureSettings, Stop};
@@ -21,6 +22,13 @@ use crate::results::{ComposingModel, LoadPoint, PointResult, PointSlot};
 
 #[cfg(test)]
 mod tests;
+
+/// How long a sweep whose server went away waits for it to answer again (a restart) before it
+/// ends, with the rows measured so far. A restart of `perfbench serve` or Triton with its
+/// models loaded takes seconds; a server that is gone for good costs this much at the end.
+pub const RECONNECT_WAIT: Duration = Duration::from_secs(10);
+/// How often the server is asked, while the sweep waits for it.
+const RECONNECT_POLL: Duration = Duration::from_millis(200);
 
 /// Under the interval rule, the time a point may borrow from later ones leaves each of them at
 /// least this share of `max` ([`TimeBank`]).
@@ -125,6 +133,8 @@ pub struct Target<C: InferClient> {
     pub check_fatal: bool,
     /// A sequence model: how requests form sequences.
     pub sequences: Option<crate::load::SequenceSpec>,
+    /// The shared-memory regions `requests` use, registered again after a reconnect.
+    pub shm_regions: Vec<ShmRegistration>,
 }
 
 /// Sees the sweep as it goes: the progress display and the row writers.
@@ -267,7 +277,18 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         }
         tracing::debug!(completed = load.completed(), "point measured, stopping its load");
         load.stop().await;
-        let mut result = measured.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })?;
+        let stopped = |error| SweepError::Stopped { error, measured: self.results.len() };
+        let (mut result, interrupted) = match measured.map_err(stopped)? {
+            PointOutcome::Measured(result) => (result, false),
+            PointOutcome::Interrupted { partial, error } => {
+                // A sharded or clock-lined sweep cannot wait: the other shards go on.
+                if self.plan.shard.is_some() || self.plan.slots.is_some() {
+                    return Err(stopped(error));
+                }
+                self.reconnect().await.map_err(|_| stopped(error))?;
+                (partial, true)
+            }
+        };
         result.detail.slot = point_slot;
         if let Some((index, count)) = self.plan.shard {
             // A shard held only its part of the row's load: its client is judged against that.
@@ -275,7 +296,35 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
         }
         self.observer.point_done(&result)?;
         result.detail.windows = Default::default();
-        Ok(self.keep(result))
+        // What was measured before the break says nothing about `-l`: the sweep goes on.
+        Ok(self.keep(result) || interrupted)
+    }
+
+    /// The server went away mid-point: waits up to [`RECONNECT_WAIT`] for it to serve the model
+    /// again, with every pooled connection and stream dropped, then registers the sweep's
+    /// shared-memory regions again. The last error when it does not come back.
+    async fn reconnect(&self) -> Result<(), ClientError> {
+        let client = &*self.target.client;
+        let deadline = Instant::now() + RECONNECT_WAIT;
+        tracing::info!("the connection to the server was lost; waiting up to {}s for it", RECONNECT_WAIT.as_secs());
+        loop {
+            client.drop_connections();
+            let asked = client.model_metadata(&self.target.model, &self.target.version);
+            let answer = match tokio::time::timeout(RECONNECT_POLL * 5, asked).await {
+                Ok(Ok(_)) => ShmRegistration::register_all(client, &self.target.shm_regions).await,
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(ClientError::Stalled("no answer to the model metadata request".into())),
+            };
+            match answer {
+                Ok(()) => {
+                    tracing::info!("reconnected; the interrupted point's row is marked as such");
+                    return Ok(());
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(e) => tracing::debug!("the server is not back yet: {e}"),
+            }
+            tokio::time::sleep(RECONNECT_POLL).await;
+        }
     }
 
     /// Adds a row to the sweep's; whether it stayed under `-l`.

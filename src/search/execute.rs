@@ -310,6 +310,7 @@ async fn target<C: InferClient>(plan: &SearchPlan, session: &mut Session<C>) -> 
         check: requests.check,
         check_fatal: !plan.sweep.validate_outputs,
         sequences: requests.sequences,
+        shm_regions: requests.shm_regions,
     })
 }
 

@@ -41,6 +41,8 @@ pub struct ServerOptions {
     pub max_tensor_elements: usize,
     /// Most bytes all registered system shared-memory regions may span together.
     pub max_shm_bytes: u64,
+    /// Most bytes of HTTP request bodies held at once (0: no limit); more wait their turn.
+    pub max_body_bytes_in_flight: u64,
     /// Longest an inference may take from arrival to answer, queueing included; `None`: no limit.
     /// The HTTP and gRPC front ends apply it to whole requests too (body upload included).
     pub request_timeout: Option<Duration>,
@@ -65,6 +67,7 @@ impl Default for ServerOptions {
             max_request_bytes: 256 << 20,
             max_tensor_elements: 1 << 28,
             max_shm_bytes: 64 << 30,
+            max_body_bytes_in_flight: crate::server::body_budget::DEFAULT_BODY_BYTES_IN_FLIGHT,
             request_timeout: Some(Duration::from_secs(300)),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             restricted: RestrictedApi::default(),
@@ -86,6 +89,8 @@ pub struct InferenceServer {
     pub trace: TraceSettings,
     /// The `--record-requests` file, open.
     pub request_log: Option<Arc<RequestLog>>,
+    /// `max_body_bytes_in_flight`, shared by the HTTP requests in flight.
+    pub body_budget: crate::server::body_budget::BodyBudget,
     /// Model metadata requests answered since start (a sweep should ask once).
     metadata_requests: std::sync::atomic::AtomicU64,
 }
@@ -100,7 +105,9 @@ impl InferenceServer {
                 ServerError::invalid_arg(format!("--record-requests: cannot create '{}': {e}", path.display()))
             })?)),
         };
+        let body_budget = crate::server::body_budget::BodyBudget::new(options.max_body_bytes_in_flight);
         Ok(Arc::new(InferenceServer {
+            body_budget,
             options,
             repository,
             shm,

@@ -20,6 +20,7 @@ use tower::ServiceExt;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
+use super::body_budget::HeldBody;
 use super::core::{InferenceServer, EXTENSIONS, SERVER_NAME, SERVER_VERSION};
 use super::error::{ServerError, ServerResult};
 use super::http_json::{bad_json, check_json_outputs, decode_request, encode_response};
@@ -282,6 +283,10 @@ async fn run_infer(
     headers: &HeaderMap,
     body: Body,
 ) -> ServerResult<Response> {
+    // The body's share of --max-body-bytes-in-flight, held until the answer is built: a body
+    // without Content-Length takes the most one may hold.
+    let length = body.size_hint().exact().unwrap_or(core.options.max_request_bytes as u64);
+    let share = core.body_budget.reserve(length.min(core.options.max_request_bytes as u64)).await;
     // Read the body before anything can fail, so every error reaches the client intact.
     let body = read_body(body, core.options.max_request_bytes).await?;
     let header_len = match headers.get(INFERENCE_HEADER_CONTENT_LENGTH) {
@@ -298,7 +303,7 @@ async fn run_infer(
     check_json_outputs(&model.config, &decoded.request, &decoded.formats)?;
     let response = core.infer_on(&model, decoded.request).await?;
     let encoded = encode_response(&response, &decoded.formats)?;
-    let mut http = Response::new(Body::from(encoded.body));
+    let mut http = Response::new(Body::new(HeldBody::new(encoded.body, share)));
     let content_type = match encoded.header_len {
         Some(n) => {
             http.headers_mut().insert(HeaderName::from_static(INFERENCE_HEADER_CONTENT_LENGTH), HeaderValue::from(n));

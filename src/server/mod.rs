@@ -6,6 +6,7 @@ pub mod authority;
 pub mod batch;
 pub mod batch_policy;
 pub mod bls;
+pub mod body_budget;
 pub mod config;
 pub mod core;
 pub mod ensemble;

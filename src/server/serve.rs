@@ -224,6 +224,9 @@ pub struct ServeArgs {
     /// Most bytes of system shared memory registered at once; more is answered 429 / RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = ServerOptions::default().max_shm_bytes)]
     pub max_shm_bytes: u64,
+    /// Most bytes of HTTP request bodies held at once (0: no limit); further requests wait, unread, for their share.
+    #[arg(long, default_value_t = ServerOptions::default().max_body_bytes_in_flight)]
+    pub max_body_bytes_in_flight: u64,
     /// Most open connections per protocol (0: no limit); more are answered 503 / RESOURCE_EXHAUSTED and closed.
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
@@ -306,6 +309,7 @@ impl ServeArgs {
                 max_request_bytes: self.max_request_bytes,
                 max_tensor_elements: self.max_tensor_elements,
                 max_shm_bytes: self.max_shm_bytes,
+                max_body_bytes_in_flight: self.max_body_bytes_in_flight,
                 request_timeout,
                 max_connections: self.max_connections,
                 restricted: RestrictedApi::new(self.restricted_api.clone()).map_err(anyhow::Error::msg)?,

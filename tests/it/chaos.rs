@@ -14,6 +14,9 @@ use perfbench::server::serve::{self, RunningServer, ServeConfig};
 
 use crate::proxy::{Fault, Proxy};
 
+mod resets;
+mod triton;
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -323,101 +326,6 @@ fn identity_spec_of(n: usize) -> perfbench::client::RequestSpec {
     spec
 }
 
-fn successes(server: &RunningServer) -> u64 {
-    let stats = server.core.statistics("identity", "").unwrap();
-    stats[0].inference_stats.as_ref().and_then(|s| s.success.as_ref()).map_or(0, |s| s.count)
-}
-
-/// Server, resets mid-request free everything: the proxy resets every connection, alternately
-/// mid-body (after 8 KB of a 16 KB request) and mid-response (after 8 KB of the answer), while a
-/// direct client keeps the same model's batches busy. The direct client's requests are all
-/// answered; the server's statistics count exactly the requests whose body arrived (cut
-/// mid-response: completed; cut mid-body: never admitted), none as failed; and the server serves
-/// on. Broken (a cut request counted, or a batch failing with it), the counts differ.
-#[test]
-fn resets_mid_body_and_mid_response_count_only_completed_requests() {
-    use perfbench::client::http::HttpClient;
-    use perfbench::client::{ConnectOptions, InferClient};
-    use std::sync::atomic::Ordering;
-
-    use crate::proxy::{Cut, CutKind, Direction};
-    const CUTS: usize = 200;
-    let runtime = runtime();
-    let server = start_server(&runtime, ConnectionSettings::default());
-    let cut = |direction| Cut { direction, after_bytes: 8_000, kind: CutKind::Reset };
-    let proxy = runtime.block_on(Proxy::with_rule(server.http_addr, move |i| Fault {
-        cut: Some(cut(if i % 2 == 0 { Direction::Up } else { Direction::Down })),
-        ..Default::default()
-    }));
-    let before = successes(&server);
-    let (cut_failed, direct_ok, direct_failed) = runtime.block_on(async {
-        let through = HttpClient::new(&proxy.url(), &ConnectOptions::default()).unwrap();
-        let direct = std::sync::Arc::new(
-            HttpClient::new(&server.http_url(), &ConnectOptions { concurrency: 4, ..Default::default() }).unwrap(),
-        );
-        let big = through.prepare(&identity_spec_of(4096)).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mates: Vec<_> = (0..4)
-            .map(|_| {
-                let (direct, stop) = (direct.clone(), stop.clone());
-                tokio::spawn(async move {
-                    let request = direct.prepare(&identity_spec_of(16)).unwrap();
-                    let (mut ok, mut failed) = (0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        match direct.infer(&request, true).await.0 {
-                            Ok(answer) if answer.outputs[0].1.to_f32().len() == 16 => ok += 1,
-                            _ => failed += 1,
-                        }
-                    }
-                    (ok, failed)
-                })
-            })
-            .collect();
-        let mut cut_failed = 0;
-        for _ in 0..CUTS {
-            cut_failed += through.infer(&big, false).await.0.is_err() as usize;
-        }
-        stop.store(true, Ordering::Relaxed);
-        let (mut ok, mut failed) = (0, 0);
-        for mate in mates {
-            let (o, f) = mate.await.unwrap();
-            ok += o;
-            failed += f;
-        }
-        (cut_failed, ok, failed)
-    });
-    let cuts = proxy.counters().cut.load(Ordering::Relaxed) as usize;
-    let accepted = proxy.counters().accepted.load(Ordering::Relaxed) as usize;
-    // Let the server finish what it was doing with the last connections.
-    std::thread::sleep(Duration::from_millis(500));
-    let counted = successes(&server) - before;
-    let mid_response = accepted / 2;
-    table_row(
-        &format!("{CUTS} requests reset mid-body / mid-response, 4 batch-mates direct"),
-        "http",
-        "statistics count only completed requests; batch-mates answered",
-        format!(
-            "{cut_failed} cut requests failed, {cuts} cuts on {accepted} connections; counted {} (expected {}); \
-             batch-mates {direct_ok} ok, {direct_failed} failed",
-            counted - direct_ok,
-            mid_response
-        ),
-        direct_failed == 0 && counted == direct_ok + mid_response as u64,
-    );
-    assert_eq!(cut_failed, CUTS, "every request through the proxy was cut");
-    assert_eq!(direct_failed, 0, "a batch-mate failed with a cut request");
-    assert!(direct_ok > 0);
-    // Connection i is cut mid-body when even, mid-response when odd.
-    assert_eq!(counted, direct_ok + mid_response as u64, "cuts {cuts}, connections {accepted}");
-    let fails = server.core.statistics("identity", "").unwrap()[0]
-        .inference_stats
-        .as_ref()
-        .and_then(|s| s.fail.as_ref())
-        .map_or(0, |s| s.count);
-    assert_eq!(fails, 0, "a cut request was counted as failed");
-    runtime.block_on(server.shutdown());
-}
-
 /// A column of the first row of perf_analyzer's CSV, by header name (µs).
 fn csv_value(csv: &Path, column: &str) -> f64 {
     let text = std::fs::read_to_string(csv).unwrap();
@@ -477,4 +385,279 @@ fn ten_ms_each_way_adds_twenty_ms_to_p50_in_the_network_stage() {
         assert!(server_rise_ms.abs() < 2.0, "{wire}: the server's stages moved {server_rise_ms} ms");
     }
     runtime.block_on(server.shutdown());
+}
+
+/// A free loopback port (bound once and let go), for a server restarted on the same ports.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `perfbench serve` of `identity` on `http`/`grpc`, in its own process (so it can be killed);
+/// returns once it answers ready.
+fn serve_process(http: u16, grpc: u16) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(["serve", "--models", "identity", "--metrics-port", "0"])
+        .args(["--http-port", &http.to_string(), "--grpc-port", &grpc.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs perfbench serve");
+    let addr: SocketAddr = ([127, 0, 0, 1], http).into();
+    wait_until(Duration::from_secs(60), "perfbench serve answers ready", || {
+        assert!(child.try_wait().unwrap().is_none(), "perfbench serve exited");
+        TcpStream::connect(addr).is_ok_and(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            ready(&mut s)
+        })
+    });
+    child
+}
+
+/// Client, reconnects: the server is killed (SIGKILL) mid-sweep and started again on the same
+/// ports a second later. The sweep waits for it, rebuilds its HTTP pool / gRPC channels and
+/// streams, registers its shared-memory regions again, and measures every remaining point:
+/// report.csv has a row per point, exactly one flagged `Interrupted` (and not stable), and the
+/// rows after it have no failure (with shared memory, a region not registered again fails
+/// every request). Broken (no reconnect), the run ends with exit 3 after the interrupted point.
+#[test]
+fn a_server_restarted_mid_sweep_costs_one_interrupted_row() {
+    let shm: &[&str] = &["--shared-memory", "system"];
+    let cases: [(&str, &[&str], &[&str]); 5] = [
+        ("http", &[], &[]),
+        ("grpc", &["-i", "grpc"], &[]),
+        ("grpc-streaming", &["-i", "grpc", "--streaming"], &[]),
+        ("http + shm", &[], shm),
+        ("grpc + shm", &["-i", "grpc"], shm),
+    ];
+    const LEVELS: usize = 5;
+    for (wire, flags, extra) in cases {
+        let (http, grpc) = (free_port(), free_port());
+        let mut server = serve_process(http, grpc);
+        let dir = tempfile::tempdir().unwrap();
+        let url = if wire.starts_with("http") { format!("127.0.0.1:{http}") } else { format!("127.0.0.1:{grpc}") };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+            .args(["online", "-u", &url, "-m", "identity", "--shape", "INPUT0:4"])
+            .args(flags)
+            .args(extra)
+            .args(["--concurrency", &format!("1..{LEVELS}"), "--stop-when", "stable", "-s", "100"])
+            .args(["--measurement-mode", "time_windows", "-p", "500"])
+            .args(["--out", dir.path().to_str().unwrap()])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runs perfbench online");
+        let csv = dir.path().join("perf_analyzer.csv");
+        wait_until(Duration::from_secs(90), "two rows measured", || rows(&csv) >= 2);
+        // Mid-way through the third point's first window.
+        std::thread::sleep(Duration::from_millis(200));
+        server.kill().unwrap();
+        server.wait().unwrap();
+        let killed = Instant::now();
+        std::thread::sleep(Duration::from_secs(1));
+        let mut server = serve_process(http, grpc);
+        let (status, err) = wait_at_most(&mut child, Duration::from_secs(120), wire);
+        let _ = server.kill();
+        let _ = server.wait();
+        let (table, _) = perfbench::report::read_table(&dir.path().join("report.csv")).unwrap();
+        let interrupted: Vec<usize> = (0..table.len()).filter(|&i| table[i].interrupted).collect();
+        let after_clean =
+            interrupted.first().is_some_and(|&i| table[i + 1..].iter().all(|r| r.failed == 0 && r.requests > 0));
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap_or_default();
+        table_row(
+            "server killed mid-sweep, restarted on its ports 1 s later",
+            wire,
+            "reconnects; every point measured; one row marked interrupted",
+            format!(
+                "exit {:?}, {} of {LEVELS} rows, interrupted {:?}, rows after it clean: {after_clean}, {:.1} s after the kill",
+                status.code(),
+                table.len(),
+                interrupted.iter().map(|&i| i + 1).collect::<Vec<_>>(),
+                killed.elapsed().as_secs_f64()
+            ),
+            status.success() && table.len() == LEVELS && interrupted.len() == 1 && after_clean,
+        );
+        assert!(status.success(), "{wire}: {err}");
+        assert_eq!(table.len(), LEVELS, "{wire}: every point has its row");
+        assert_eq!(interrupted.len(), 1, "{wire}: one interrupted row: {table:?}");
+        let broken = &table[interrupted[0]];
+        assert!(!broken.stable, "{wire}: an interrupted row is never stable");
+        assert!(interrupted[0] >= 2, "{wire}: the rows before the kill are whole");
+        assert!(after_clean, "{wire}: the points after the restart failed requests: {table:?}");
+        assert!(md.contains("Interrupted"), "{wire}: report.md says which row: {md}");
+    }
+}
+
+/// Client, stays open-loop: `perfbench serve` is stopped (SIGSTOP) for 2 s in the middle of a
+/// `--request-rate-range 100` run of 600 requests (one window of 6 s). Requests keep their
+/// schedule: the send lag (intended to actual send) stays small and none is skipped; latency
+/// counts from the intended send time, so the stall shows in p99 (a request sent as the stall
+/// began waited about 2 s). Broken (requests held back by the stall, or latency timed from a
+/// late send), the send lag grows to the stall or p99 stays at the unstalled sub-millisecond.
+/// Full mode only (`scripts/chaos.sh`): over HTTP its send lag read 227 ms alone and 1.3 s
+/// beside other tests on the loaded 2-core machine, so in `cargo test` it measured the machine.
+#[test]
+#[ignore = "load-sensitive: scripts/chaos.sh runs it"]
+fn an_open_loop_keeps_its_schedule_through_a_two_second_server_stall() {
+    for (wire, flags) in [("http", &[][..]), ("grpc", &["-i", "grpc"][..])] {
+        let (http, grpc) = (free_port(), free_port());
+        let mut server = serve_process(http, grpc);
+        let dir = tempfile::tempdir().unwrap();
+        let url = if wire == "http" { format!("127.0.0.1:{http}") } else { format!("127.0.0.1:{grpc}") };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+            .args(["online", "-u", &url, "-m", "identity", "--shape", "INPUT0:4"])
+            .args(flags)
+            .args(["--request-rate-range", "100", "--request-count", "600", "--warmup-request-count", "0"])
+            .args(["--out", dir.path().to_str().unwrap()])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runs perfbench online");
+        // The load runs 6 s from about half a second after the start: stall its middle.
+        std::thread::sleep(Duration::from_millis(2000));
+        let pid = server.id() as i32;
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_secs(2));
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        let (status, err) = wait_at_most(&mut child, Duration::from_secs(120), wire);
+        let _ = server.kill();
+        let _ = server.wait();
+        assert!(status.success(), "{wire}: {err}");
+        let (table, _) = perfbench::report::read_table(&dir.path().join("report.csv")).unwrap();
+        let row = &table[0];
+        let (lag_ms, p99_ms, p50_ms) = (row.client.send_lag_p99_us / 1e3, row.p99_us / 1e3, row.p50_us / 1e3);
+        table_row(
+            "server stopped (SIGSTOP) 2 s during a 100 req/s run",
+            wire,
+            "schedule kept (send lag p99 <= 5 ms, all 600 answered); the stall shows in p99 (>= 1.5 s)",
+            format!("send lag p99 {lag_ms:.2} ms, {} answered, p50 {p50_ms:.2} ms, p99 {p99_ms:.0} ms", row.requests),
+            lag_ms <= 5.0 && row.requests == 600 && p99_ms >= 1500.0,
+        );
+        assert_eq!(row.requests + row.failed, 600, "{wire}: every request ended: {row:?}");
+        assert_eq!(row.failed, 0, "{wire}: {row:?}");
+        // A request sent as the stall began waited ~2 s; loose for a loaded box.
+        assert!(p99_ms >= 1000.0, "{wire}: the stall is missing from p99: {row:?}");
+        // Held back by the stall, the lag would be ~2 s.
+        assert!(lag_ms < 200.0, "{wire}: requests fell behind their schedule: {row:?}");
+    }
+}
+
+/// Peak and current resident memory of process `pid`, in bytes (VmHWM, VmRSS).
+fn memory_of(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name}"));
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// One upload of `data` (FP32 values) to `identity` over HTTP with binary tensor data; the
+/// answer's status code and body length.
+fn upload(addr: SocketAddr, data: &[u8]) -> std::io::Result<(u16, usize)> {
+    let header = format!(
+        r#"{{"inputs":[{{"name":"INPUT0","shape":[1,{}],"datatype":"FP32","parameters":{{"binary_data_size":{}}}}}],"outputs":[{{"name":"OUTPUT0","parameters":{{"binary_data":true}}}}]}}"#,
+        data.len() / 4,
+        data.len()
+    );
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(300)))?;
+    let head = format!(
+        "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n\
+         Inference-Header-Content-Length: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        header.len(),
+        header.len() + data.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(header.as_bytes())?;
+    stream.write_all(data)?;
+    // The answer, read and dropped as it comes.
+    let mut buf = vec![0u8; 1 << 20];
+    let mut head = Vec::new();
+    let mut total = 0usize;
+    loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if head.len() < 16 {
+            head.extend_from_slice(&buf[..n.min(16)]);
+        }
+        total += n;
+    }
+    let code = std::str::from_utf8(&head[9..12.min(head.len())]).ok().and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((code, total))
+}
+
+/// Server, bounded memory under big bodies: `clients` clients each upload 64 MiB at once to
+/// `perfbench serve --max-body-bytes-in-flight budget`. Every one is answered 200 with its data,
+/// and the server's peak resident memory rises by at most 4 × the budget (the bodies in
+/// flight, the batches gathered from them, the answers). Broken (no budget), it holds every
+/// body at once, and their copies.
+fn uploads_stay_within_the_body_budget(clients: usize, budget_mib: u64) {
+    const BODY: usize = 64 << 20;
+    let (http, grpc) = (free_port(), free_port());
+    let mut server = Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(["serve", "--models", "identity", "--metrics-port", "0"])
+        .args(["--http-port", &http.to_string(), "--grpc-port", &grpc.to_string()])
+        .args(["--max-body-bytes-in-flight", &(budget_mib << 20).to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], http).into();
+    wait_until(Duration::from_secs(60), "perfbench serve answers ready", || {
+        TcpStream::connect(addr).is_ok_and(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            ready(&mut s)
+        })
+    });
+    let (_, baseline) = memory_of(server.id());
+    let data: std::sync::Arc<Vec<u8>> = std::sync::Arc::new((0..BODY).map(|i| (i % 251) as u8).collect());
+    let started = Instant::now();
+    let answers: Vec<std::io::Result<(u16, usize)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..clients)
+            .map(|_| {
+                let data = data.clone();
+                scope.spawn(move || upload(addr, &data))
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let took = started.elapsed();
+    let (peak, _) = memory_of(server.id());
+    let _ = server.kill();
+    let _ = server.wait();
+    let ok = answers.iter().filter(|a| matches!(a, Ok((200, n)) if *n > BODY)).count();
+    let rise_mib = peak.saturating_sub(baseline) >> 20;
+    let bound_mib = 4 * budget_mib;
+    table_row(
+        &format!("{clients} clients upload 64 MiB each at once, --max-body-bytes-in-flight {budget_mib} MiB"),
+        "http",
+        "all answered; server memory rises <= 4 x the budget",
+        format!(
+            "{ok} of {clients} answered 200 in {:.1} s; peak RSS +{rise_mib} MiB (bound {bound_mib} MiB)",
+            took.as_secs_f64()
+        ),
+        ok == clients && rise_mib <= bound_mib,
+    );
+    let failed: Vec<_> = answers.iter().filter(|a| !matches!(a, Ok((200, n)) if *n > BODY)).take(3).collect();
+    assert_eq!(ok, clients, "every upload answered with its data: {failed:?}");
+    assert!(rise_mib <= bound_mib, "peak RSS rose {rise_mib} MiB with a {budget_mib} MiB budget");
+}
+
+/// The short variant: 32 uploads of 64 MiB (2 GiB) through a 256 MiB budget.
+#[test]
+fn large_uploads_at_once_stay_within_the_body_budget() {
+    uploads_stay_within_the_body_budget(32, 256);
+}
+
+/// The full promise: 256 uploads of 64 MiB (16 GiB) through the default 2 GiB budget; minutes
+/// of loopback copying, so run by `scripts/chaos.sh` (full mode) only.
+#[test]
+#[ignore]
+fn two_hundred_fifty_six_uploads_of_64_mib_stay_within_the_default_budget() {
+    uploads_stay_within_the_body_budget(256, 2048);
 }

@@ -42,6 +42,11 @@ impl StreamPool {
         StreamPool { idle: Mutex::default(), compression }
     }
 
+    /// Closes the idle streams (their connection may be gone); requests open new ones.
+    pub fn drop_idle(&self) {
+        self.idle.lock().clear();
+    }
+
     /// Opens a stream with `first` already queued: a gRPC C++ server (Triton) sends the response
     /// headers only with its first response, so waiting for them before sending would hang.
     async fn open(

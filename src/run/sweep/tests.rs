@@ -1,12 +1,13 @@
 //! The sweep and one point's measurement, on paused time against a fake client.
 
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::*;
 use crate::load::fake::FakeClient;
 use crate::measure::WindowMode;
 use crate::results::{ComposingStats, PointDetail, ReportRow, ServerStats};
-use crate::run::point::{check_composing_versions, measure_point, window_end, StatsSource};
+use crate::run::point::{check_composing_versions, measure_point, window_end, PointOutcome, StatsSource};
 
 #[test]
 fn a_composing_model_without_version_that_was_not_called_fails_as_in_perf_analyzer() {
@@ -124,6 +125,7 @@ fn target(fake: FakeClient) -> Target<FakeClient> {
         composing: Vec::new(),
         check: None,
         check_fatal: true,
+        shm_regions: Vec::new(),
         sequences: None,
     }
 }
@@ -182,20 +184,53 @@ fn windows_of_20() -> MeasureSettings {
     MeasureSettings { window: WindowMode::Count(20), stability_pct: 100.0, max_trials: 3, ..Default::default() }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_server_ends_the_sweep_after_the_measured_rows() {
+/// A server gone for good: the sweep waits [`RECONNECT_WAIT`] for it, then ends with the rows
+/// measured before (none for the interrupted point).
+#[test]
+fn an_unreachable_server_ends_the_sweep_after_the_measured_rows() {
     let t = target(FakeClient { unreachable_after: Some(150), ..FakeClient::with_latency(Duration::from_micros(500)) });
     let p = plan(SweepPoints::Concurrency { start: 1, end: Some(8), step: 1 });
     let mut seen = Collect::default();
     let settings = windows_of_20();
-    let err = sweep(&t, &p, &settings, &mut seen).await.unwrap_err();
+    let (err, waited) = on_virtual_time(async {
+        let start = Instant::now();
+        (sweep(&t, &p, &settings, &mut seen).await.unwrap_err(), start.elapsed())
+    });
     match err {
-        SweepError::Stopped { measured, .. } => {
+        SweepError::Stopped { measured, error } => {
             assert!(measured >= 1);
             assert_eq!(measured, seen.rows.len());
+            assert!(error.is_connection_lost(), "{error}");
+            assert!(seen.rows.iter().all(|r| !r.row.interrupted));
         }
         other => panic!("unexpected {other}"),
     }
+    assert!(waited >= RECONNECT_WAIT && waited < RECONNECT_WAIT * 2, "{waited:?}");
+}
+
+/// A server restarted mid-sweep: the point it broke is written with what was measured before,
+/// flagged interrupted and unstable; the sweep drops its connections, waits for the server,
+/// registers the shared-memory regions again and measures every remaining point.
+#[test]
+fn a_restarted_server_interrupts_one_row_and_the_sweep_goes_on() {
+    let fake = FakeClient { restart_after: Some(150), ..FakeClient::with_latency(Duration::from_micros(500)) };
+    let region = ShmRegistration { name: "r".into(), key: "/r".into(), byte_size: 16 };
+    let t = Target { shm_regions: vec![region], ..target(fake) };
+    let p = plan(SweepPoints::Concurrency { start: 1, end: Some(4), step: 1 });
+    let mut seen = Collect::default();
+    let settings = windows_of_20();
+    let rows = on_virtual_time(sweep(&t, &p, &settings, &mut seen)).expect("the sweep goes on after the restart");
+    let loads: Vec<u64> = rows.iter().map(|r| r.row.load.amount() as u64).collect();
+    assert_eq!(loads, [1, 2, 3, 4], "every point measured once");
+    let interrupted: Vec<&PointResult> = rows.iter().filter(|r| r.row.interrupted).collect();
+    assert_eq!(interrupted.len(), 1, "one row interrupted");
+    let broken = interrupted[0];
+    assert!(!broken.row.stable && broken.row.client.failures.as_array()[2] > 0, "{:?}", broken.row);
+    assert!(broken.detail.first_error.as_deref().is_some_and(|e| e.contains("unreachable")));
+    assert!(rows.iter().filter(|r| !r.row.interrupted).all(|r| r.row.failed == 0 && r.row.stable));
+    assert!(t.client.connections_dropped.load(Ordering::Acquire) >= 2, "one drop per poll");
+    assert_eq!(*t.client.registered.lock(), ["r"], "the region registered again, once");
+    assert_eq!(seen.rows.len(), 4, "the interrupted row reached the observer too");
 }
 
 #[test]
@@ -368,7 +403,8 @@ async fn timed_point(seed: u64, settings: &MeasureSettings) -> (PointResult, Dur
     let stats = StatsSource { client: &*t.client, model: Some(("m", "")), composing: &[] };
     let started = Instant::now();
     let point = LoadPoint::Concurrency(STEADY_CONCURRENCY);
-    let result = measure_point(&load, &stats, settings, point, |_| {}).await.unwrap();
+    let result =
+        measure_point(&load, &stats, settings, point, |_| {}).await.and_then(PointOutcome::into_result).unwrap();
     let took = started.elapsed();
     load.stop().await;
     (result, took)
@@ -393,8 +429,10 @@ fn a_long_point_merges_only_its_last_three_windows() {
         let point = LoadPoint::Concurrency(STEADY_CONCURRENCY);
         // Windows of exactly 1 s of virtual time: throughput is the window's request count.
         let mut per_window = Vec::new();
-        let result =
-            measure_point(&load, &stats, &settings, point, |w| per_window.push(w.figures.throughput)).await.unwrap();
+        let result = measure_point(&load, &stats, &settings, point, |w| per_window.push(w.figures.throughput))
+            .await
+            .and_then(PointOutcome::into_result)
+            .unwrap();
         load.stop().await;
         assert_eq!((per_window.len(), result.detail.trials, result.row.stable), (8, 8, false));
         let last_three: f64 = per_window[5..].iter().sum();
