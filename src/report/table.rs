@@ -245,28 +245,24 @@ pub fn render_notes(rows: &[ReportRow]) -> String {
                 .to_string(),
         );
     }
-    let overloaded: Vec<String> = rows
-        .iter()
-        .filter(|r| r.overloaded)
-        .map(|r| match r.load {
-            LoadPoint::Concurrency(c) => format!("batch {} at concurrency {c}", r.batch),
-            LoadPoint::RequestRate(rate) => format!("batch {} at {} req/s", r.batch, format_g(rate)),
-        })
-        .collect();
+    // The rows a flag marks, named by batch and load.
+    let rows_where = |flag: fn(&ReportRow) -> bool| -> Vec<String> {
+        rows.iter()
+            .filter(|r| flag(r))
+            .map(|r| match r.load {
+                LoadPoint::Concurrency(c) => format!("batch {} at concurrency {c}", r.batch),
+                LoadPoint::RequestRate(rate) => format!("batch {} at {} req/s", r.batch, format_g(rate)),
+            })
+            .collect()
+    };
+    let overloaded = rows_where(|r| r.overloaded);
     if !overloaded.is_empty() {
         notes.push(format!(
             "Overloaded (the server queue grew window after window; latencies depend on how long it ran): {}.",
             overloaded.join(", ")
         ));
     }
-    let interrupted: Vec<String> = rows
-        .iter()
-        .filter(|r| r.interrupted)
-        .map(|r| match r.load {
-            LoadPoint::Concurrency(c) => format!("batch {} at concurrency {c}", r.batch),
-            LoadPoint::RequestRate(rate) => format!("batch {} at {} req/s", r.batch, format_g(rate)),
-        })
-        .collect();
+    let interrupted = rows_where(|r| r.interrupted);
     if !interrupted.is_empty() {
         notes.push(format!(
             "Interrupted (the connection to the server was lost during the point; the row holds only what was \
@@ -525,6 +521,10 @@ mod tests {
         let notes = render_notes(&[sample_row(8, 1)]);
         assert!(notes.contains("95% confidence interval") && notes.contains("low-sample"), "{notes}");
         assert!(notes.contains("Overloaded") && notes.contains("batch 8 at concurrency 1"), "{notes}");
+        let cut = ReportRow { overloaded: false, interrupted: true, ..sample_row(4, 2) };
+        let notes = render_notes(&[cut]);
+        assert!(notes.contains("Interrupted") && notes.contains("batch 4 at concurrency 2"), "{notes}");
+        assert!(!notes.contains("Overloaded"), "{notes}");
         let plain = ReportRow {
             requests: 0,
             throughput_ci: Interval::UNKNOWN,

@@ -52,8 +52,8 @@ def llm_server(tmp_path_factory, tokenizer_dir):
         parameters {{ key: "tokenizer" value {{ string_value: "{tokenizer_dir / 'tokenizer.json'}" }} }}
         """})
     server = start_perfbench(root, ["llm"], repository=root)
-    # The twin opens its tokenizer and starts its batcher on the first request (150-350 ms here):
-    # that request must not land in anyone's measurement.
+    # The twin opens its tokenizer when the model loads, but the first requests still start its
+    # batcher and warm its connections: they must not land in anyone's measurement.
     run_tool([perfbench_bin(), "llm", "-m", "llm", "-u", server.http_url, "--streaming",
               "--request-count", "2", "--output-tokens-mean", "2", "--artifact-dir", str(root / "warmup")])
     yield server
