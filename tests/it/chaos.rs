@@ -52,6 +52,19 @@ fn spawn_profile(url: &str, wire_flags: &[&str], extra: &[&str], csv: &Path) -> 
 }
 
 /// Rows in perf_analyzer's CSV so far (its header line excluded).
+/// `perfbench online -u URL -m identity --shape INPUT0:4 ARGS... --out OUT`, its stderr piped.
+fn spawn_online(url: &str, args: &[&str], out: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_perfbench"))
+        .args(["online", "-u", url, "-m", "identity", "--shape", "INPUT0:4"])
+        .args(args)
+        .args(["--out", out.to_str().unwrap()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs perfbench online")
+}
+
 fn rows(csv: &Path) -> usize {
     std::fs::read_to_string(csv).map_or(0, |text| text.lines().count().saturating_sub(1))
 }
@@ -435,18 +448,11 @@ fn a_server_restarted_mid_sweep_costs_one_interrupted_row() {
         let mut server = serve_process(http, grpc);
         let dir = tempfile::tempdir().unwrap();
         let url = if wire.starts_with("http") { format!("127.0.0.1:{http}") } else { format!("127.0.0.1:{grpc}") };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-            .args(["online", "-u", &url, "-m", "identity", "--shape", "INPUT0:4"])
-            .args(flags)
-            .args(extra)
-            .args(["--concurrency", &format!("1..{LEVELS}"), "--stop-when", "stable", "-s", "100"])
-            .args(["--measurement-mode", "time_windows", "-p", "500"])
-            .args(["--out", dir.path().to_str().unwrap()])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("runs perfbench online");
+        let levels = format!("1..{LEVELS}");
+        let rule =
+            ["--concurrency", &levels, "--stop-when", "stable", "-s", "100", "--measurement-mode", "time_windows"];
+        let args: Vec<&str> = flags.iter().chain(extra).chain(&rule).chain(&["-p", "500"]).copied().collect();
+        let mut child = spawn_online(&url, &args, dir.path());
         let csv = dir.path().join("perf_analyzer.csv");
         wait_until(Duration::from_secs(90), "two rows measured", || rows(&csv) >= 2);
         // Mid-way through the third point's first window.
@@ -504,16 +510,9 @@ fn an_open_loop_keeps_its_schedule_through_a_two_second_server_stall() {
         let mut server = serve_process(http, grpc);
         let dir = tempfile::tempdir().unwrap();
         let url = if wire == "http" { format!("127.0.0.1:{http}") } else { format!("127.0.0.1:{grpc}") };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-            .args(["online", "-u", &url, "-m", "identity", "--shape", "INPUT0:4"])
-            .args(flags)
-            .args(["--request-rate-range", "100", "--request-count", "600", "--warmup-request-count", "0"])
-            .args(["--out", dir.path().to_str().unwrap()])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("runs perfbench online");
+        let rate = ["--request-rate-range", "100", "--request-count", "600", "--warmup-request-count", "0"];
+        let args: Vec<&str> = flags.iter().chain(&rate).copied().collect();
+        let mut child = spawn_online(&url, &args, dir.path());
         // The load runs 6 s from about half a second after the start: stall its middle.
         std::thread::sleep(Duration::from_millis(2000));
         let pid = server.id() as i32;

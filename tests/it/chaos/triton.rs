@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{runtime, wait_at_most};
+use super::{runtime, spawn_online, wait_at_most};
 use crate::proxy::{Cut, CutKind, Direction, Fault, Proxy};
 
 /// Reset every connection after this many bytes of requests (some 60 identity requests).
@@ -46,16 +46,9 @@ fn a_reset_proxy_in_front_of_real_triton() {
     let through = proxy.addr.to_string();
 
     let dir = tempfile::tempdir().unwrap();
-    let mut ours = Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(["online", "-u", &through, "-m", "identity", "--shape", "INPUT0:4"])
-        .args(["--concurrency", "1..3", "--stop-when", "stable", "-s", "100"])
-        .args(["--measurement-mode", "time_windows", "-p", "1000"])
-        .args(["--out", dir.path().to_str().unwrap()])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs perfbench online");
+    let rule = ["--concurrency", "1..3", "--stop-when", "stable", "-s", "100", "--measurement-mode", "time_windows"];
+    let args: Vec<&str> = rule.iter().chain(&["-p", "1000"]).copied().collect();
+    let mut ours = spawn_online(&through, &args, dir.path());
     let (status, err) = wait_at_most(&mut ours, Duration::from_secs(300), "perfbench through the reset proxy");
     let report = std::fs::read_to_string(dir.path().join("report.csv")).unwrap_or_default();
     let rows = report.lines().count().saturating_sub(1);
