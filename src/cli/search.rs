@@ -24,39 +24,8 @@ pub struct SearchArgs {
     /// A named profile of the scenario (e.g. quick), merged over its [search] and [online].
     #[arg(long = "profile", requires = "file")]
     pub profile: Option<String>,
-    /// The latency a configuration must keep: STAT=TIME, STAT p50, p90, p95, p99 or avg (e.g. p99=20ms).
-    #[arg(long = "latency-budget")]
-    pub latency_budget: Option<String>,
-    /// What ranks the configurations that meet the budget: throughput (default) or latency.
-    #[arg(long = "objective")]
-    pub objective: Option<String>,
-    /// quick (default: climb one dimension at a time while it pays) or brute (the whole grid).
-    #[arg(long = "mode")]
-    pub mode: Option<String>,
-    /// Most configurations tried (beside the model's own).
-    #[arg(long = "max-configs")]
-    pub max_configs: Option<usize>,
-    /// No new configuration is started after this many minutes.
-    #[arg(long = "max-minutes")]
-    pub max_minutes: Option<f64>,
-    /// Instance counts: a list 1,2,4 or a doubling range 1..8.
-    #[arg(long = "instances")]
-    pub instances: Option<String>,
-    /// max_batch_size values: a list 1,8,32,128 or a doubling range 1..128.
-    #[arg(long = "max-batch-size")]
-    pub max_batch_size: Option<String>,
-    /// Dynamic batching: on, off, or on,off.
-    #[arg(long = "dynamic-batching")]
-    pub dynamic_batching: Option<String>,
-    /// The dynamic batcher's max_queue_delay_microseconds values (list or range).
-    #[arg(long = "queue-delay-us")]
-    pub queue_delay_us: Option<String>,
-    /// One set of preferred batch sizes, e.g. 4,8, or none (repeatable: each set is tried).
-    #[arg(long = "preferred-batch-sizes")]
-    pub preferred_batch_sizes: Vec<String>,
-    /// Client concurrencies tried on each configuration, in order; a ramp stops once the budget breaks.
-    #[arg(long = "concurrency")]
-    pub concurrency: Option<String>,
+    #[command(flatten)]
+    pub search: SearchSettings,
     /// Client batch size of each request.
     #[arg(short = 'b', long = "batch-size")]
     pub batch: Option<u64>,
@@ -68,23 +37,6 @@ pub struct SearchArgs {
 }
 
 impl SearchArgs {
-    /// The search flags given, as settings to lay over a file's.
-    pub fn search_settings(&self) -> SearchSettings {
-        SearchSettings {
-            latency_budget: self.latency_budget.clone(),
-            objective: self.objective.clone(),
-            mode: self.mode.clone(),
-            max_configs: self.max_configs,
-            max_minutes: self.max_minutes,
-            instances: self.instances.clone(),
-            max_batch_size: self.max_batch_size.clone(),
-            dynamic_batching: self.dynamic_batching.clone(),
-            queue_delay_us: self.queue_delay_us.clone(),
-            preferred_batch_sizes: (!self.preferred_batch_sizes.is_empty()).then(|| self.preferred_batch_sizes.clone()),
-            concurrency: self.concurrency.clone(),
-        }
-    }
-
     /// The measuring flags given, as online settings to lay over a scenario's `[online]`.
     fn online_settings(&self) -> Settings {
         let load = LoadSettings { batch: self.batch, ..LoadSettings::default() };
@@ -128,14 +80,14 @@ impl SearchArgs {
         out: PathBuf,
     ) -> Result<SearchPlan, PlanError> {
         let target = target(&self.flags.url, "triton", &self.flags.model_repository)?;
-        let search = search.merged(&self.search_settings());
+        let search = search.merged(&self.search);
         let online = online.merged(&self.online_settings());
         SearchPlan::resolve(target, model, &search, &online, out)
     }
 
     /// A plan file runs as written: a flag that would change it is refused.
     fn search_plan(&self, file: &Path, text: &str) -> Result<SearchPlan, PlanError> {
-        let changes = self.search_settings() != SearchSettings::default()
+        let changes = self.search != SearchSettings::default()
             || self.online_settings() != Settings::default()
             || self.flags.url.is_some()
             || self.flags.model_repository.is_some()

@@ -236,31 +236,50 @@ pub const DEFAULT_MAX_BATCH_SIZES: &str = "1,8,32,128";
 pub const DEFAULT_CONCURRENCY: &str = "1..256";
 
 /// A search as a user gives it, every key optional: the `perfbench search` flags, or a
-/// scenario's `[search]` table (its keys are these names). [`SearchSettings::merged`] lays the
-/// flags over the file; [`SearchPlan::resolve`] fills the rest from the defaults and checks it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// scenario's `[search]` table (its keys are these names). Declared once for both: clap reads the
+/// flags into it, serde the table. [`SearchSettings::merged`] lays the flags over the file;
+/// [`SearchPlan::resolve`] fills the rest from the defaults and checks it.
+// A file may write each list of numbers as the flag does (`"1,2,4"`, `"1..8"`) or as an array
+// (`[1, 2, 4]`): `values_text` reads both as the flag's text.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSettings {
-    /// `STAT=TIME`, e.g. `p99=20ms` (required, here or as `--latency-budget`).
+    /// The latency a configuration must keep: STAT=TIME, STAT p50, p90, p95, p99 or avg (e.g. p99=20ms).
+    #[arg(long = "latency-budget")]
     pub latency_budget: Option<String>,
-    /// `throughput` (default) or `latency`.
+    /// What ranks the configurations that meet the budget: throughput (default) or latency.
+    #[arg(long = "objective")]
     pub objective: Option<String>,
-    /// `quick` (default) or `brute`.
+    /// quick (default: climb one dimension at a time while it pays) or brute (the whole grid).
+    #[arg(long = "mode")]
     pub mode: Option<String>,
+    /// Most configurations tried (beside the model's own).
+    #[arg(long = "max-configs")]
     pub max_configs: Option<usize>,
+    /// No new configuration is started after this many minutes.
+    #[arg(long = "max-minutes")]
     pub max_minutes: Option<f64>,
-    /// A list `1,2,4` (or `[1, 2, 4]`) or a doubling range `1..8`, as each flag takes it.
+    /// Instance counts: a list 1,2,4 or a doubling range 1..8.
+    #[arg(long = "instances")]
     #[serde(default, deserialize_with = "values_text::option")]
     pub instances: Option<String>,
+    /// max_batch_size values: a list 1,8,32,128 or a doubling range 1..128.
+    #[arg(long = "max-batch-size")]
     #[serde(default, deserialize_with = "values_text::option")]
     pub max_batch_size: Option<String>,
-    /// `on`, `off` or `on,off`.
+    /// Dynamic batching: on, off, or on,off.
+    #[arg(long = "dynamic-batching")]
     pub dynamic_batching: Option<String>,
+    /// The dynamic batcher's max_queue_delay_microseconds values (list or range).
+    #[arg(long = "queue-delay-us")]
     #[serde(default, deserialize_with = "values_text::option")]
     pub queue_delay_us: Option<String>,
-    /// Each entry one preferred set (`4,8` or `[4, 8]`), or `none`.
+    /// One set of preferred batch sizes, e.g. 4,8, or none (repeatable: each set is tried).
+    #[arg(long = "preferred-batch-sizes")]
     #[serde(default, deserialize_with = "values_text::list")]
     pub preferred_batch_sizes: Option<Vec<String>>,
+    /// Client concurrencies tried on each configuration, in order; a ramp stops once the budget breaks.
+    #[arg(long = "concurrency")]
     #[serde(default, deserialize_with = "values_text::option")]
     pub concurrency: Option<String>,
 }
