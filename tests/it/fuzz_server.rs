@@ -264,7 +264,7 @@ const CLIENT_CODES: &[Code] = &[
     Code::OutOfRange,
 ];
 
-fn grpc_verdict<T>(result: Result<Result<T, Status>, tokio::time::error::Elapsed>) -> TestCaseResult {
+pub(crate) fn grpc_verdict<T>(result: Result<Result<T, Status>, tokio::time::error::Elapsed>) -> TestCaseResult {
     match result {
         Err(_) => Err(TestCaseError::fail("no answer in time (hang)")),
         Ok(Ok(_)) => Ok(()),
@@ -298,7 +298,7 @@ const TENSOR_NAMES: &[&str] = &[
     "",
     "x",
 ];
-const DATATYPES: &[&str] = &[
+pub(crate) const DATATYPES: &[&str] = &[
     "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES",
     "BF16", "fp32", "STRING", "", "FP8",
 ];
@@ -327,7 +327,7 @@ fn dim() -> impl Strategy<Value = i64> {
     ]
 }
 
-fn shape() -> impl Strategy<Value = Vec<i64>> {
+pub(crate) fn shape() -> impl Strategy<Value = Vec<i64>> {
     prop::collection::vec(dim(), 0..5)
 }
 
