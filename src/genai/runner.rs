@@ -132,8 +132,9 @@ impl Runner {
         prompt_tokens: impl FnOnce() -> u64,
     ) -> (Record, String) {
         let mut record = Record::started(Instant::now(), intended);
+        record.request_id = new_request_id();
         let mut texts = Vec::new();
-        let outcome = kserve::exchange(grpc, spec).await;
+        let outcome = kserve::exchange(grpc, spec, &record.request_id).await;
         record.end = Instant::now();
         match outcome {
             Ok(events) => {
@@ -160,9 +161,8 @@ impl Runner {
         mut raw: Option<&mut Vec<(Instant, String)>>,
     ) -> (Record, String) {
         let endpoint = self.target.endpoint;
-        // AIPerf's habit: every request names itself, so a server's log joins with our records.
         let mut record = Record::started(Instant::now(), intended);
-        record.request_id = format!("{:032x}", rand::random::<u128>());
+        record.request_id = new_request_id();
         let mut texts: Vec<String> = Vec::new();
         let mut usage = None;
         let outcome = self.exchange(body, endpoint, &mut record, &mut texts, &mut usage, &mut raw).await;
@@ -346,6 +346,12 @@ impl Runner {
             messages.push(Message { role: "assistant", content: reply });
         }
     }
+}
+
+/// AIPerf's habit: every request names itself (`x-request-id`, or `ModelInferRequest.id` over
+/// gRPC), so a server's log joins with our records.
+fn new_request_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 /// How many requests may still start (and until when).
