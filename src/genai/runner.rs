@@ -629,6 +629,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_stream_read_launches_the_open_loop_request_it_finds_due() {
+        let runner = runner(sse_server(true).await);
+        let launched = Arc::new(Mutex::new(Vec::new()));
+        let seen = launched.clone();
+        let origin = Instant::now();
+        let offsets = vec![Duration::ZERO, Duration::from_secs(3600)];
+        let launch: pacing::Launch = Box::new(move |due| {
+            seen.lock().push(due);
+            true
+        });
+        *runner.pacing.write() = Some(Arc::new(Pacing::new(origin, offsets.into_iter(), launch)));
+        let (record, _) = runner.send(&[Message { role: "user", content: "a".into() }], None, None).await;
+        assert!(record.ok(), "{:?}", record.error);
+        assert_eq!(*launched.lock(), vec![origin], "the first read found it due; the next is an hour away");
+    }
+
+    #[tokio::test]
     async fn a_refused_request_is_an_error_of_its_status() {
         let runner = runner("http://127.0.0.1:9/nothing".into());
         let (record, _) = runner.send(&[Message { role: "user", content: "x".into() }], None, None).await;
