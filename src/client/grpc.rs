@@ -525,6 +525,19 @@ impl InferClient for GrpcClient {
 }
 
 impl GrpcClient {
+    /// [`InferClient::infer`] of a request sent with `id` as its `ModelInferRequest.id`, so a
+    /// server's log names it. The id goes as an encoded request holding only it, appended to the
+    /// prepared bytes (protobuf keeps a field's last value), as sequence parameters do.
+    pub async fn infer_with_id(
+        &self,
+        request: &GrpcRequest,
+        id: &str,
+        keep_outputs: bool,
+    ) -> (ClientResult<InferResult>, RequestTiming) {
+        let tail = ModelInferRequest { id: id.to_string(), ..Default::default() }.encode_to_vec().into();
+        self.exchange(request, tail, keep_outputs, None).await
+    }
+
     /// One inference call (unary, or on a stream with `--streaming`) of the prepared bytes
     /// followed by `tail`; see [`InferClient::infer_step`] for what the timing covers.
     async fn exchange(

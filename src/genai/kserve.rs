@@ -2,7 +2,8 @@
 //! request carries `text_input` (BYTES), `stream` (BOOL), `exclude_input_in_output` (BOOL) and,
 //! when a length or `--extra-inputs` are given, `sampling_parameters` (BYTES, JSON). Every
 //! response is one timed event carrying `text_output`; the one flagged `triton_final_response`
-//! ends the request. There is no `usage` on this path: the client tokenizer counts.
+//! ends the request. There is no `usage` on this path: the client tokenizer counts. Each request
+//! carries the client's id in `ModelInferRequest.id`, which the server's log and answers repeat.
 //!
 //! The requests go through the perf_analyzer-compatible gRPC client ([`GrpcClient`] with its
 //! stream pool), so connection handling, metadata (`-H`) and response stamping are shared.
@@ -57,11 +58,16 @@ pub fn request(prompt: &str, options: &BodyOptions) -> RequestSpec {
     }
 }
 
-/// Sends one request; returns each response's arrival instant and the text it carried (a
-/// response without `text_output`, such as an empty final one, is no event).
-pub async fn exchange(client: &GrpcClient, spec: &RequestSpec) -> Result<Vec<(Instant, String)>, (ErrorKind, String)> {
+/// Sends one request named `id` (its `ModelInferRequest.id`); returns each response's arrival
+/// instant and the text it carried (a response without `text_output`, such as an empty final
+/// one, is no event).
+pub async fn exchange(
+    client: &GrpcClient,
+    spec: &RequestSpec,
+    id: &str,
+) -> Result<Vec<(Instant, String)>, (ErrorKind, String)> {
     let prepared = client.prepare(spec).map_err(|e| (ErrorKind::Protocol, e.to_string()))?;
-    let (result, _) = client.infer(&prepared, true).await;
+    let (result, _) = client.infer_with_id(&prepared, id, true).await;
     let result = result.map_err(|e| (error_kind(&e), e.to_string()))?;
     let mut events = Vec::with_capacity(result.responses.len());
     for (at, outputs) in result.responses {

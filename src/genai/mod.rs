@@ -14,6 +14,7 @@ pub mod inputs;
 pub mod kserve;
 pub mod metrics;
 pub mod pa_openai;
+pub mod pacing;
 pub mod runner;
 pub mod sse;
 pub mod sweep;
@@ -126,6 +127,10 @@ pub fn conversations(config: &LlmConfig, tokenizer: &dyn Tokenizer) -> anyhow::R
     Ok(conversations)
 }
 
+/// Ready sockets the client's worker takes in per look: fewer than the tasks its own queue
+/// holds, so a burst of events stays in the kernel until the worker gets to it.
+const IO_EVENTS_PER_TICK: usize = 32;
+
 /// Runs the profile and writes its files; the bundled server starts first when there is no URL.
 pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Result<Outcome> {
     let conversations = Arc::new(conversations(config, tokenizer.as_ref())?);
@@ -135,6 +140,11 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // A worker takes in at most this many ready sockets per look (tokio's default is 1,024).
+        // Its own queue holds 256 tasks; a burst of 1,000 streams' events spilled the rest into
+        // the shared queue, first in first out, where a request the pacer thread had spawned
+        // waited behind them all (send lag p99 3.7 ms from that wait alone at 500 requests/s).
+        .max_io_events_per_tick(IO_EVENTS_PER_TICK)
         .thread_name("perfbench-llm")
         .build()
         .context("cannot start the client runtime")?;

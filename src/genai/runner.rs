@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
@@ -21,6 +21,7 @@ use super::endpoint::{self, BodyOptions, EndpointType, Message, Piece};
 use super::inputs::{Conversation, Tokenizer};
 use super::kserve;
 use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
+use super::pacing::{self, Pacing};
 use super::sse::{SseEvent, SseReader};
 use crate::client::grpc::GrpcClient;
 use crate::client::RequestSpec;
@@ -60,6 +61,8 @@ pub struct Runner {
     target: Target,
     /// A test-only hook: every SSE event's handling also blocks its thread this long.
     event_delay: Duration,
+    /// The open loop's schedule while one runs: each read launches what is due (see `pacing`).
+    pacing: RwLock<Option<Arc<Pacing>>>,
 }
 
 impl Runner {
@@ -86,7 +89,7 @@ impl Runner {
             EndpointType::Kserve => Some(kserve::client(&target.url, concurrency, &target.headers)?),
             _ => None,
         };
-        Ok(Runner { http, grpc, target, event_delay: Duration::ZERO })
+        Ok(Runner { http, grpc, target, event_delay: Duration::ZERO, pacing: RwLock::new(None) })
     }
 
     /// Makes every event's handling block its worker thread for `delay`: a deliberately slow
@@ -132,8 +135,9 @@ impl Runner {
         prompt_tokens: impl FnOnce() -> u64,
     ) -> (Record, String) {
         let mut record = Record::started(Instant::now(), intended);
+        record.request_id = new_request_id();
         let mut texts = Vec::new();
-        let outcome = kserve::exchange(grpc, spec).await;
+        let outcome = kserve::exchange(grpc, spec, &record.request_id).await;
         record.end = Instant::now();
         match outcome {
             Ok(events) => {
@@ -160,9 +164,8 @@ impl Runner {
         mut raw: Option<&mut Vec<(Instant, String)>>,
     ) -> (Record, String) {
         let endpoint = self.target.endpoint;
-        // AIPerf's habit: every request names itself, so a server's log joins with our records.
         let mut record = Record::started(Instant::now(), intended);
-        record.request_id = format!("{:032x}", rand::random::<u128>());
+        record.request_id = new_request_id();
         let mut texts: Vec<String> = Vec::new();
         let mut usage = None;
         let outcome = self.exchange(body, endpoint, &mut record, &mut texts, &mut usage, &mut raw).await;
@@ -260,6 +263,9 @@ impl Runner {
         loop {
             let read = response.chunk().await.map_err(|e| (ErrorKind::Transport, crate::client::error_chain(&e)))?;
             let at = Instant::now();
+            if let Some(pacing) = &*self.pacing.read() {
+                pacing.launch_due_from_handler(at);
+            }
             let Some(bytes) = read else { break };
             if !status.is_success() || !streamed {
                 whole.extend_from_slice(&bytes);
@@ -346,6 +352,12 @@ impl Runner {
             messages.push(Message { role: "assistant", content: reply });
         }
     }
+}
+
+/// AIPerf's habit: every request names itself (`x-request-id`, or `ModelInferRequest.id` over
+/// gRPC), so a server's log joins with our records.
+fn new_request_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 /// How many requests may still start (and until when).
@@ -451,40 +463,45 @@ async fn open_loop(
     next: &Arc<AtomicUsize>,
     out: &Arc<Mutex<Vec<Record>>>,
 ) {
-    // tokio's timer ticks in whole milliseconds, so a request due between ticks would leave up
-    // to 1 ms late; a thread's sleep wakes within tens of µs and hands each instant over.
-    let (due_tx, mut due_rx) = tokio::sync::mpsc::unbounded_channel();
-    let origin = Instant::now();
-    let pacer_budget = budget.clone();
+    // Each request is launched by the pacer thread or by a stream's handler, whichever sees it
+    // due first (see `pacing`).
+    let handle = tokio::runtime::Handle::current();
+    let tasks = Arc::new(Mutex::new(Vec::new()));
+    let launch: pacing::Launch = {
+        let (runner, conversations, budget, next, out, tasks) =
+            (runner.clone(), conversations.clone(), budget.clone(), next.clone(), out.clone(), tasks.clone());
+        Box::new(move |intended| {
+            if budget.exhausted() {
+                return false;
+            }
+            let (runner, conversations, budget, out) =
+                (runner.clone(), conversations.clone(), budget.clone(), out.clone());
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            tasks.lock().push(handle.spawn(async move {
+                let conversation = &conversations[k % conversations.len()];
+                runner.converse(k, conversation, Some(intended), &budget, false, &out).await;
+            }));
+            true
+        })
+    };
+    let pacing = Arc::new(Pacing::new(Instant::now(), times, launch));
+    *runner.pacing.write() = Some(pacing.clone());
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("perfbench-pacer".into())
         .spawn(move || {
-            for offset in times {
-                if pacer_budget.exhausted() {
-                    return;
-                }
-                let due = origin + offset;
+            pacing::precise_sleeps();
+            while let Some(due) = pacing.launch_due_from_pacer(Instant::now()) {
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                // The loop below is gone: nothing more to pace.
-                if due_tx.send(due).is_err() {
-                    return;
-                }
             }
+            let _ = done_tx.send(());
         })
         .expect("a thread for the open loop's schedule");
-    let mut tasks = Vec::new();
-    while let Some(intended) = due_rx.recv().await {
-        if budget.exhausted() {
-            break;
-        }
-        let (runner, conversations, budget, out) = (runner.clone(), conversations.clone(), budget.clone(), out.clone());
-        let k = next.fetch_add(1, Ordering::Relaxed);
-        tasks.push(tokio::spawn(async move {
-            let conversation = &conversations[k % conversations.len()];
-            runner.converse(k, conversation, Some(intended), &budget, false, &out).await;
-        }));
-    }
-    drop(due_rx);
+    let _ = done_rx.await;
+    // Nothing is left to launch: the handlers stop looking (and the runner stops holding the
+    // launcher, which holds the runner).
+    *runner.pacing.write() = None;
+    let tasks = std::mem::take(&mut *tasks.lock());
     for task in tasks {
         let _ = task.await;
     }
@@ -609,6 +626,23 @@ mod tests {
             assert!(gap.abs_diff(Duration::from_millis(10)) < Duration::from_micros(1), "{gap:?}");
         }
         assert!(records.iter().all(|r| r.start >= r.intended.unwrap()));
+    }
+
+    #[tokio::test]
+    async fn a_stream_read_launches_the_open_loop_request_it_finds_due() {
+        let runner = runner(sse_server(true).await);
+        let launched = Arc::new(Mutex::new(Vec::new()));
+        let seen = launched.clone();
+        let origin = Instant::now();
+        let offsets = vec![Duration::ZERO, Duration::from_secs(3600)];
+        let launch: pacing::Launch = Box::new(move |due| {
+            seen.lock().push(due);
+            true
+        });
+        *runner.pacing.write() = Some(Arc::new(Pacing::new(origin, offsets.into_iter(), launch)));
+        let (record, _) = runner.send(&[Message { role: "user", content: "a".into() }], None, None).await;
+        assert!(record.ok(), "{:?}", record.error);
+        assert_eq!(*launched.lock(), vec![origin], "the first read found it due; the next is an hour away");
     }
 
     #[tokio::test]

@@ -78,6 +78,8 @@ async fn kserve_times_each_streamed_response_and_counts_with_the_client_tokenize
     assert!(!reply.is_empty());
     let served = server_records(&twin, 1).await;
     assert_eq!(served[0]["completion_tokens"], 12, "max_tokens and ignore_eos reached the server");
+    assert_eq!(record.request_id.len(), 32, "{}", record.request_id);
+    assert_eq!(served[0]["id"], record.request_id.as_str(), "the server logs the id the client sent");
 
     // Not streamed: one response holding the whole answer, without the prompt.
     let whole = kserve_runner(twin.server.grpc_url(), false);
@@ -87,6 +89,7 @@ async fn kserve_times_each_streamed_response_and_counts_with_the_client_tokenize
     assert!(!reply.starts_with("Tell me a story"), "exclude_input_in_output was sent: {reply}");
     let served = server_records(&twin, 2).await;
     assert_eq!(served[1]["completion_tokens"], 12);
+    assert_eq!(served[1]["id"], record.request_id.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,6 +158,10 @@ fn perfbench_llm_kserve_against_the_bundled_server_writes_its_files() {
     let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
     let osl = first["metrics"]["output_sequence_length"]["value"].as_f64();
     assert_eq!(osl, Some(8.0), "{first}");
+    let id = |line: &str| serde_json::from_str::<serde_json::Value>(line).unwrap()["metadata"]["x_request_id"].clone();
+    let ids: std::collections::HashSet<String> = lines.lines().map(|l| id(l).as_str().unwrap().to_string()).collect();
+    assert_eq!(ids.len(), 20, "every record carries its own request id: {first}");
+    assert!(!ids.contains(""), "{first}");
     assert!(artifacts.join("report.html").exists());
 }
 
