@@ -228,7 +228,7 @@ fn typed(input: &mut InferInputTensor, raw: &[u8]) {
         "INT32" => {
             contents.int_contents = raw.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
         }
-        _ => contents.bytes_contents = vec![raw.get(4..).unwrap_or_default().to_vec().into()],
+        _ => contents.bytes_contents = vec![raw.get(4..).unwrap_or_default().to_vec()],
     }
     input.contents = Some(contents);
 }
