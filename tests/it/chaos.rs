@@ -187,61 +187,116 @@ fn ready(stream: &mut TcpStream) -> bool {
     head.starts_with(b"HTTP/1.1 200")
 }
 
-/// Server, slow clients don't starve fast ones: 1,000 connections that send half a request head
-/// and wait hold nothing but themselves. A normal client is answered meanwhile, at a p99 close
-/// to its own baseline from the same run; the header-read timeout (here 2 s, set through
-/// `ConnectionSettings`) closes the slow ones, over HTTP and before the gRPC preface.
-#[test]
-fn slow_clients_do_not_starve_fast_ones_and_are_closed() {
-    let runtime = runtime();
-    let settings = ConnectionSettings { header_read_timeout: Duration::from_secs(2), ..Default::default() };
-    let server = start_server(&runtime, settings);
-    let p99 = |addr: SocketAddr| {
-        let mut stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut took: Vec<Duration> = (0..400)
-            .map(|_| {
-                let start = Instant::now();
-                assert!(ready(&mut stream), "a normal client is answered");
-                start.elapsed()
-            })
-            .collect();
-        took.sort();
-        took[took.len() * 99 / 100]
-    };
-    let baseline = p99(server.http_addr);
-    let slow: Vec<TcpStream> = (0..1000)
+/// The loopback TCP sockets on local `port` in `state` (/proc/net/tcp's code: 0A LISTEN, 08
+/// CLOSE_WAIT), and the sum of their receive queues (for a listener: connections not yet accepted).
+fn sockets(port: u16, state: &str) -> (usize, u64) {
+    let port = format!(":{port:04X}");
+    let mut found = (0, 0);
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            // sl, local_address, rem_address, st, tx_queue:rx_queue, ...
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 4 && fields[1].ends_with(&port) && fields[3] == state {
+                found.0 += 1;
+                found.1 += fields[4].split(':').nth(1).and_then(|rx| u64::from_str_radix(rx, 16).ok()).unwrap_or(0);
+            }
+        }
+    }
+    found
+}
+
+/// p50 and p99 of `took`.
+fn p50_p99(took: &mut [Duration]) -> (Duration, Duration) {
+    took.sort();
+    (took[took.len() / 2], took[took.len() * 99 / 100])
+}
+
+/// Opens 1,000 connections to `server`, half HTTP and half gRPC, each with half a request head
+/// (or half the HTTP/2 preface) sent.
+fn open_slow_clients(server: &RunningServer) -> Vec<TcpStream> {
+    (0..1000)
         .map(|i| {
             let addr = if i % 2 == 0 { server.http_addr } else { server.grpc_addr };
             let mut s = TcpStream::connect(addr).unwrap();
-            // Half an HTTP head, or half the HTTP/2 preface.
             let half: &[u8] = if i % 2 == 0 { b"GET /v2/health/ready HTTP/1.1\r\nHo" } else { b"PRI * HTTP/2.0\r\n" };
             s.write_all(half).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
             s
         })
-        .collect();
-    let opened = Instant::now();
-    let loaded = p99(server.http_addr);
-    let rise = loaded.as_secs_f64() / baseline.as_secs_f64() - 1.0;
-    table_row(
-        "1,000 connections with half a request head",
-        "http + grpc",
-        "a normal client's p99 rises <= 20%",
-        format!(
-            "p99 {:.0} us -> {:.0} us ({:+.0}%)",
-            baseline.as_secs_f64() * 1e6,
-            loaded.as_secs_f64() * 1e6,
-            rise * 100.0
-        ),
-        rise <= 0.20,
-    );
-    // Same-run ratio, loose for a loaded box (chaos.sh reports the strict 20%); starved, the
-    // normal client would wait for a slow one's timeout (2 s) or fail.
-    assert!(loaded < baseline * 5 + Duration::from_millis(50), "p99 {loaded:?} under slow clients vs {baseline:?}");
-    // Every slow connection is closed by the server within the timeout (with room).
+        .collect()
+}
+
+/// Server, slow clients don't starve fast ones: 1,000 connections that send half a request head
+/// and wait hold nothing but themselves. The promise is about a normal client while they *wait*,
+/// so ten rounds each measure the normal client alone (1,000 requests on one keep-alive
+/// connection), open the 1,000 slow ones, wait until the server has accepted all of them (its
+/// listeners' accept queues are empty) and 100 ms more, and measure it again while they wait.
+/// The strict figure is the median over rounds of each round's p99 rise: the two halves of a
+/// round are a few hundred milliseconds apart, so they see the same noise of a shared machine,
+/// and a burst of other work that hits one half of one round does not decide the result. Both
+/// halves start 100 ms after the server settled: the first nine rounds close the slow
+/// connections themselves and wait until the server has closed its ends (measured right after
+/// that, the next round's alone half read p50 45 us against 8 us while waiting: the server was
+/// still tearing 1,000 connections down). The last round leaves them to the header-read timeout
+/// (3 s here, set through `ConnectionSettings`), which must close them all, over HTTP and before
+/// the gRPC preface. The 300 requests sent while the server was still accepting each burst are
+/// reported apart: that is accept work on the same two cores, not waiting.
+#[test]
+fn slow_clients_do_not_starve_fast_ones_and_are_closed() {
+    const ROUNDS: usize = 10;
+    const SAMPLES: usize = 1000;
+    let timeout = Duration::from_secs(3);
+    let runtime = runtime();
+    let settings = ConnectionSettings { header_read_timeout: timeout, ..Default::default() };
+    let server = start_server(&runtime, settings);
+    let ports = [server.http_addr.port(), server.grpc_addr.port()];
+    let normal_client = |n: usize| -> Vec<Duration> {
+        let mut stream = TcpStream::connect(server.http_addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert!(ready(&mut stream), "a normal client is answered");
+        (0..n)
+            .map(|_| {
+                let start = Instant::now();
+                assert!(ready(&mut stream), "a normal client is answered");
+                start.elapsed()
+            })
+            .collect()
+    };
+    let (mut alone, mut waiting, mut burst) = (Vec::new(), Vec::new(), Vec::new());
+    // Each round's p99 while they waited over its p99 alone, minus one.
+    let mut rises = Vec::new();
+    let (mut accepted_within, mut measured_by) = (Duration::ZERO, Duration::ZERO);
+    let mut last = Vec::new();
+    let mut opened = Instant::now();
+    for round in 0..ROUNDS {
+        let mut alone_now = normal_client(SAMPLES);
+        let slow = open_slow_clients(&server);
+        opened = Instant::now();
+        burst.extend(normal_client(300));
+        wait_until(Duration::from_secs(10), "the server accepts the slow connections", || {
+            ports.iter().map(|&p| sockets(p, "0A").1).sum::<u64>() == 0
+        });
+        accepted_within = accepted_within.max(opened.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+        let mut waiting_now = normal_client(SAMPLES);
+        rises.push(p50_p99(&mut waiting_now).1.as_secs_f64() / p50_p99(&mut alone_now).1.as_secs_f64() - 1.0);
+        alone.extend(alone_now);
+        waiting.extend(waiting_now);
+        measured_by = measured_by.max(opened.elapsed());
+        if round + 1 == ROUNDS {
+            last = slow;
+        } else {
+            drop(slow);
+            wait_until(Duration::from_secs(10), "the server closes its ends", || {
+                ports.iter().map(|&p| sockets(p, "08").0).sum::<usize>() == 0
+            });
+            // The same settle as before the half while they wait: like with like.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Every slow connection of the last round is closed by the server within the timeout (with room).
     let closed_by = Instant::now() + Duration::from_secs(15);
-    for mut s in slow {
+    for mut s in last {
         let mut buf = [0u8; 512];
         let ended = loop {
             match s.read(&mut buf) {
@@ -252,13 +307,46 @@ fn slow_clients_do_not_starve_fast_ones_and_are_closed() {
         };
         assert!(ended && Instant::now() < closed_by, "a slow connection was left open");
     }
-    let closed = opened.elapsed();
+    let closed_within = opened.elapsed();
+    let ((alone_p50, alone_p99), (waiting_p50, waiting_p99)) = (p50_p99(&mut alone), p50_p99(&mut waiting));
+    let (_, burst_p99) = p50_p99(&mut burst);
+    rises.sort_by(f64::total_cmp);
+    let rise = rises[rises.len() / 2];
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    table_row(
+        "1,000 connections with half a request head, waiting (all accepted)",
+        "http + grpc",
+        "a normal client's p99 rises <= 20%",
+        format!(
+            "p99 rise {:+.0}% (median of {ROUNDS} alternating rounds of {SAMPLES} requests alone / waiting; rounds \
+             {:+.0}%..{:+.0}%); pooled p99 {:.0} -> {:.0} us, p50 {:.0} -> {:.0} us; accepted within {:.2} s; \
+             while accepting: p99 {:.0} us",
+            rise * 100.0,
+            rises[0] * 100.0,
+            rises[rises.len() - 1] * 100.0,
+            us(alone_p99),
+            us(waiting_p99),
+            us(alone_p50),
+            us(waiting_p50),
+            accepted_within.as_secs_f64(),
+            us(burst_p99),
+        ),
+        rise <= 0.20 && measured_by < timeout,
+    );
+    // The measurement was taken while the slow connections waited.
+    assert!(measured_by < timeout, "measured {measured_by:?} after opening, past the {timeout:?} timeout");
+    // Loose for a loaded box (chaos.sh reports the strict 20%); starved, the normal client would
+    // wait for a slow one's timeout (3 s) or fail.
+    assert!(
+        waiting_p99 < alone_p99 * 5 + Duration::from_millis(50),
+        "p99 {waiting_p99:?} while slow clients wait vs {alone_p99:?}"
+    );
     table_row(
         "1,000 connections with half a request head",
         "http + grpc",
-        "closed by --header-read-timeout (2 s)",
-        format!("all closed within {:.1} s of the last one opening", closed.as_secs_f64()),
-        closed < Duration::from_secs(3),
+        "closed by --header-read-timeout (3 s)",
+        format!("all closed within {:.1} s of the last one opening", closed_within.as_secs_f64()),
+        closed_within < timeout + Duration::from_secs(1),
     );
     runtime.block_on(server.shutdown());
 }
