@@ -69,6 +69,18 @@ fn rows(csv: &Path) -> usize {
     std::fs::read_to_string(csv).map_or(0, |text| text.lines().count().saturating_sub(1))
 }
 
+/// Sum of one column of a CSV written by perfbench (no quoted fields in its number rows); 0 when
+/// there is no CSV.
+fn column_sum(text: &str, column: &str) -> u64 {
+    if text.is_empty() {
+        return 0;
+    }
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let at = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no column {column} in {text}"));
+    lines.map(|l| l.split(',').nth(at).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)).sum()
+}
+
 /// Waits for `child` up to `limit`; kills it and fails past that.
 fn wait_at_most(child: &mut Child, limit: Duration, what: &str) -> (ExitStatus, String) {
     let deadline = Instant::now() + limit;
@@ -132,6 +144,54 @@ fn a_black_holed_server_ends_the_run_with_exit_3_and_its_rows() {
         assert!(rows(&csv) >= 2, "{wire}: the measured rows stay on disk");
         // Timeout (2 s) + a window (0.3 s), with room for a loaded machine; broken: >= 120 s.
         assert!(took < Duration::from_secs(30), "{wire}: ended {took:?} after the server went silent");
+    }
+    runtime.block_on(server.shutdown());
+}
+
+/// Client, counts what happened: through a proxy that resets every connection once 50 KB of
+/// requests have passed on it, `perfbench online` against `perfbench serve` finishes every point
+/// (exit 0, a row per point) and counts each failure by kind: they are all resets, so
+/// `Failed Reset` equals `Failed` in report.csv, and report.md shows the column. Broken (a reset
+/// counted as another kind, or the run stopping at the first reset), the columns or the exit differ.
+#[test]
+fn resets_are_counted_by_kind_and_the_run_goes_on() {
+    use crate::proxy::{Cut, CutKind, Direction};
+    use std::sync::atomic::Ordering;
+    let runtime = runtime();
+    let server = start_server(&runtime, ConnectionSettings::default());
+    for (wire, flags) in WIRES {
+        let reset = Fault {
+            cut: Some(Cut { direction: Direction::Up, after_bytes: 50_000, kind: CutKind::Reset }),
+            ..Default::default()
+        };
+        let proxy = runtime.block_on(Proxy::start(front_end(&server, wire), reset));
+        let dir = tempfile::tempdir().unwrap();
+        let rule =
+            ["--concurrency", "1..3", "--stop-when", "stable", "-s", "100", "--measurement-mode", "time_windows"];
+        let args: Vec<&str> = flags.iter().chain(&rule).chain(&["-p", "500"]).copied().collect();
+        let mut child = spawn_online(&proxy.addr.to_string(), &args, dir.path());
+        let (status, err) = wait_at_most(&mut child, Duration::from_secs(120), wire);
+        let report = std::fs::read_to_string(dir.path().join("report.csv")).unwrap_or_default();
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap_or_default();
+        let rows = report.lines().count().saturating_sub(1);
+        let (failed, resets) = (column_sum(&report, "Failed"), column_sum(&report, "Failed Reset"));
+        let cut = proxy.counters().cut.load(Ordering::Relaxed);
+        table_row(
+            "proxy resets every connection after 50 KB of requests",
+            wire,
+            "run goes on; failures counted by kind (Failed Reset)",
+            format!(
+                "exit {:?}, {rows} of 3 rows, Failed {failed}, Failed Reset {resets}; proxy resets {cut}",
+                status.code()
+            ),
+            status.success() && rows == 3 && resets >= 1 && failed == resets,
+        );
+        assert!(status.success(), "{wire}: the run goes on through resets: {err}");
+        assert_eq!(rows, 3, "{wire}: a row per point: {report}");
+        assert!(cut >= 1, "{wire}: the proxy reset connections");
+        assert!(resets >= 1, "{wire}: the resets are counted by kind: {report}");
+        assert_eq!(failed, resets, "{wire}: every failure here is a reset: {report}");
+        assert!(md.contains("Failed Reset"), "{wire}: report.md shows the kinds: {md}");
     }
     runtime.block_on(server.shutdown());
 }
