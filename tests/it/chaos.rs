@@ -151,8 +151,10 @@ fn a_black_holed_server_ends_the_run_with_exit_3_and_its_rows() {
 /// Client, counts what happened: through a proxy that resets every connection once 50 KB of
 /// requests have passed on it, `perfbench online` against `perfbench serve` finishes every point
 /// (exit 0, a row per point) and counts each failure by kind: they are all resets, so
-/// `Failed Reset` equals `Failed` in report.csv, and report.md shows the column. Broken (a reset
-/// counted as another kind, or the run stopping at the first reset), the columns or the exit differ.
+/// `Failed Reset` equals `Failed` in report.csv, and report.md shows the column. The server
+/// stays up and answers the client's probe, so no point is flagged `Interrupted`. Broken (a reset
+/// counted as another kind, the run stopping at the first reset, or a reset from a live server
+/// taken for a lost server), the columns, the flag or the exit differ.
 #[test]
 fn resets_are_counted_by_kind_and_the_run_goes_on() {
     use crate::proxy::{Cut, CutKind, Direction};
@@ -176,15 +178,17 @@ fn resets_are_counted_by_kind_and_the_run_goes_on() {
         let rows = report.lines().count().saturating_sub(1);
         let (failed, resets) = (column_sum(&report, "Failed"), column_sum(&report, "Failed Reset"));
         let cut = proxy.counters().cut.load(Ordering::Relaxed);
+        let interrupted = report.lines().skip(1).filter(|row| row.ends_with(",true")).count();
         table_row(
             "proxy resets every connection after 50 KB of requests",
             wire,
-            "run goes on; failures counted by kind (Failed Reset)",
+            "run goes on, no point interrupted; failures counted by kind (Failed Reset)",
             format!(
-                "exit {:?}, {rows} of 3 rows, Failed {failed}, Failed Reset {resets}; proxy resets {cut}",
+                "exit {:?}, {rows} of 3 rows, {interrupted} interrupted, Failed {failed}, Failed Reset {resets}; \
+                 proxy resets {cut}",
                 status.code()
             ),
-            status.success() && rows == 3 && resets >= 1 && failed == resets,
+            status.success() && rows == 3 && interrupted == 0 && resets >= 1 && failed == resets,
         );
         assert!(status.success(), "{wire}: the run goes on through resets: {err}");
         assert_eq!(rows, 3, "{wire}: a row per point: {report}");
@@ -192,6 +196,8 @@ fn resets_are_counted_by_kind_and_the_run_goes_on() {
         assert!(resets >= 1, "{wire}: the resets are counted by kind: {report}");
         assert_eq!(failed, resets, "{wire}: every failure here is a reset: {report}");
         assert!(md.contains("Failed Reset"), "{wire}: report.md shows the kinds: {md}");
+        // The server stayed up: a reset is a failed request, not a lost server.
+        assert_eq!(interrupted, 0, "{wire}: a reset from a live server interrupted a point: {report}\n{err}");
     }
     runtime.block_on(server.shutdown());
 }

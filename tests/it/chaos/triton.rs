@@ -14,9 +14,10 @@ const RESET_AFTER: u64 = 20_000;
 
 /// Through the reset proxy, `perfbench online` over HTTP at concurrency 1..3 finishes with exit 0,
 /// a row per point, and the resets in its `Failed Reset` column; perf_analyzer through the same
-/// proxy sees the resets too (it names the failed request and stops, exit 99: its way). Each of
-/// our rows is flagged `Interrupted` (a lost connection may be a restart). Broken
-/// (ours stops at the first reset, or miscounts it), the exit status or the column differs.
+/// proxy sees the resets too (it names the failed request and stops, exit 99: its way). Triton
+/// stays up, so our rows are not flagged `Interrupted` (a reset is a failed request once the
+/// server answers a probe). Broken (ours stops at the first reset, or miscounts it), the exit
+/// status or the column differs.
 #[test]
 #[ignore = "needs a real Triton and perf_analyzer: tests/interop/test_chaos_triton.py runs it"]
 fn a_reset_proxy_in_front_of_real_triton() {
