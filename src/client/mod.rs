@@ -94,6 +94,24 @@ impl ClientError {
 
 pub type ClientResult<T> = Result<T, ClientError>;
 
+/// How long [`server_answers`] gives the server to answer its metadata request.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the server answers a metadata request within [`PROBE_TIMEOUT`], after a request's
+/// connection was lost: a restart or a crash leaves nothing listening, a reset on the way leaves
+/// the server up. Tried a few times: the first call may still meet the connection that was just
+/// reset (a gRPC channel learns of it and reconnects on its own).
+pub async fn server_answers<C: InferClient>(client: &C) -> bool {
+    let deadline = tokio::time::Instant::now() + PROBE_TIMEOUT;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Ok(_)) = tokio::time::timeout_at(deadline, client.server_metadata()).await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
 /// How a network client connects (HTTP and gRPC).
 #[derive(Clone, Debug, Default)]
 pub struct ConnectOptions {

@@ -219,7 +219,10 @@ impl Shared {
             }
         }
         if let Err(e) = result {
-            if failed_check || e.is_fatal() {
+            // A connection reset by a server that still answers is one failed request (counted
+            // above as a reset), not a server gone away: the load goes on.
+            let server_up = !failed_check && e.is_connection_lost() && crate::client::server_answers(client).await;
+            if (failed_check || e.is_fatal()) && !server_up {
                 self.set_fatal(e);
             }
         }

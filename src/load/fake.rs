@@ -66,6 +66,11 @@ impl InferClient for FakeClient {
     type Prepared = ();
 
     async fn server_metadata(&self) -> ClientResult<ServerInfo> {
+        // Down or gone, the fake server answers nothing (a request's lost connection probes this).
+        let gone = self.unreachable_after.is_some_and(|limit| self.sent.load(Ordering::Acquire) > limit);
+        if gone || self.down.load(Ordering::Acquire) {
+            return Err(unreachable());
+        }
         Ok(ServerInfo { name: "fake".into(), version: "0".into(), extensions: vec!["statistics".into()] })
     }
     async fn model_metadata(&self, _: &str, _: &str) -> ClientResult<ModelMetadataResponse> {

@@ -78,14 +78,21 @@ pub struct StatsSource<'a, C> {
 type Reading = (ServerStats, Vec<ComposingStats>);
 
 impl<C: InferClient> StatsSource<'_, C> {
-    /// Reads the model's counters. A broken connection is fatal; any other failure only loses
-    /// the server columns of this window.
+    /// Reads the model's counters. A broken connection is fatal, unless the server still answers
+    /// (then the read is tried once more); any other failure only loses the server columns of
+    /// this window.
     async fn read(&self) -> Result<Option<Reading>, ClientError> {
         let Some((model, version)) = self.model else {
             return Ok(None);
         };
         let (asked, asked_version) = if self.composing.is_empty() { (model, version) } else { ("", "") };
-        match within_stall_timeout("the statistics request", self.client.statistics(asked, asked_version)).await {
+        let ask = || within_stall_timeout("the statistics request", self.client.statistics(asked, asked_version));
+        let mut answer = ask().await;
+        if matches!(&answer, Err(e) if e.is_connection_lost()) && crate::client::server_answers(self.client).await {
+            // Its connection was reset on the way, and the server is up: ask again.
+            answer = ask().await;
+        }
+        match answer {
             Ok(all) => Ok(ServerStats::from_response(&all, model, version)
                 .map(|own| (own, ComposingStats::read(&all, self.composing)))),
             Err(e) if e.is_fatal() => Err(e),

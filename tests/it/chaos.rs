@@ -69,6 +69,18 @@ fn rows(csv: &Path) -> usize {
     std::fs::read_to_string(csv).map_or(0, |text| text.lines().count().saturating_sub(1))
 }
 
+/// Sum of one column of a CSV written by perfbench (no quoted fields in its number rows); 0 when
+/// there is no CSV.
+fn column_sum(text: &str, column: &str) -> u64 {
+    if text.is_empty() {
+        return 0;
+    }
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let at = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no column {column} in {text}"));
+    lines.map(|l| l.split(',').nth(at).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)).sum()
+}
+
 /// Waits for `child` up to `limit`; kills it and fails past that.
 fn wait_at_most(child: &mut Child, limit: Duration, what: &str) -> (ExitStatus, String) {
     let deadline = Instant::now() + limit;
@@ -136,6 +148,60 @@ fn a_black_holed_server_ends_the_run_with_exit_3_and_its_rows() {
     runtime.block_on(server.shutdown());
 }
 
+/// Client, counts what happened: through a proxy that resets every connection once 50 KB of
+/// requests have passed on it, `perfbench online` against `perfbench serve` finishes every point
+/// (exit 0, a row per point) and counts each failure by kind: they are all resets, so
+/// `Failed Reset` equals `Failed` in report.csv, and report.md shows the column. The server
+/// stays up and answers the client's probe, so no point is flagged `Interrupted`. Broken (a reset
+/// counted as another kind, the run stopping at the first reset, or a reset from a live server
+/// taken for a lost server), the columns, the flag or the exit differ.
+#[test]
+fn resets_are_counted_by_kind_and_the_run_goes_on() {
+    use crate::proxy::{Cut, CutKind, Direction};
+    use std::sync::atomic::Ordering;
+    let runtime = runtime();
+    let server = start_server(&runtime, ConnectionSettings::default());
+    for (wire, flags) in WIRES {
+        let reset = Fault {
+            cut: Some(Cut { direction: Direction::Up, after_bytes: 50_000, kind: CutKind::Reset }),
+            ..Default::default()
+        };
+        let proxy = runtime.block_on(Proxy::start(front_end(&server, wire), reset));
+        let dir = tempfile::tempdir().unwrap();
+        let rule =
+            ["--concurrency", "1..3", "--stop-when", "stable", "-s", "100", "--measurement-mode", "time_windows"];
+        let args: Vec<&str> = flags.iter().chain(&rule).chain(&["-p", "500"]).copied().collect();
+        let mut child = spawn_online(&proxy.addr.to_string(), &args, dir.path());
+        let (status, err) = wait_at_most(&mut child, Duration::from_secs(120), wire);
+        let report = std::fs::read_to_string(dir.path().join("report.csv")).unwrap_or_default();
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap_or_default();
+        let rows = report.lines().count().saturating_sub(1);
+        let (failed, resets) = (column_sum(&report, "Failed"), column_sum(&report, "Failed Reset"));
+        let cut = proxy.counters().cut.load(Ordering::Relaxed);
+        let interrupted = report.lines().skip(1).filter(|row| row.ends_with(",true")).count();
+        table_row(
+            "proxy resets every connection after 50 KB of requests",
+            wire,
+            "run goes on, no point interrupted; failures counted by kind (Failed Reset)",
+            format!(
+                "exit {:?}, {rows} of 3 rows, {interrupted} interrupted, Failed {failed}, Failed Reset {resets}; \
+                 proxy resets {cut}",
+                status.code()
+            ),
+            status.success() && rows == 3 && interrupted == 0 && resets >= 1 && failed == resets,
+        );
+        assert!(status.success(), "{wire}: the run goes on through resets: {err}");
+        assert_eq!(rows, 3, "{wire}: a row per point: {report}");
+        assert!(cut >= 1, "{wire}: the proxy reset connections");
+        assert!(resets >= 1, "{wire}: the resets are counted by kind: {report}");
+        assert_eq!(failed, resets, "{wire}: every failure here is a reset: {report}");
+        assert!(md.contains("Failed Reset"), "{wire}: report.md shows the kinds: {md}");
+        // The server stayed up: a reset is a failed request, not a lost server.
+        assert_eq!(interrupted, 0, "{wire}: a reset from a live server interrupted a point: {report}\n{err}");
+    }
+    runtime.block_on(server.shutdown());
+}
+
 /// Client, never hangs: against a server that accepts connections and never answers, with no
 /// `--request-timeout`, SIGTERM still ends the run (exit 130) at once.
 #[test]
@@ -187,61 +253,116 @@ fn ready(stream: &mut TcpStream) -> bool {
     head.starts_with(b"HTTP/1.1 200")
 }
 
-/// Server, slow clients don't starve fast ones: 1,000 connections that send half a request head
-/// and wait hold nothing but themselves. A normal client is answered meanwhile, at a p99 close
-/// to its own baseline from the same run; the header-read timeout (here 2 s, set through
-/// `ConnectionSettings`) closes the slow ones, over HTTP and before the gRPC preface.
-#[test]
-fn slow_clients_do_not_starve_fast_ones_and_are_closed() {
-    let runtime = runtime();
-    let settings = ConnectionSettings { header_read_timeout: Duration::from_secs(2), ..Default::default() };
-    let server = start_server(&runtime, settings);
-    let p99 = |addr: SocketAddr| {
-        let mut stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut took: Vec<Duration> = (0..400)
-            .map(|_| {
-                let start = Instant::now();
-                assert!(ready(&mut stream), "a normal client is answered");
-                start.elapsed()
-            })
-            .collect();
-        took.sort();
-        took[took.len() * 99 / 100]
-    };
-    let baseline = p99(server.http_addr);
-    let slow: Vec<TcpStream> = (0..1000)
+/// The loopback TCP sockets on local `port` in `state` (/proc/net/tcp's code: 0A LISTEN, 08
+/// CLOSE_WAIT), and the sum of their receive queues (for a listener: connections not yet accepted).
+fn sockets(port: u16, state: &str) -> (usize, u64) {
+    let port = format!(":{port:04X}");
+    let mut found = (0, 0);
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            // sl, local_address, rem_address, st, tx_queue:rx_queue, ...
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 4 && fields[1].ends_with(&port) && fields[3] == state {
+                found.0 += 1;
+                found.1 += fields[4].split(':').nth(1).and_then(|rx| u64::from_str_radix(rx, 16).ok()).unwrap_or(0);
+            }
+        }
+    }
+    found
+}
+
+/// p50 and p99 of `took`.
+fn p50_p99(took: &mut [Duration]) -> (Duration, Duration) {
+    took.sort();
+    (took[took.len() / 2], took[took.len() * 99 / 100])
+}
+
+/// Opens 1,000 connections to `server`, half HTTP and half gRPC, each with half a request head
+/// (or half the HTTP/2 preface) sent.
+fn open_slow_clients(server: &RunningServer) -> Vec<TcpStream> {
+    (0..1000)
         .map(|i| {
             let addr = if i % 2 == 0 { server.http_addr } else { server.grpc_addr };
             let mut s = TcpStream::connect(addr).unwrap();
-            // Half an HTTP head, or half the HTTP/2 preface.
             let half: &[u8] = if i % 2 == 0 { b"GET /v2/health/ready HTTP/1.1\r\nHo" } else { b"PRI * HTTP/2.0\r\n" };
             s.write_all(half).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
             s
         })
-        .collect();
-    let opened = Instant::now();
-    let loaded = p99(server.http_addr);
-    let rise = loaded.as_secs_f64() / baseline.as_secs_f64() - 1.0;
-    table_row(
-        "1,000 connections with half a request head",
-        "http + grpc",
-        "a normal client's p99 rises <= 20%",
-        format!(
-            "p99 {:.0} us -> {:.0} us ({:+.0}%)",
-            baseline.as_secs_f64() * 1e6,
-            loaded.as_secs_f64() * 1e6,
-            rise * 100.0
-        ),
-        rise <= 0.20,
-    );
-    // Same-run ratio, loose for a loaded box (chaos.sh reports the strict 20%); starved, the
-    // normal client would wait for a slow one's timeout (2 s) or fail.
-    assert!(loaded < baseline * 5 + Duration::from_millis(50), "p99 {loaded:?} under slow clients vs {baseline:?}");
-    // Every slow connection is closed by the server within the timeout (with room).
+        .collect()
+}
+
+/// Server, slow clients don't starve fast ones: 1,000 connections that send half a request head
+/// and wait hold nothing but themselves. The promise is about a normal client while they *wait*,
+/// so ten rounds each measure the normal client alone (1,000 requests on one keep-alive
+/// connection), open the 1,000 slow ones, wait until the server has accepted all of them (its
+/// listeners' accept queues are empty) and 100 ms more, and measure it again while they wait.
+/// The strict figure is the median over rounds of each round's p99 rise: the two halves of a
+/// round are a few hundred milliseconds apart, so they see the same noise of a shared machine,
+/// and a burst of other work that hits one half of one round does not decide the result. Both
+/// halves start 100 ms after the server settled: the first nine rounds close the slow
+/// connections themselves and wait until the server has closed its ends (measured right after
+/// that, the next round's alone half read p50 45 us against 8 us while waiting: the server was
+/// still tearing 1,000 connections down). The last round leaves them to the header-read timeout
+/// (3 s here, set through `ConnectionSettings`), which must close them all, over HTTP and before
+/// the gRPC preface. The 300 requests sent while the server was still accepting each burst are
+/// reported apart: that is accept work on the same two cores, not waiting.
+#[test]
+fn slow_clients_do_not_starve_fast_ones_and_are_closed() {
+    const ROUNDS: usize = 10;
+    const SAMPLES: usize = 1000;
+    let timeout = Duration::from_secs(3);
+    let runtime = runtime();
+    let settings = ConnectionSettings { header_read_timeout: timeout, ..Default::default() };
+    let server = start_server(&runtime, settings);
+    let ports = [server.http_addr.port(), server.grpc_addr.port()];
+    let normal_client = |n: usize| -> Vec<Duration> {
+        let mut stream = TcpStream::connect(server.http_addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert!(ready(&mut stream), "a normal client is answered");
+        (0..n)
+            .map(|_| {
+                let start = Instant::now();
+                assert!(ready(&mut stream), "a normal client is answered");
+                start.elapsed()
+            })
+            .collect()
+    };
+    let (mut alone, mut waiting, mut burst) = (Vec::new(), Vec::new(), Vec::new());
+    // Each round's p99 while they waited over its p99 alone, minus one.
+    let mut rises = Vec::new();
+    let (mut accepted_within, mut measured_by) = (Duration::ZERO, Duration::ZERO);
+    let mut last = Vec::new();
+    let mut opened = Instant::now();
+    for round in 0..ROUNDS {
+        let mut alone_now = normal_client(SAMPLES);
+        let slow = open_slow_clients(&server);
+        opened = Instant::now();
+        burst.extend(normal_client(300));
+        wait_until(Duration::from_secs(10), "the server accepts the slow connections", || {
+            ports.iter().map(|&p| sockets(p, "0A").1).sum::<u64>() == 0
+        });
+        accepted_within = accepted_within.max(opened.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+        let mut waiting_now = normal_client(SAMPLES);
+        rises.push(p50_p99(&mut waiting_now).1.as_secs_f64() / p50_p99(&mut alone_now).1.as_secs_f64() - 1.0);
+        alone.extend(alone_now);
+        waiting.extend(waiting_now);
+        measured_by = measured_by.max(opened.elapsed());
+        if round + 1 == ROUNDS {
+            last = slow;
+        } else {
+            drop(slow);
+            wait_until(Duration::from_secs(10), "the server closes its ends", || {
+                ports.iter().map(|&p| sockets(p, "08").0).sum::<usize>() == 0
+            });
+            // The same settle as before the half while they wait: like with like.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Every slow connection of the last round is closed by the server within the timeout (with room).
     let closed_by = Instant::now() + Duration::from_secs(15);
-    for mut s in slow {
+    for mut s in last {
         let mut buf = [0u8; 512];
         let ended = loop {
             match s.read(&mut buf) {
@@ -252,13 +373,46 @@ fn slow_clients_do_not_starve_fast_ones_and_are_closed() {
         };
         assert!(ended && Instant::now() < closed_by, "a slow connection was left open");
     }
-    let closed = opened.elapsed();
+    let closed_within = opened.elapsed();
+    let ((alone_p50, alone_p99), (waiting_p50, waiting_p99)) = (p50_p99(&mut alone), p50_p99(&mut waiting));
+    let (_, burst_p99) = p50_p99(&mut burst);
+    rises.sort_by(f64::total_cmp);
+    let rise = rises[rises.len() / 2];
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    table_row(
+        "1,000 connections with half a request head, waiting (all accepted)",
+        "http + grpc",
+        "a normal client's p99 rises <= 20%",
+        format!(
+            "p99 rise {:+.0}% (median of {ROUNDS} alternating rounds of {SAMPLES} requests alone / waiting; rounds \
+             {:+.0}%..{:+.0}%); pooled p99 {:.0} -> {:.0} us, p50 {:.0} -> {:.0} us; accepted within {:.2} s; \
+             while accepting: p99 {:.0} us",
+            rise * 100.0,
+            rises[0] * 100.0,
+            rises[rises.len() - 1] * 100.0,
+            us(alone_p99),
+            us(waiting_p99),
+            us(alone_p50),
+            us(waiting_p50),
+            accepted_within.as_secs_f64(),
+            us(burst_p99),
+        ),
+        rise <= 0.20 && measured_by < timeout,
+    );
+    // The measurement was taken while the slow connections waited.
+    assert!(measured_by < timeout, "measured {measured_by:?} after opening, past the {timeout:?} timeout");
+    // Loose for a loaded box (chaos.sh reports the strict 20%); starved, the normal client would
+    // wait for a slow one's timeout (3 s) or fail.
+    assert!(
+        waiting_p99 < alone_p99 * 5 + Duration::from_millis(50),
+        "p99 {waiting_p99:?} while slow clients wait vs {alone_p99:?}"
+    );
     table_row(
         "1,000 connections with half a request head",
         "http + grpc",
-        "closed by --header-read-timeout (2 s)",
-        format!("all closed within {:.1} s of the last one opening", closed.as_secs_f64()),
-        closed < Duration::from_secs(3),
+        "closed by --header-read-timeout (3 s)",
+        format!("all closed within {:.1} s of the last one opening", closed_within.as_secs_f64()),
+        closed_within < timeout + Duration::from_secs(1),
     );
     runtime.block_on(server.shutdown());
 }
@@ -352,7 +506,9 @@ fn csv_value(csv: &Path, column: &str) -> f64 {
 /// Client, measures what was added: with 10 ms added each way by the proxy, p50 rises by 20 ms
 /// (strict: ± 0.5 ms; asserted within 19..26 ms), and the rise is in the network stage, not in
 /// the server's queue or compute. The baseline is the same server through the same proxy with no
-/// fault, same run.
+/// fault, same run, at the same load: 100 requests/s, so in both runs every hop wakes a thread
+/// that idled for milliseconds. (At concurrency 1 the baseline ran back to back on threads kept
+/// warm, and the delayed run's wake-ups after 10 ms idle read +0.3..+0.6 ms with the proxy on time.)
 #[test]
 fn ten_ms_each_way_adds_twenty_ms_to_p50_in_the_network_stage() {
     let runtime = runtime();
@@ -365,7 +521,16 @@ fn ten_ms_each_way_adds_twenty_ms_to_p50_in_the_network_stage() {
         let dir = tempfile::tempdir().unwrap();
         let measure = |url: String, name: &str| {
             let csv = dir.path().join(name);
-            let extra = ["--measurement-mode", "count_windows", "--measurement-request-count", "100", "-s", "100"];
+            let extra = [
+                "--measurement-mode",
+                "count_windows",
+                "--measurement-request-count",
+                "100",
+                "-s",
+                "100",
+                "--request-rate-range",
+                "100",
+            ];
             let mut child = spawn_profile(&url, flags, &extra, &csv);
             let (status, err) = wait_at_most(&mut child, Duration::from_secs(120), wire);
             assert!(status.success(), "{wire}: {err}");
@@ -386,11 +551,15 @@ fn ten_ms_each_way_adds_twenty_ms_to_p50_in_the_network_stage() {
                 / 1000.0
         };
         let server_rise_ms = server_ms(&through) - server_ms(&direct);
+        let late_us = delayed.counters().mean_late_us();
         table_row(
             "10 ms added each way by the proxy",
             wire,
             "p50 rises 20 ms +- 0.5 ms, in the network stage",
-            format!("p50 {rise_ms:+.2} ms; network stage {network_ms:+.2} ms; server {server_rise_ms:+.3} ms"),
+            format!(
+                "p50 {rise_ms:+.2} ms; network stage {network_ms:+.2} ms; server {server_rise_ms:+.3} ms; \
+                 proxy's chunks {late_us:.0} us late on average"
+            ),
             (rise_ms - 20.0).abs() <= 0.5 && (network_ms - 20.0).abs() <= 0.5 && server_rise_ms.abs() < 0.5,
         );
         assert!((19.0..26.0).contains(&rise_ms), "{wire}: p50 rose {rise_ms} ms");
