@@ -421,7 +421,10 @@ impl RunningLoad {
     }
 
     /// Stops sending, waits up to [`DRAIN_TIMEOUT`] for outstanding requests, then abandons them.
-    pub async fn stop(mut self) {
+    /// Returns the error that ended the load, if any, including one found while draining: a
+    /// request whose connection was lost asks whether the server still answers, and that answer
+    /// may come after the point's last window.
+    pub async fn stop(mut self) -> Option<ClientError> {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(dispatcher) = self.dispatcher.take() {
             let _ = tokio::task::spawn_blocking(move || dispatcher.join()).await;
@@ -436,6 +439,7 @@ impl RunningLoad {
         for worker in self.workers.drain(..) {
             worker.abort();
         }
+        self.fatal()
     }
 }
 

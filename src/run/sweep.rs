@@ -216,8 +216,10 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             load.wait_completed(self.plan.warmup_requests).await
         };
         tracing::debug!(completed = load.completed(), "warm-up done, stopping its load");
-        load.stop().await;
-        outcome.map_err(|error| SweepError::Stopped { error, measured: self.results.len() })
+        let ended_by = load.stop().await;
+        outcome
+            .and(ended_by.map_or(Ok(()), Err))
+            .map_err(|error| SweepError::Stopped { error, measured: self.results.len() })
     }
 
     /// Measures one point and hands it to the observer (or keeps the observer's row of it from
@@ -276,7 +278,13 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             bank.spend(begun.elapsed());
         }
         tracing::debug!(completed = load.completed(), "point measured, stopping its load");
-        load.stop().await;
+        let ended_by = load.stop().await;
+        // A server found gone while the load drained (a lost connection's probe said so after
+        // the last window) ends the point as surely as one found gone during it.
+        let measured = match (measured, ended_by) {
+            (Ok(PointOutcome::Measured(partial)), Some(error)) => Ok(PointOutcome::Interrupted { partial, error }),
+            (measured, _) => measured,
+        };
         let stopped = |error| SweepError::Stopped { error, measured: self.results.len() };
         let (mut result, interrupted) = match measured.map_err(stopped)? {
             PointOutcome::Measured(result) => (result, false),
