@@ -6,7 +6,8 @@
 # inside a test is killed past its deadline, and the whole set past 600 s.
 #   scripts/chaos.sh           every scenario, the slow ones included
 #   scripts/chaos.sh --short   the CI subset (under 5 minutes)
-# chaos::triton needs a real Triton: the interop suite runs it (tests/interop/test_chaos_triton.py).
+# chaos::triton needs a real Triton: the interop suite runs it (tests/interop/test_chaos_triton.py,
+# in .ci/run beside the client-vs-Triton tests).
 # Exit status: the tests' (non-zero when a promise's test fails); strict misses are listed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
