@@ -37,34 +37,31 @@ fn front_end(server: &RunningServer, wire: &str) -> SocketAddr {
     }
 }
 
-/// `perfbench profile` of `identity` against `url`, perf_analyzer's CSV to `csv`.
-fn spawn_profile(url: &str, wire_flags: &[&str], extra: &[&str], csv: &Path) -> Child {
+/// `perfbench COMMAND -u URL -m identity --shape INPUT0:4 ARGS...`, its stderr piped.
+fn spawn_perfbench(command: &str, url: &str, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(["profile", "-u", url, "-m", "identity", "--shape", "INPUT0:4"])
-        .args(wire_flags)
-        .args(extra)
-        .args(["-f", csv.to_str().unwrap()])
+        .args([command, "-u", url, "-m", "identity", "--shape", "INPUT0:4"])
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("runs perfbench")
+        .unwrap_or_else(|e| panic!("runs perfbench {command}: {e}"))
+}
+
+/// `perfbench profile` of `identity` against `url`, perf_analyzer's CSV to `csv`.
+fn spawn_profile(url: &str, wire_flags: &[&str], extra: &[&str], csv: &Path) -> Child {
+    let args: Vec<&str> = wire_flags.iter().chain(extra).copied().chain(["-f", csv.to_str().unwrap()]).collect();
+    spawn_perfbench("profile", url, &args)
+}
+
+/// `perfbench online` of `identity` against `url`, its results folder `out`.
+fn spawn_online(url: &str, args: &[&str], out: &Path) -> Child {
+    let args: Vec<&str> = args.iter().copied().chain(["--out", out.to_str().unwrap()]).collect();
+    spawn_perfbench("online", url, &args)
 }
 
 /// Rows in perf_analyzer's CSV so far (its header line excluded).
-/// `perfbench online -u URL -m identity --shape INPUT0:4 ARGS... --out OUT`, its stderr piped.
-fn spawn_online(url: &str, args: &[&str], out: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_perfbench"))
-        .args(["online", "-u", url, "-m", "identity", "--shape", "INPUT0:4"])
-        .args(args)
-        .args(["--out", out.to_str().unwrap()])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs perfbench online")
-}
-
 fn rows(csv: &Path) -> usize {
     std::fs::read_to_string(csv).map_or(0, |text| text.lines().count().saturating_sub(1))
 }
