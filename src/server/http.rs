@@ -3,6 +3,7 @@
 //! gzip/deflate compressed, responses honour `Accept-Encoding`, and every error is a KServe
 //! `{"error": "..."}` body.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::{Body, HttpBody};
@@ -13,10 +14,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::{Bytes, BytesMut};
+use futures::future::Either;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
@@ -38,17 +40,54 @@ type Core = State<Arc<InferenceServer>>;
 /// Every route of §3.1 that perfbench serves. A request that neither sends a compressed body
 /// nor accepts a compressed answer skips the (de)compression layers, which would only wrap and
 /// box both bodies of every inference call.
-pub fn router(core: Arc<InferenceServer>) -> Router {
-    let plain = routes(core);
+/// Inference calls, the hot route, also skip the router: it would match the path against every
+/// route, collect its parameters and box the handler's future, all of which costs about as much
+/// as the rest of a 16-float JSON exchange beyond parsing (issue 33).
+pub fn service(
+    core: Arc<InferenceServer>,
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + Sync + 'static {
+    let plain = routes(core.clone());
     let coded = plain
         .clone()
         .layer(RequestDecompressionLayer::new())
         .layer(axum::middleware::map_response(explain_unsupported_encoding))
         .layer(CompressionLayer::new());
-    Router::new().fallback_service(tower::service_fn(move |request: Request| {
-        let app = if needs_coding(request.headers()) { coded.clone() } else { plain.clone() };
-        app.oneshot(request)
-    }))
+    tower::service_fn(move |request: Request| {
+        let coding = needs_coding(request.headers());
+        match infer_target(&request) {
+            Some((model, version)) if !coding => {
+                let core = core.clone();
+                Either::Left(async move {
+                    let (parts, body) = request.into_parts();
+                    let answer = run_infer(&core, &model, &version, &parts.headers, body).await;
+                    Ok(answer.unwrap_or_else(IntoResponse::into_response))
+                })
+            }
+            _ => Either::Right((if coding { coded.clone() } else { plain.clone() }).oneshot(request)),
+        }
+    })
+}
+
+/// The model and version (empty: the model's own) of a `POST /v2/models/{m}[/versions/{v}]/infer`,
+/// as the router would take them. A path with a percent-escape goes through the router, which
+/// decodes it.
+fn infer_target(request: &Request) -> Option<(String, String)> {
+    if request.method() != axum::http::Method::POST {
+        return None;
+    }
+    let path = request.uri().path();
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    if rest.contains('%') {
+        return None;
+    }
+    let mut segments = rest.split('/');
+    match (segments.next(), segments.next(), segments.next(), segments.next()) {
+        (Some(m), None, _, _) if !m.is_empty() => Some((m.to_string(), String::new())),
+        (Some(m), Some("versions"), Some(v), None) if !m.is_empty() && !v.is_empty() => {
+            Some((m.to_string(), v.to_string()))
+        }
+        _ => None,
+    }
 }
 
 /// Does the request carry a `Content-Encoding`, or accept any encoding but identity?
@@ -549,4 +588,37 @@ async fn cuda_shm_status(Path(r): Path<String>) -> ServerError {
 
 async fn cuda_shm_register() -> ServerError {
     ServerError::invalid_arg("CUDA shared memory is not available: no GPU")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(method: &str, path: &str) -> Option<(String, String)> {
+        infer_target(&Request::builder().method(method).uri(path).body(Body::empty()).unwrap())
+    }
+
+    /// The direct route takes exactly the paths the router's two infer routes take, and leaves
+    /// the rest (other methods, other shapes, escapes to decode) to the router.
+    #[test]
+    fn only_infer_posts_skip_the_router() {
+        let some = |m: &str, v: &str| Some((m.to_string(), v.to_string()));
+        assert_eq!(target("POST", "/v2/models/identity/infer"), some("identity", ""));
+        assert_eq!(target("POST", "/v2/models/identity/versions/3/infer"), some("identity", "3"));
+        assert_eq!(target("POST", "/v2/models/versions/infer"), some("versions", ""));
+        assert_eq!(target("POST", "/v2/models/identity/infer?x=1"), some("identity", ""));
+        for path in [
+            "/v2/models//infer",
+            "/v2/models/identity/infer/",
+            "/v2/models/identity/versions//infer",
+            "/v2/models/identity/versions/infer",
+            "/v2/models/a/b/infer",
+            "/v2/models/my%20model/infer",
+            "/v2/models/identity/ready",
+            "/v2//models/identity/infer",
+        ] {
+            assert_eq!(target("POST", path), None, "{path}");
+        }
+        assert_eq!(target("GET", "/v2/models/identity/infer"), None);
+    }
 }

@@ -356,12 +356,15 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
 
 /// Serves HTTP/1.1 connections from `incoming` with `app` until `stop`, then lets open
 /// connections finish their request in flight.
-pub async fn serve_http(
+pub async fn serve_http<S>(
     mut incoming: mpsc::Receiver<Conn>,
-    app: axum::Router,
+    app: S,
     header_read_timeout: Duration,
     stop: impl Future<Output = ()>,
-) {
+) where
+    S: Service<Request, Response = Response, Error = std::convert::Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
+use tower::Layer;
 
 use super::access::{RestrictedApi, Restriction};
 use super::core::{InferenceServer, ServerOptions, DEFAULT_MAX_CONNECTIONS};
@@ -145,7 +146,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     };
 
     let http_app =
-        http::router(core.clone()).layer(axum::middleware::from_fn_with_state(guard.clone(), listen::guard_http));
+        axum::middleware::from_fn_with_state(guard.clone(), listen::guard_http).layer(http::service(core.clone()));
     let http_incoming = listen::accept(http_listener, accept(http_tls, false), stop.subscribe());
     let http_task =
         tokio::spawn(listen::serve_http(http_incoming, http_app, connections.header_read_timeout, signal()));
