@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Measures generative clients against the server's own clock (issue 31): `perfbench llm` and
 AIPerf 0.13 stream chat from one `perfbench serve` llm twin that records, per request, when it
-arrived and when it sent its first chunk (`--record-requests`, CLOCK_MONOTONIC). Joined by
-X-Request-ID, each request's TTFT error is
+arrived and when its HTTP front end read the first chunk to write it out (`--record-requests`,
+CLOCK_MONOTONIC; `first_read_ns`, else the model's `first_chunk_ns` when the request finished
+before the front end read it). Joined by X-Request-ID, each request's TTFT error is
 
-    client TTFT - (server first chunk - server arrival) - loopback round trip
+    client TTFT - (server first chunk read - server arrival) - loopback round trip
 
 where the round trip is measured here (a 1 KiB request, a 300-byte answer, on a TCP loopback
 socket with TCP_NODELAY: what the request and the first chunk cross besides the two programs).
-It also prints each client's CPU time (user + system, from the kernel's child accounting) per
+The server's own hand-over, from the model's first chunk to the front end's reading of it (a
+wake-up of another thread), is printed beside it: it was part of the error before the record
+carried the reading. It also prints each client's CPU time (user + system, from the kernel's child accounting) per
 SSE event received, for the same load.
 
 Run under the AIPerf virtualenv (scripts/setup-genai-peers.sh):
@@ -140,15 +143,27 @@ def run_tool(tool, args, server, concurrency, requests, out, tokenizer):
     export = next(Path(out).rglob("profile_export.jsonl"))
     theirs = [json.loads(line) for line in export.read_text().splitlines() if line.strip()]
     ours = server.records()
-    errors, events = [], 0
+    errors, handovers, events = [], [], 0
     for t in theirs:
         o = ours.get(t["metadata"]["x_request_id"])
         if o is None or t.get("error"):
             continue
-        server_ttft_ms = (o["first_chunk_ns"] - o["arrival_ns"]) / 1e6
+        first = o.get("first_read_ns") or o["first_chunk_ns"]
+        if o.get("first_read_ns"):
+            handovers.append((o["first_read_ns"] - o["first_chunk_ns"]) / 1e3)
+        server_ttft_ms = (first - o["arrival_ns"]) / 1e6
         errors.append((ms(t["metrics"]["time_to_first_token"]) - server_ttft_ms) * 1e3)
         events += o["completion_tokens"]
-    return errors, cpu, events, len(theirs)
+    return errors, handovers, cpu, events, len(theirs)
+
+
+def hand_over(handovers, requests):
+    """The server's hand-over percentiles, and how many records lacked the front end's reading."""
+    if not handovers:
+        return "n/a"
+    missing = requests - len(handovers)
+    text = f"{percentile(handovers, 50):.0f} / {percentile(handovers, 99):.0f}"
+    return text + (f" ({missing} without)" if missing else "")
 
 
 def tokenizer_dir(workdir):
@@ -186,16 +201,18 @@ def main():
             hop = loopback_round_trip_us()
             print(f"loopback round trip (1 KiB out, 300 B back), p50: {hop:.1f} µs; subtracted below")
             print()
-            print("| client | streams | requests | TTFT error p50 (µs) | p90 | p99 | max | client CPU per event (µs) |")
-            print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+            print("| client | streams | requests | TTFT error p50 (µs) | p90 | p99 | max | client CPU per event (µs) "
+                  "| server hand-over p50 / p99 (µs) |")
+            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             for c in args.concurrency:
                 for tool in args.tools:
                     out = work / f"{tool}-{c}"
-                    errors, cpu, events, n = run_tool(tool, args, server, c, c * args.requests_per_stream, out,
+                    errors, handovers, cpu, events, n = run_tool(tool, args, server, c, c * args.requests_per_stream, out,
                                                       tokenizer)
                     e = [x - hop for x in errors]
                     print(f"| {tool} | {c} | {len(e)}/{n} | {percentile(e, 50):.0f} | {percentile(e, 90):.0f} | "
-                          f"{percentile(e, 99):.0f} | {max(e):.0f} | {cpu / max(events, 1) * 1e6:.1f} |", flush=True)
+                          f"{percentile(e, 99):.0f} | {max(e):.0f} | {cpu / max(events, 1) * 1e6:.1f} | "
+                          f"{hand_over(handovers, len(errors))} |", flush=True)
         finally:
             server.stop()
     finally:

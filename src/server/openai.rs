@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use super::core::InferenceServer;
 use super::error::{ErrorKind, ServerError};
-use super::llm::{monotonic_ns, Event, Finish, GenerateError, GenerateParams, Generation, LlmEngine, Refusal};
+use super::llm::{monotonic_ns, Event, Events, Finish, GenerateError, GenerateParams, Generation, LlmEngine, Refusal};
 
 type Core = State<Arc<InferenceServer>>;
 
@@ -489,7 +489,7 @@ fn stream(engine: Arc<LlmEngine>, generation: Generation, reply: Reply) -> Respo
 
 /// A streamed answer between two events.
 struct Streaming {
-    events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    events: Events,
     reply: Reply,
     engine: Arc<LlmEngine>,
     text_start: usize,

@@ -569,6 +569,10 @@ async fn records_and_statistics_agree_with_what_was_served() {
         let at = |k: &str| r[k].as_u64().unwrap();
         assert!(at("arrival_ns") <= at("admitted_ns") && at("admitted_ns") <= at("first_chunk_ns"));
         assert!(at("first_chunk_ns") <= at("finish_ns"));
+        // The front end's reading, when it came before the finish, follows the model's chunk.
+        if let Some(read) = r["first_read_ns"].as_u64() {
+            assert!(at("first_chunk_ns") <= read, "{r}");
+        }
         let chunks = r["chunk_ns"].as_array().unwrap();
         assert_eq!(chunks.len(), 4 + i);
         assert!(chunks.windows(2).all(|w| w[0].as_u64() <= w[1].as_u64()));

@@ -7,6 +7,7 @@
 //! says how long the step takes, `complete` ends it.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -28,6 +29,8 @@ pub struct Submission {
     pub reason: FinishReason,
     pub arrival_ns: u64,
     pub events: UnboundedSender<Event>,
+    /// When the front end read the first token (0: not yet); see [`super::Events`].
+    pub first_read_ns: Arc<AtomicU64>,
     pub log: Option<Arc<RequestLog>>,
 }
 
@@ -296,6 +299,7 @@ impl Batcher {
                 arrival_ns: arrival,
                 admitted_ns: seq.admitted_ns,
                 first_chunk_ns: seq.chunk_ns.first().copied(),
+                first_read_ns: Some(seq.sub.first_read_ns.load(Ordering::Relaxed)).filter(|&ns| ns != 0),
                 finish_ns: now_ns,
                 chunk_ns: std::mem::take(&mut seq.chunk_ns),
                 prompt_tokens: seq.sub.prompt_len,
@@ -360,6 +364,7 @@ mod tests {
             reason: FinishReason::Length,
             arrival_ns: 0,
             events,
+            first_read_ns: Default::default(),
             log: None,
         });
         rx

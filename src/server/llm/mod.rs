@@ -5,6 +5,7 @@
 //! here and read each one's tokens from a channel.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -176,7 +177,26 @@ impl From<GenerateError> for ServerError {
 pub struct Generation {
     pub prompt_tokens: usize,
     pub text_start: usize,
-    pub events: UnboundedReceiver<Event>,
+    pub events: Events,
+}
+
+/// A request's events as its front end reads them. Reading the first token stamps the time
+/// (CLOCK_MONOTONIC ns) for the request's record: the front end writes a token out as soon as it
+/// has read it, so this is when the answer began to leave, after the hand-over from the batcher's
+/// thread, which the model's own stamp (`first_chunk_ns`) is before.
+pub struct Events {
+    receiver: UnboundedReceiver<Event>,
+    first_read_ns: Arc<AtomicU64>,
+}
+
+impl Events {
+    pub async fn recv(&mut self) -> Option<Event> {
+        let event = self.receiver.recv().await;
+        if matches!(event, Some(Event::Token { .. })) && self.first_read_ns.load(Ordering::Relaxed) == 0 {
+            self.first_read_ns.store(monotonic_ns(), Ordering::Relaxed);
+        }
+        event
+    }
 }
 
 struct Started {
@@ -248,6 +268,7 @@ impl LlmEngine {
             }
         };
         let (events, receiver) = unbounded_channel();
+        let first_read_ns = Arc::new(AtomicU64::new(0));
         let submission = batcher::Submission {
             request_id: params.request_id,
             prompt_len: tokens.len(),
@@ -256,11 +277,12 @@ impl LlmEngine {
             reason,
             arrival_ns: params.arrival_ns,
             events,
+            first_read_ns: first_read_ns.clone(),
             log,
         };
         let stopped = |_| GenerateError::Server(ServerError::unavailable("the batcher has stopped"));
         started.submit.send(submission).map_err(stopped)?;
-        Ok(Generation { prompt_tokens: tokens.len(), text_start, events: receiver })
+        Ok(Generation { prompt_tokens: tokens.len(), text_start, events: Events { receiver, first_read_ns } })
     }
 
     /// Checks lengths against the context and the cache. `max_tokens` 0 means an embedding.
@@ -413,5 +435,29 @@ fn run(
             log.pop_front();
         }
         log.push_back(step);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first token read is stamped once; what comes before or after it is not.
+    #[tokio::test]
+    async fn reading_the_first_token_stamps_it_once() {
+        let (sender, receiver) = unbounded_channel();
+        let first_read_ns = Arc::new(AtomicU64::new(0));
+        let mut events = Events { receiver, first_read_ns: first_read_ns.clone() };
+        sender.send(Event::Token { index: 0, last: false }).unwrap();
+        sender.send(Event::Token { index: 1, last: true }).unwrap();
+        let before = monotonic_ns();
+        assert!(matches!(events.recv().await, Some(Event::Token { index: 0, .. })));
+        let stamped = first_read_ns.load(Ordering::Relaxed);
+        assert!(stamped >= before && stamped <= monotonic_ns());
+        assert!(matches!(events.recv().await, Some(Event::Token { index: 1, .. })));
+        assert_eq!(first_read_ns.load(Ordering::Relaxed), stamped, "only the first token is stamped");
+        drop(sender);
+        assert!(events.recv().await.is_none());
+        assert_eq!(first_read_ns.load(Ordering::Relaxed), stamped);
     }
 }

@@ -27,6 +27,10 @@ pub struct RequestRecord {
     /// First admitted into the running batch (`None`: it never was).
     pub admitted_ns: Option<u64>,
     pub first_chunk_ns: Option<u64>,
+    /// When the front end read the first chunk to write it out (`None`: it had not by the
+    /// finish). The client's time to first token is measured against this one: it leaves out
+    /// the hand-over from the scheduler's thread to the connection's.
+    pub first_read_ns: Option<u64>,
     /// When each generated chunk left the model (one token per chunk).
     pub chunk_ns: Vec<u64>,
     pub finish_ns: u64,
@@ -75,6 +79,7 @@ mod tests {
             arrival_ns: 1,
             admitted_ns: Some(2),
             first_chunk_ns: Some(3),
+            first_read_ns: Some(3),
             chunk_ns: vec![3, 4],
             finish_ns: 4,
             prompt_tokens: 5,
