@@ -21,7 +21,8 @@ use serde_json::{json, Map, Value};
 
 use super::core::InferenceServer;
 use super::error::{ServerError, ServerResult};
-use super::llm::{monotonic_ns, Event, GenerateParams, Generation, LlmEngine};
+use super::listen::ReceivedAt;
+use super::llm::{Event, GenerateParams, Generation, LlmEngine};
 use super::openai::{request_id, sse};
 use super::repository::MODEL_VERSION;
 
@@ -173,7 +174,7 @@ async fn generate_stream_v(core: Core, Path((m, v)): Path<(String, String)>, req
 }
 
 async fn run(State(core): Core, model: String, version: String, request: Request, sse_reply: bool) -> Response {
-    let arrival_ns = monotonic_ns();
+    let arrival_ns = ReceivedAt::of(&request);
     start(&core, &model, &version, request, arrival_ns, sse_reply).await.unwrap_or_else(IntoResponse::into_response)
 }
 

@@ -36,6 +36,7 @@ use tower::{Service, ServiceExt};
 use super::access::{ApiGroup, RestrictedApi};
 use super::authority::AuthorityRepair;
 use super::error::ServerError;
+use super::llm::monotonic_ns;
 use crate::x509_v1;
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -380,6 +381,7 @@ pub async fn serve_http<S>(
         let info = conn.info.clone();
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ReceivedAt(monotonic_ns()));
             request.extensions_mut().insert(info.clone());
             app.clone().oneshot(request.map(axum::body::Body::new))
         });
@@ -391,6 +393,19 @@ pub async fn serve_http<S>(
         });
     }
     graceful.shutdown().await;
+}
+
+/// When our code first held an HTTP request (CLOCK_MONOTONIC ns), as soon as hyper had parsed its
+/// head. The generative twin's records count a request's arrival from here: its handler runs
+/// tens of µs later, after the guard and the router.
+#[derive(Clone, Copy, Debug)]
+pub struct ReceivedAt(pub u64);
+
+impl ReceivedAt {
+    /// The request's arrival, or now for a request that did not come through [`serve_http`].
+    pub fn of(request: &Request) -> u64 {
+        request.extensions().get::<ReceivedAt>().map_or_else(monotonic_ns, |r| r.0)
+    }
 }
 
 /// What the guard in front of every request enforces.

@@ -21,7 +21,8 @@ use serde_json::{json, Value};
 
 use super::core::InferenceServer;
 use super::error::{ErrorKind, ServerError};
-use super::llm::{monotonic_ns, Event, Events, Finish, GenerateError, GenerateParams, Generation, LlmEngine, Refusal};
+use super::listen::ReceivedAt;
+use super::llm::{Event, Events, Finish, GenerateError, GenerateParams, Generation, LlmEngine, Refusal};
 
 type Core = State<Arc<InferenceServer>>;
 
@@ -337,12 +338,12 @@ pub fn request_id(headers: &HeaderMap) -> Option<String> {
 }
 
 async fn chat(State(core): Core, request: Request) -> Response {
-    let arrival_ns = monotonic_ns();
+    let arrival_ns = ReceivedAt::of(&request);
     run(&core, request, Flavor::Chat, arrival_ns).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn completions(State(core): Core, request: Request) -> Response {
-    let arrival_ns = monotonic_ns();
+    let arrival_ns = ReceivedAt::of(&request);
     run(&core, request, Flavor::Completion, arrival_ns).await.unwrap_or_else(IntoResponse::into_response)
 }
 
@@ -535,7 +536,7 @@ struct EmbeddingRequest {
 }
 
 async fn embeddings(State(core): Core, request: Request) -> Response {
-    let arrival_ns = monotonic_ns();
+    let arrival_ns = ReceivedAt::of(&request);
     embed(&core, request, arrival_ns).await.unwrap_or_else(IntoResponse::into_response)
 }
 
