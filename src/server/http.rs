@@ -57,11 +57,7 @@ pub fn service(
         match infer_target(&request) {
             Some((model, version)) if !coding => {
                 let core = core.clone();
-                Either::Left(async move {
-                    let (parts, body) = request.into_parts();
-                    let answer = run_infer(&core, &model, &version, &parts.headers, body).await;
-                    Ok(answer.unwrap_or_else(IntoResponse::into_response))
-                })
+                Either::Left(async move { Ok(answer_infer(&core, &model, &version, request).await) })
             }
             _ => Either::Right((if coding { coded.clone() } else { plain.clone() }).oneshot(request)),
         }
@@ -306,13 +302,17 @@ async fn model_stats_v(State(core): Core, Path((m, v)): Path<(String, String)>) 
 
 // The request is taken whole (not as `HeaderMap` + `Body`): extracting a `HeaderMap` clones it.
 async fn infer(State(core): Core, Path(m): Path<String>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    run_infer(&core, &m, "", &parts.headers, body).await.unwrap_or_else(IntoResponse::into_response)
+    answer_infer(&core, &m, "", request).await
 }
 
 async fn infer_v(State(core): Core, Path((m, v)): Path<(String, String)>, request: Request) -> Response {
+    answer_infer(&core, &m, &v, request).await
+}
+
+/// One inference call's answer, from the direct route or from the router's two infer routes.
+async fn answer_infer(core: &InferenceServer, model: &str, version: &str, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    run_infer(&core, &m, &v, &parts.headers, body).await.unwrap_or_else(IntoResponse::into_response)
+    run_infer(core, model, version, &parts.headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn run_infer(
