@@ -53,6 +53,7 @@ impl CommonArgs {
             input: self.input.clone(),
             measurement: self.measurement.clone(),
             output: output.clone(),
+            generative: Default::default(),
         }
     }
 }

@@ -7,11 +7,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::genai::endpoint::EndpointType;
-use crate::genai::inputs::Length;
-use crate::genai::metrics::Slos;
-use crate::genai::runner::{Amount, Schedule};
-use crate::genai::{console, LlmConfig, Prompts};
+use crate::genai::runner::Schedule;
+use crate::genai::{console, LlmConfig};
+use crate::plan::generative::{self, EndpointType, Generative, GenerativeSettings};
 use crate::run::{EXIT_BAD_INPUT, EXIT_TARGET};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -28,11 +26,6 @@ pub struct LlmArgs {
     /// Server address (host:port or a URL). Without it, the bundled server runs in-process.
     #[arg(short = 'u', long = "url")]
     pub url: Option<String>,
-    #[arg(long = "endpoint-type", value_enum, default_value = "chat")]
-    pub endpoint_type: EndpointType,
-    /// A path in place of the endpoint type's (e.g. v1/chat/completions).
-    #[arg(long = "endpoint", visible_alias = "custom-endpoint")]
-    pub endpoint: Option<String>,
     /// Stream the answers (SSE) and time every event: TTFT, ITL.
     #[arg(long = "streaming")]
     pub streaming: bool,
@@ -50,48 +43,18 @@ pub struct LlmArgs {
     /// Requests to measure (default 10 without --benchmark-duration, as AIPerf).
     #[arg(long = "request-count", visible_alias = "num-requests")]
     pub request_count: Option<usize>,
-    /// Seconds to send requests for.
-    #[arg(long = "benchmark-duration")]
-    pub benchmark_duration: Option<f64>,
     #[arg(long = "warmup-request-count", default_value_t = 0)]
     pub warmup_request_count: usize,
-    #[arg(long = "synthetic-input-tokens-mean", visible_alias = "isl", default_value_t = 550.0)]
-    pub input_tokens_mean: f64,
-    #[arg(long = "synthetic-input-tokens-stddev", visible_alias = "isl-stddev", default_value_t = 0.0)]
-    pub input_tokens_stddev: f64,
-    /// Output length asked for (`max_tokens`, with `ignore_eos`); unset: the server decides.
-    #[arg(long = "output-tokens-mean", visible_alias = "osl")]
-    pub output_tokens_mean: Option<f64>,
-    #[arg(long = "output-tokens-stddev", visible_alias = "osl-stddev", default_value_t = 0.0)]
-    pub output_tokens_stddev: f64,
-    /// Distinct synthetic prompts (default, as AIPerf 0.13: one per request, warm-up included,
-    /// so no prompt is sent twice; 100 with --benchmark-duration).
-    #[arg(long = "num-dataset-entries", visible_alias = "num-prompts")]
-    pub num_dataset_entries: Option<usize>,
-    /// Extra body fields, `key:value` (a JSON value, else a string), or one JSON object.
-    #[arg(long = "extra-inputs")]
-    pub extra_inputs: Vec<String>,
-    /// JSONL prompts (single- or multi-turn, ShareGPT-like) or a mooncake trace (`timestamp`,
-    /// `input_length`, `output_length`, `hash_ids`), replayed at its timestamps.
-    #[arg(long = "input-file")]
-    pub input_file: Option<PathBuf>,
-    /// Tokens per `hash_id` block of a mooncake trace.
-    #[arg(long = "prompt-input-tokens-block-size", visible_alias = "isl-block-size", default_value_t = 512)]
-    pub block_size: usize,
-    /// Client tokenizer: cl100k_base or o200k_base (bundled), or a tokenizer.json or its directory.
-    #[arg(long = "tokenizer", default_value = crate::tokenize::DEFAULT_TOKENIZER)]
-    pub tokenizer: String,
-    /// SLOs, e.g. "time_to_first_token:100 inter_token_latency:10" (ms; tokens/sec/user).
-    #[arg(long = "goodput")]
-    pub goodput: Option<String>,
+    /// The endpoint type (default chat), prompts and token lengths: the generative section of
+    /// the settings, as `perfbench online --endpoint-type` takes it.
+    #[command(flatten)]
+    pub generative: GenerativeSettings,
     /// Where the files go (default artifacts/<model>-<endpoint type>-<load>).
     #[arg(long = "artifact-dir")]
     pub artifact_dir: Option<PathBuf>,
     /// A header for every request, `Name:Value`.
     #[arg(short = 'H', long = "header")]
     pub header: Vec<String>,
-    #[arg(long = "random-seed", default_value_t = 0)]
-    pub random_seed: u64,
     /// Prometheus URL to read the server's vLLM counters from after the run (with -u).
     #[arg(long = "server-metrics-url")]
     pub server_metrics_url: Option<String>,
@@ -129,7 +92,17 @@ impl LlmArgs {
         Ok(values.into_iter().map(|v| v as usize).collect())
     }
 
+    /// The generative section with `perfbench llm`'s default endpoint type (chat), resolved.
+    pub fn generative(&self) -> Result<Generative, String> {
+        let mut section = self.generative.clone();
+        section.endpoint_type.get_or_insert(EndpointType::Chat);
+        let count = self.request_count.map(|n| n as u64);
+        let resolved = generative::resolve(&section, count, Some(self.warmup_request_count as u64));
+        Ok(resolved.map_err(|e| e.to_string())?.expect("an endpoint type is set"))
+    }
+
     pub fn config(&self) -> Result<LlmConfig, String> {
+        let mut g = self.generative()?;
         let first = self.concurrency_levels()?.first().copied();
         let schedule = match (first, self.request_rate) {
             (Some(0), _) => return Err(bad("--concurrency must be at least 1")),
@@ -144,42 +117,10 @@ impl LlmArgs {
             (None, None) => Schedule::Concurrency(1),
             (Some(_), Some(_)) => unreachable!("clap: --concurrency conflicts with --request-rate"),
         };
-        let duration = match self.benchmark_duration {
-            Some(s) if !(s.is_finite() && s > 0.0) => return Err(bad("--benchmark-duration must be positive")),
-            other => other.map(Duration::from_secs_f64),
-        };
-        let requests = match (self.request_count, duration, schedule) {
-            (Some(0), _, _) => return Err(bad("--request-count must be at least 1")),
-            (Some(n), _, _) => Some(n),
-            (None, None, Schedule::Trace) => None,
-            (None, None, _) => Some(10),
-            (None, Some(_), _) => None,
-        };
-        if self.input_tokens_mean < 1.0 || self.input_tokens_stddev < 0.0 {
-            return Err(bad("--synthetic-input-tokens-mean must be at least 1 and its stddev at least 0"));
+        // A trace replays whole unless a count is given.
+        if schedule == Schedule::Trace && self.request_count.is_none() {
+            g.request_count = None;
         }
-        let output_tokens = match self.output_tokens_mean {
-            Some(mean) if mean < 1.0 || self.output_tokens_stddev < 0.0 => {
-                return Err(bad("--output-tokens-mean must be at least 1 and its stddev at least 0"))
-            }
-            Some(mean) => Some(Length { mean, stddev: self.output_tokens_stddev }),
-            None => None,
-        };
-        let entries = self.num_dataset_entries.unwrap_or(requests.map_or(100, |n| n + self.warmup_request_count));
-        if entries == 0 || self.block_size == 0 {
-            return Err(bad("--num-dataset-entries and --prompt-input-tokens-block-size must be at least 1"));
-        }
-        let prompts = match &self.input_file {
-            Some(path) => Prompts::File(path.clone()),
-            None => Prompts::Synthetic {
-                input: Length { mean: self.input_tokens_mean, stddev: self.input_tokens_stddev },
-                count: entries,
-            },
-        };
-        if self.endpoint.is_some() && self.endpoint_type == EndpointType::Kserve {
-            return Err(bad("--endpoint names an HTTP path; --endpoint-type kserve is gRPC ModelStreamInfer"));
-        }
-        let goodput = self.goodput.as_deref().map(Slos::parse).transpose()?;
         let headers = self
             .header
             .iter()
@@ -197,57 +138,24 @@ impl LlmArgs {
             Schedule::Trace => "trace".into(),
         };
         let artifact_dir = self.artifact_dir.clone().unwrap_or_else(|| {
-            PathBuf::from("artifacts").join(format!("{}-{}-{load}", self.model.replace('/', "_"), self.endpoint_type))
+            PathBuf::from("artifacts").join(format!("{}-{}-{load}", self.model.replace('/', "_"), g.endpoint_type))
         });
-        Ok(LlmConfig {
-            model: self.model.clone(),
-            url: self.url.clone(),
-            endpoint_type: self.endpoint_type,
-            endpoint: self.endpoint.clone(),
-            streaming: self.streaming,
-            schedule,
-            amount: Amount { requests, duration, warmup: self.warmup_request_count },
-            prompts,
-            block_size: self.block_size,
-            output_tokens,
-            extra: extra_inputs(&self.extra_inputs)?,
-            headers,
-            goodput,
-            artifact_dir,
-            seed: self.random_seed,
-            server_metrics: self.server_metrics_url.clone(),
-            event_delay: Duration::from_micros(self.throttle_event_handler_us),
-        })
+        let mut config =
+            LlmConfig::of(&g, &self.model, self.url.clone(), self.streaming, schedule, headers, artifact_dir)?;
+        config.server_metrics = self.server_metrics_url.clone();
+        config.event_delay = Duration::from_micros(self.throttle_event_handler_us);
+        Ok(config)
     }
 
     /// A mooncake trace replays at its own timestamps unless a load is given.
     fn is_trace(&self) -> bool {
-        let Some(path) = &self.input_file else { return false };
+        let Some(path) = &self.generative.input_file else { return false };
         let Ok(text) = std::fs::read_to_string(path) else { return false };
         let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
         serde_json::from_str::<serde_json::Value>(first)
             .ok()
             .is_some_and(|v| v.get("input_length").is_some() && v.get("timestamp").is_some())
     }
-}
-
-/// `--extra-inputs key:value` (value parsed as JSON when it is JSON) or a whole JSON object.
-fn extra_inputs(items: &[String]) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    let mut out = serde_json::Map::new();
-    for item in items {
-        if item.trim_start().starts_with('{') {
-            let object: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(item).map_err(|e| format!("--extra-inputs '{item}': {e}"))?;
-            out.extend(object);
-            continue;
-        }
-        let (key, value) = item
-            .split_once(':')
-            .ok_or_else(|| format!("--extra-inputs '{item}': expected key:value or a JSON object"))?;
-        let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
-        out.insert(key.to_string(), value);
-    }
-    Ok(out)
 }
 
 pub fn run(args: &LlmArgs) -> ExitCode {
@@ -258,7 +166,8 @@ pub fn run(args: &LlmArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let tokenizer = match crate::tokenize::Tokenizer::open(&args.tokenizer) {
+    let tokenizer_name = args.generative.tokenizer.as_deref().unwrap_or(crate::tokenize::DEFAULT_TOKENIZER);
+    let tokenizer = match crate::tokenize::Tokenizer::open(tokenizer_name) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: --tokenizer: {e}");
@@ -304,30 +213,27 @@ pub fn run(args: &LlmArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// One run per `--concurrency` level, each with its table, then the sweep's reports.
+/// One run per `--concurrency` level, each with its table, then the sweep's reports (written
+/// again after each level, so the levels measured stay on disk).
 fn sweep(
     config: &LlmConfig,
     levels: &[usize],
     tokenizer: Arc<dyn crate::genai::inputs::Tokenizer>,
     name: &str,
 ) -> ExitCode {
-    let done = match crate::genai::sweep::run(config, levels, tokenizer) {
-        Ok(done) => done,
-        Err(e) => {
-            eprintln!("error: {}", super::one_line(&e));
-            return ExitCode::from(EXIT_TARGET);
-        }
-    };
     let what = format!("{} {}", config.endpoint_type, if config.streaming { "streaming" } else { "" });
-    for level in &done {
-        let title = format!("perfbench llm | {} | {what} | concurrency {}", config.model, level.concurrency);
-        print!("{}", console::print(&level.outcome, &title, name));
-        println!();
-    }
     let title = format!("perfbench llm | {} | {what} | concurrency {levels:?}", config.model);
-    if let Err(e) = crate::genai::sweep::write_reports(&config.artifact_dir, &done, &title) {
-        eprintln!("error: reports: {}", super::one_line(&e));
-        return ExitCode::from(EXIT_BAD_INPUT);
+    let schedules: Vec<Schedule> = levels.iter().map(|&n| Schedule::Concurrency(n)).collect();
+    let write = |done: &[crate::genai::sweep::Level]| {
+        let level = done.last().expect("called after a level");
+        let heading = format!("perfbench llm | {} | {what} | {}", config.model, level.label());
+        print!("{}", console::print(&level.outcome, &heading, name));
+        println!();
+        crate::genai::sweep::write_reports(&config.artifact_dir, done, &title)
+    };
+    if let Err(e) = crate::genai::sweep::run(config, &schedules, tokenizer, write) {
+        eprintln!("error: {}", super::one_line(&e));
+        return ExitCode::from(EXIT_TARGET);
     }
     println!("Files: {}", config.artifact_dir.display());
     ExitCode::SUCCESS
@@ -376,7 +282,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.schedule, Schedule::Concurrency(32));
         assert_eq!(c.amount.requests, Some(500));
-        assert_eq!(c.output_tokens, Some(Length { mean: 64.0, stddev: 0.0 }));
+        assert_eq!(c.output_tokens, Some(crate::genai::inputs::Length { mean: 64.0, stddev: 0.0 }));
         assert_eq!(c.extra["temperature"], serde_json::json!(0.5));
         assert_eq!(c.extra["seed"], serde_json::json!(3));
         assert_eq!(c.headers, vec![("X-Test".to_string(), "1".to_string())]);

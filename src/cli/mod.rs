@@ -186,11 +186,6 @@ pub fn argv_as_invoked(args: impl IntoIterator<Item = std::ffi::OsString>) -> Ve
     if invoked.is_some_and(|n| n == "perf_analyzer") {
         args.insert(1, "profile".into());
     }
-    // `online --endpoint-type ...` is a generative sweep: `llm` over the --concurrency levels.
-    let generative = args.iter().any(|a| a.to_str().is_some_and(|a| a.starts_with("--endpoint-type")));
-    if generative && args.get(1).is_some_and(|c| c == "online") {
-        args[1] = "llm".into();
-    }
     args
 }
 

@@ -5,6 +5,7 @@ use clap::Args;
 
 use super::common::{target, CommonArgs, SweepSections};
 use crate::plan::defaults::DEFAULT_MODEL;
+use crate::plan::generative::GenerativeSettings;
 use crate::plan::settings::{default_out, resolve};
 use crate::plan::{Model, Plan, PlanError, SweepKind};
 
@@ -12,7 +13,7 @@ use crate::plan::{Model, Plan, PlanError, SweepKind};
 /// settings.
 #[derive(Args, Debug, Clone)]
 pub struct SweepArgs {
-    /// Model to profile (default: wide_deep from the bundled zoo).
+    /// Model to profile (default: wide_deep from the bundled zoo; llm with --endpoint-type).
     #[arg(short = 'm', long = "model-name")]
     pub model: Option<String>,
     #[command(flatten)]
@@ -28,18 +29,24 @@ pub struct OfflineArgs {
     pub common: SweepArgs,
 }
 
-/// `perfbench online`: a fixed client batch over concurrencies, the server batching.
+/// `perfbench online`: a fixed client batch over concurrencies, the server batching; with
+/// `--endpoint-type`, a generative endpoint over concurrencies or request rates.
 #[derive(Args, Debug, Clone)]
 pub struct OnlineArgs {
     #[command(flatten)]
     pub common: SweepArgs,
+    #[command(flatten)]
+    pub generative: GenerativeSettings,
 }
 
 impl SweepArgs {
-    fn plan(&self, kind: SweepKind) -> Result<Plan, PlanError> {
+    fn plan(&self, kind: SweepKind, generative: &GenerativeSettings) -> Result<Plan, PlanError> {
         let target = target(&self.flags.url, "triton", &self.flags.model_repository)?;
-        let model = self.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into());
+        // A generative sweep's default model is the bundled server's generative twin.
+        let default = if generative.endpoint_type.is_some() { "llm" } else { DEFAULT_MODEL };
+        let model = self.model.clone().unwrap_or_else(|| default.into());
         let mut settings = self.flags.settings(&self.sections.load, &self.sections.output);
+        settings.generative = generative.clone();
         settings.output.out.get_or_insert_with(|| default_out(&format!("{model}-{}", kind.name())));
         let sweep = resolve(kind, &settings, &target)?;
         let plan = Plan {
@@ -57,13 +64,13 @@ impl SweepArgs {
 
 impl OfflineArgs {
     pub fn plan(&self) -> Result<Plan, PlanError> {
-        self.common.plan(SweepKind::Offline)
+        self.common.plan(SweepKind::Offline, &GenerativeSettings::default())
     }
 }
 
 impl OnlineArgs {
     pub fn plan(&self) -> Result<Plan, PlanError> {
-        self.common.plan(SweepKind::Online)
+        self.common.plan(SweepKind::Online, &self.generative)
     }
 }
 
@@ -86,11 +93,29 @@ mod tests {
             "online -m delay --concurrency 1,4,8 -b 2 -u h:1 -H X:1 --streaming -i grpc -p 100 --out o",
             "run scenarios/fastpitch.toml --profile quick --out o",
             "run scenarios/nnunet.toml --out o --gate base",
+            "online --endpoint-type chat --streaming --concurrency 1,4 --isl 16 --osl 6 --extra-inputs a:1 --out o",
+            "online -m m --endpoint-type kserve --request-rate-range 2:8:2 --goodput time_to_first_token:50 --out o",
+            "run scenarios/llm_chat.toml --profile quick --out o",
         ] {
             let plan = plan(line).unwrap_or_else(|e| panic!("{line}: {e}"));
             let text = plan.to_toml();
             assert_eq!(Plan::from_toml(&text).unwrap(), plan, "{line}:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_generative_sweep_takes_the_twin_and_its_protocol() {
+        let chat = plan("online --endpoint-type chat --streaming --out o").unwrap();
+        assert_eq!(chat.model.name, "llm");
+        let sweep = &chat.sweeps[0];
+        assert_eq!(sweep.protocol, crate::plan::Protocol::Http);
+        assert!(sweep.call.streaming, "streaming SSE needs no gRPC");
+        let g = sweep.generative.as_ref().unwrap();
+        assert_eq!((g.request_count, g.warmup_request_count), (Some(10), 0), "AIPerf's amounts");
+        let kserve = plan("online --endpoint-type kserve --request-count 40 --out o").unwrap();
+        assert_eq!(kserve.sweeps[0].protocol, crate::plan::Protocol::Grpc);
+        assert_eq!(kserve.sweeps[0].generative.as_ref().unwrap().request_count, Some(40));
+        assert!(plan("online --out o").unwrap().sweeps[0].generative.is_none());
     }
 
     #[test]
@@ -103,6 +128,13 @@ mod tests {
             ("online -i udp", "either HTTP or gRPC"),
             ("online --streaming", "Streaming is only allowed with gRPC"),
             ("offline -u h:1 --model-repository r", "--model-repository"),
+            ("online --endpoint-type chat -b 4", "one prompt"),
+            ("online --endpoint-type chat -i grpc", "sent over http: drop -i"),
+            ("online --endpoint-type kserve -i http", "sent over grpc"),
+            ("online --osl 8", "need --endpoint-type"),
+            ("online --endpoint-type chat -l 5", "not supported: -l"),
+            ("online --endpoint-type chat --input-data zero", "--input-file"),
+            ("online --endpoint-type chat --service-kind inprocess", "unexpected argument"),
         ] {
             let err = plan(line).unwrap_err();
             assert!(err.contains(needle), "{line}: {err}");

@@ -204,8 +204,11 @@ fn delta_columns(outcomes: &[(usize, GateOutcome)], names: &[String]) -> (Vec<Pi
         }
     }
     let mut columns = vec![PipeColumn::new("Run", run), PipeColumn::new("Point", point)];
+    // A metric no row was judged on (the token metrics of tensor runs) gets no column.
     for (metric, cells) in gate::Metric::ALL.iter().zip(metrics) {
-        columns.push(PipeColumn::new(metric.label(), cells));
+        if cells.iter().any(|c| !c.is_empty()) {
+            columns.push(PipeColumn::new(metric.label(), cells));
+        }
     }
     columns.push(PipeColumn::new("Verdict", verdict));
     (columns, failing)

@@ -17,6 +17,10 @@ use super::GateError;
 /// max_throughput_drop = 10.0
 /// max_p99_rise = 15.0
 /// max_avg_rise = 15.0
+/// # a generative sweep's rows also:
+/// max_ttft_p99_rise = 15.0
+/// max_itl_p99_rise = 15.0
+/// max_token_throughput_drop = 10.0
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -27,11 +31,24 @@ pub struct GateThresholds {
     pub max_p99_rise: f64,
     /// Largest allowed average latency rise, percent of the baseline average.
     pub max_avg_rise: f64,
+    /// Generative rows: largest allowed rise of the time to first token's p99, percent.
+    pub max_ttft_p99_rise: f64,
+    /// Generative rows: largest allowed rise of the inter-token latency's p99, percent.
+    pub max_itl_p99_rise: f64,
+    /// Generative rows: largest allowed drop of output tokens per second, percent.
+    pub max_token_throughput_drop: f64,
 }
 
 impl Default for GateThresholds {
     fn default() -> Self {
-        Self { max_throughput_drop: 10.0, max_p99_rise: 15.0, max_avg_rise: 15.0 }
+        Self {
+            max_throughput_drop: 10.0,
+            max_p99_rise: 15.0,
+            max_avg_rise: 15.0,
+            max_ttft_p99_rise: 15.0,
+            max_itl_p99_rise: 15.0,
+            max_token_throughput_drop: 10.0,
+        }
     }
 }
 
@@ -49,6 +66,9 @@ impl GateThresholds {
             ("max_throughput_drop", self.max_throughput_drop),
             ("max_p99_rise", self.max_p99_rise),
             ("max_avg_rise", self.max_avg_rise),
+            ("max_ttft_p99_rise", self.max_ttft_p99_rise),
+            ("max_itl_p99_rise", self.max_itl_p99_rise),
+            ("max_token_throughput_drop", self.max_token_throughput_drop),
         ];
         for (name, pct) in limits {
             if !pct.is_finite() || pct < 0.0 {
@@ -84,6 +104,15 @@ pub struct ThresholdFlags {
     /// Largest allowed average latency rise, percent [default: 15].
     #[arg(long, value_name = "PCT")]
     pub max_avg_rise: Option<f64>,
+    /// Generative rows: largest allowed TTFT p99 rise, percent [default: 15].
+    #[arg(long, value_name = "PCT")]
+    pub max_ttft_p99_rise: Option<f64>,
+    /// Generative rows: largest allowed ITL p99 rise, percent [default: 15].
+    #[arg(long, value_name = "PCT")]
+    pub max_itl_p99_rise: Option<f64>,
+    /// Generative rows: largest allowed output tokens/s drop, percent [default: 10].
+    #[arg(long, value_name = "PCT")]
+    pub max_token_throughput_drop: Option<f64>,
 }
 
 impl ThresholdFlags {
@@ -93,6 +122,9 @@ impl ThresholdFlags {
             (&mut base.max_throughput_drop, self.max_throughput_drop),
             (&mut base.max_p99_rise, self.max_p99_rise),
             (&mut base.max_avg_rise, self.max_avg_rise),
+            (&mut base.max_ttft_p99_rise, self.max_ttft_p99_rise),
+            (&mut base.max_itl_p99_rise, self.max_itl_p99_rise),
+            (&mut base.max_token_throughput_drop, self.max_token_throughput_drop),
         ];
         for (field, flag) in flags {
             if let Some(pct) = flag {

@@ -3,7 +3,8 @@
 //!
 //! # The rule
 //!
-//! For each matched row and each gated metric (throughput, p99 latency, avg latency):
+//! For each matched row and each gated metric (throughput, p99 latency, avg latency; and where
+//! both rows come from a generative sweep, TTFT p99, ITL p99 and output tokens/s):
 //!
 //! 1. `change = (current − baseline) / baseline × 100`, in percent;
 //! 2. `worse` is the change in the bad direction: `−change` for throughput, `change` for latency;
@@ -38,28 +39,51 @@ pub enum Metric {
     Throughput,
     P99,
     Avg,
+    /// A generative row's time to first token, p99.
+    TtftP99,
+    /// A generative row's inter-token latency, p99.
+    ItlP99,
+    /// A generative row's output tokens per second.
+    TokenThroughput,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 3] = [Metric::Throughput, Metric::P99, Metric::Avg];
+    pub const ALL: [Metric; 6] =
+        [Metric::Throughput, Metric::P99, Metric::Avg, Metric::TtftP99, Metric::ItlP99, Metric::TokenThroughput];
 
     pub fn label(self) -> &'static str {
         match self {
             Metric::Throughput => "throughput (infer/s)",
             Metric::P99 => "p99 latency (µs)",
             Metric::Avg => "avg latency (µs)",
+            Metric::TtftP99 => "TTFT p99 (µs)",
+            Metric::ItlP99 => "ITL p99 (µs)",
+            Metric::TokenThroughput => "output tokens/s",
         }
     }
 
     fn higher_is_better(self) -> bool {
-        matches!(self, Metric::Throughput)
+        matches!(self, Metric::Throughput | Metric::TokenThroughput)
     }
 
     fn value(self, row: &ReportRow) -> f64 {
+        let token = |pick: fn(&crate::results::TokenFigures) -> f64| row.tokens.as_ref().map_or(f64::NAN, pick);
         match self {
             Metric::Throughput => row.throughput,
             Metric::P99 => row.p99_us,
             Metric::Avg => row.avg_us,
+            Metric::TtftP99 => token(|t| t.ttft_p99_us),
+            Metric::ItlP99 => token(|t| t.itl_p99_us),
+            Metric::TokenThroughput => token(|t| t.output_tokens_per_s),
+        }
+    }
+
+    /// Whether the pair is judged on this metric: the request metrics always, a token metric
+    /// where both rows measured it (a tensor sweep's rows, an embeddings endpoint's TTFT, do not).
+    fn applies(self, baseline: &ReportRow, current: &ReportRow) -> bool {
+        match self {
+            Metric::Throughput | Metric::P99 | Metric::Avg => true,
+            _ => self.value(baseline).is_finite() && self.value(current).is_finite(),
         }
     }
 
@@ -68,7 +92,7 @@ impl Metric {
         let pm = match self {
             Metric::Throughput => row.throughput_ci.plus_minus(row.throughput),
             Metric::P99 => row.p99_ci.plus_minus(row.p99_us),
-            Metric::Avg => f64::NAN,
+            _ => f64::NAN,
         };
         (!pm.is_nan()).then_some(pm)
     }
@@ -93,6 +117,8 @@ impl Metric {
             Metric::Throughput => row.throughput_spread_pct,
             Metric::P99 => row.p99_spread_pct,
             Metric::Avg => row.avg_spread_pct,
+            // A generative level is one measurement: no spread across windows.
+            _ => 0.0,
         }
     }
 
@@ -101,6 +127,9 @@ impl Metric {
             Metric::Throughput => thresholds.max_throughput_drop,
             Metric::P99 => thresholds.max_p99_rise,
             Metric::Avg => thresholds.max_avg_rise,
+            Metric::TtftP99 => thresholds.max_ttft_p99_rise,
+            Metric::ItlP99 => thresholds.max_itl_p99_rise,
+            Metric::TokenThroughput => thresholds.max_token_throughput_drop,
         }
     }
 
@@ -286,7 +315,11 @@ pub fn compare(
                 model: None,
                 baseline: base.clone(),
                 current: (*cur).clone(),
-                metrics: Metric::ALL.iter().map(|&m| MetricCheck::new(m, base, cur, thresholds)).collect(),
+                metrics: Metric::ALL
+                    .iter()
+                    .filter(|m| m.applies(base, cur))
+                    .map(|&m| MetricCheck::new(m, base, cur, thresholds))
+                    .collect(),
             }),
             None => only_in_baseline.push(key),
         }
@@ -360,6 +393,26 @@ fn key_list(keys: &[RowKey]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn token_metrics_are_judged_only_where_both_rows_have_them() {
+        use crate::results::TokenFigures;
+        let tokens = |ttft_p99: f64, rate: f64| {
+            Some(TokenFigures::from_values([f64::NAN, f64::NAN, ttft_p99, f64::NAN, f64::NAN, 7000.0, rate, 100.0]))
+        };
+        let base = [ReportRow { tokens: tokens(10_000.0, 400.0), ..row(8, 20.0, 50_000.0, 45_000.0) }];
+        let slower_first_token = [ReportRow { tokens: tokens(13_000.0, 395.0), ..base[0].clone() }];
+        let outcome = compare(&base, &slower_first_token, &GateThresholds::default()).unwrap();
+        let judged: Vec<Metric> = outcome.rows[0].metrics.iter().map(|m| m.metric).collect();
+        assert_eq!(judged, Metric::ALL, "ITL p99 and tokens/s are measured on both sides");
+        let regressed: Vec<Metric> = outcome.rows[0].regressions().map(|m| m.metric).collect();
+        assert_eq!(regressed, [Metric::TtftP99], "+30% TTFT p99 over 15%; -1.25% tokens/s within 10%");
+        let looser = GateThresholds { max_ttft_p99_rise: 40.0, ..GateThresholds::default() };
+        assert!(compare(&base, &slower_first_token, &looser).unwrap().passed());
+        let tensor = [row(8, 20.0, 50_000.0, 45_000.0)];
+        let outcome = compare(&tensor, &slower_first_token, &GateThresholds::default()).unwrap();
+        assert_eq!(outcome.rows[0].metrics.len(), 3, "a tensor row has no token metrics to compare");
+    }
 
     /// A row with the gated metrics set and everything else neutral.
     pub(crate) fn row(concurrency: u64, throughput: f64, p99_us: f64, avg_us: f64) -> ReportRow {

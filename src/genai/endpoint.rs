@@ -3,37 +3,11 @@
 //! from the prompt (and, in a multi-turn conversation, the turns before it); every SSE event or
 //! whole body is read into a [`Piece`]: the text it carries, the server's `usage`, an error.
 
-use std::fmt;
-
 use serde_json::{json, Map, Value};
 
-/// `--endpoint-type`, with AIPerf's names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EndpointType {
-    /// OpenAI `POST /v1/chat/completions`.
-    Chat,
-    /// OpenAI `POST /v1/completions`.
-    Completions,
-    /// OpenAI `POST /v1/embeddings` (one response, no tokens out).
-    Embeddings,
-    /// Triton's `POST /v2/models/{m}/generate` (`generate_stream` with `--streaming`).
-    Generate,
-    /// KServe gRPC `ModelStreamInfer` with `text_input` (Triton's vLLM backend); see `kserve`.
-    Kserve,
-}
+pub use crate::plan::generative::EndpointType;
 
 impl EndpointType {
-    pub fn name(self) -> &'static str {
-        match self {
-            EndpointType::Chat => "chat",
-            EndpointType::Completions => "completions",
-            EndpointType::Embeddings => "embeddings",
-            EndpointType::Generate => "generate",
-            EndpointType::Kserve => "kserve",
-        }
-    }
-
     /// The path requests go to (`--endpoint` overrides it).
     pub fn path(self, model: &str, streaming: bool) -> String {
         match self {
@@ -50,12 +24,6 @@ impl EndpointType {
     /// Whether the endpoint produces tokens (embeddings do not: no TTFT, ITL or OSL).
     pub fn produces_tokens(self) -> bool {
         self != EndpointType::Embeddings
-    }
-}
-
-impl fmt::Display for EndpointType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

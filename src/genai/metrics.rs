@@ -158,35 +158,11 @@ fn larger_is_better(tag: &str) -> bool {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Slos(pub Vec<(String, f64)>);
 
-/// The per-request metrics an SLO may name.
-pub const SLO_METRICS: [&str; 6] = [
-    "time_to_first_token",
-    "inter_token_latency",
-    "request_latency",
-    "output_token_throughput_per_user",
-    "output_sequence_length",
-    "input_sequence_length",
-];
+pub use crate::plan::generative::SLO_METRICS;
 
 impl Slos {
     pub fn parse(text: &str) -> Result<Slos, String> {
-        let mut out = Vec::new();
-        for item in text.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()) {
-            let (tag, value) =
-                item.split_once(':').ok_or_else(|| format!("--goodput: '{item}' is not METRIC:VALUE"))?;
-            if !SLO_METRICS.contains(&tag) {
-                return Err(format!("--goodput: unknown metric '{tag}' (one of {})", SLO_METRICS.join(", ")));
-            }
-            let value: f64 = value.parse().map_err(|_| format!("--goodput: '{value}' is not a number"))?;
-            if !value.is_finite() || value < 0.0 {
-                return Err(format!("--goodput: '{item}' needs a value of 0 or more"));
-            }
-            out.push((tag.to_string(), value));
-        }
-        if out.is_empty() {
-            return Err("--goodput: no SLO given".into());
-        }
-        Ok(Slos(out))
+        crate::plan::generative::parse_goodput(text).map(Slos)
     }
 
     /// Whether a successful request met every SLO (a metric it lacks fails it).

@@ -21,7 +21,7 @@ pub mod sweep;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -29,6 +29,7 @@ use self::endpoint::{BodyOptions, EndpointType};
 use self::inputs::{Conversation, Length, Synthetic, Tokenizer};
 use self::metrics::{Slos, Summary};
 use self::runner::{Amount, Runner, Schedule, Target};
+use crate::plan::generative::{parse_extra_inputs, Generative, TokenLength};
 use crate::server::serve::{self, ServeConfig};
 use crate::server::ServerOptions;
 
@@ -91,6 +92,51 @@ impl LlmConfig {
             "tokenizer": tokenizer,
             "random_seed": self.seed,
             "goodput": self.goodput.as_ref().map(|s| s.0.clone()),
+        })
+    }
+}
+
+impl LlmConfig {
+    /// One level of a generative sweep `g`: `schedule` against `url` (`None`: the bundled
+    /// server), its files in `artifact_dir`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn of(
+        g: &Generative,
+        model: &str,
+        url: Option<String>,
+        streaming: bool,
+        schedule: Schedule,
+        headers: Vec<(String, String)>,
+        artifact_dir: PathBuf,
+    ) -> Result<LlmConfig, String> {
+        let requests = g.request_count.map(|n| n as usize);
+        let warmup = g.warmup_request_count as usize;
+        let length = |l: TokenLength| Length { mean: l.mean, stddev: l.stddev };
+        let prompts = match &g.input_file {
+            Some(path) => Prompts::File(path.clone()),
+            None => Prompts::Synthetic {
+                input: length(g.input_tokens),
+                count: g.num_dataset_entries.unwrap_or(requests.map_or(100, |n| n + warmup)),
+            },
+        };
+        Ok(LlmConfig {
+            model: model.to_string(),
+            url,
+            endpoint_type: g.endpoint_type,
+            endpoint: g.endpoint.clone(),
+            streaming,
+            schedule,
+            amount: Amount { requests, duration: g.benchmark_duration_s.map(Duration::from_secs_f64), warmup },
+            prompts,
+            block_size: g.block_size,
+            output_tokens: g.output_tokens.map(length),
+            extra: parse_extra_inputs(&g.extra_inputs)?,
+            headers,
+            goodput: g.goodput.as_deref().map(Slos::parse).transpose()?,
+            artifact_dir,
+            seed: g.random_seed,
+            server_metrics: None,
+            event_delay: Duration::ZERO,
         })
     }
 }

@@ -1,6 +1,13 @@
-//! A generative sweep (`perfbench llm --concurrency 1,8,32`): one profile per concurrency, each
-//! with its own AIPerf files in `concurrency<N>/`, then one row per level in report.csv,
-//! report.md and report.html, and the token plots across the levels.
+//! A generative sweep (`perfbench llm --concurrency 1,8,32`, `perfbench online --endpoint-type
+//! chat`): one profile per load level, each with its own AIPerf files in `concurrency<N>/` or
+//! `request_rate<R>/`, then one row per level in report.csv, report.md and report.html, and the
+//! token plots across the levels. The reports are written again after every level, so the rows
+//! measured so far stay on disk when a later level fails.
+//!
+//! report.csv has perfbench's column names where a tensor sweep has the same quantity (the load,
+//! `Inferences/Second` as requests per second, the request latency percentiles in µs), so
+//! `report`, `compare` and `gate` read it as they read any report.csv, and the token columns
+//! ([`TOKEN_COLUMNS`]) after them.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -8,14 +15,172 @@ use std::sync::Arc;
 
 use super::console::{token_plots, token_point};
 use super::inputs::Tokenizer;
-use super::metrics::{MetricValue, Summary};
+use super::metrics::{MetricValue, Stats, Summary};
 use super::runner::Schedule;
 use super::{profile, LlmConfig, Outcome};
 use crate::report::html::{render_page, HtmlTable, Page, REPORT_HTML};
+use crate::results::csv::{REQUEST_RATE_COLUMN, TOKEN_COLUMNS};
 
-/// The report's columns.
-const HEADERS: [&str; 12] = [
-    "concurrency",
+/// The request columns before the token columns, after the load column.
+const REQUEST_COLUMNS: [&str; 8] = [
+    "Inferences/Second",
+    "p50 latency",
+    "p90 latency",
+    "p95 latency",
+    "p99 latency",
+    "avg latency",
+    "Requests",
+    "Failed",
+];
+
+/// The client's own columns, last.
+const CLIENT_COLUMNS: [&str; 3] = ["Client CPU (%)", "Send Lag p99 (us)", "Client Limited"];
+
+/// One level's outcome.
+pub struct Level {
+    pub schedule: Schedule,
+    pub outcome: Outcome,
+}
+
+impl Level {
+    /// The level's folder: `concurrency8`, `request_rate2.5`.
+    pub fn folder(schedule: Schedule) -> String {
+        match schedule {
+            Schedule::Concurrency(n) => format!("concurrency{n}"),
+            Schedule::Rate { per_second, .. } => format!("request_rate{per_second}"),
+            Schedule::Trace => "trace".into(),
+        }
+    }
+
+    /// The level in words: "concurrency 8", "request rate 2.5/s".
+    pub fn label(&self) -> String {
+        match self.schedule {
+            Schedule::Concurrency(n) => format!("concurrency {n}"),
+            Schedule::Rate { per_second, .. } => format!("request rate {per_second}/s"),
+            Schedule::Trace => "trace".into(),
+        }
+    }
+
+    /// The level on a plot: "c8", "2.5/s".
+    fn short_label(&self) -> String {
+        match self.schedule {
+            Schedule::Concurrency(n) => format!("c{n}"),
+            Schedule::Rate { per_second, .. } => format!("{per_second}/s"),
+            Schedule::Trace => "trace".into(),
+        }
+    }
+
+    fn load(&self) -> String {
+        match self.schedule {
+            Schedule::Concurrency(n) => n.to_string(),
+            Schedule::Rate { per_second, .. } => per_second.to_string(),
+            Schedule::Trace => String::new(),
+        }
+    }
+}
+
+/// Profiles every level in turn, each into `<artifact dir>/<level folder>`, and calls `measured`
+/// with the levels so far after each one (to write the reports).
+pub fn run(
+    config: &LlmConfig,
+    schedules: &[Schedule],
+    tokenizer: Arc<dyn Tokenizer>,
+    mut measured: impl FnMut(&[Level]) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Level>> {
+    let mut done = Vec::with_capacity(schedules.len());
+    for &schedule in schedules {
+        let mut level = config.clone();
+        level.schedule = schedule;
+        level.artifact_dir = config.artifact_dir.join(Level::folder(schedule));
+        std::fs::create_dir_all(&level.artifact_dir)?;
+        let outcome = profile(&level, tokenizer.clone())?;
+        done.push(Level { schedule, outcome });
+        measured(&done)?;
+    }
+    Ok(done)
+}
+
+/// The level's numbers in report.csv's column order after the load column (latencies in µs);
+/// NaN where the run did not measure it.
+fn figures(level: &Level) -> Vec<f64> {
+    let summary: &Summary = &level.outcome.summary;
+    let single = |tag| match summary.get(tag) {
+        Some(MetricValue::Single(v)) => *v,
+        _ => f64::NAN,
+    };
+    let stat = |tag, pick: fn(&Stats) -> f64, scale: f64| match summary.get(tag) {
+        Some(MetricValue::Distribution(s)) => pick(s) * scale,
+        _ => f64::NAN,
+    };
+    const US: f64 = 1000.0;
+    let count = |tag| if single(tag).is_nan() { 0.0 } else { single(tag) };
+    vec![
+        single("request_throughput"),
+        stat("request_latency", |s| s.p50, US),
+        stat("request_latency", |s| s.p90, US),
+        stat("request_latency", |s| s.p95, US),
+        stat("request_latency", |s| s.p99, US),
+        stat("request_latency", |s| s.avg, US),
+        count("request_count"),
+        count("error_request_count"),
+        stat("time_to_first_token", |s| s.avg, US),
+        stat("time_to_first_token", |s| s.p50, US),
+        stat("time_to_first_token", |s| s.p99, US),
+        stat("inter_token_latency", |s| s.avg, US),
+        stat("inter_token_latency", |s| s.p50, US),
+        stat("inter_token_latency", |s| s.p99, US),
+        single("output_token_throughput"),
+        stat("output_token_throughput_per_user", |s| s.p50, 1.0),
+        level.outcome.client.cpu_fraction * 100.0,
+        level.outcome.client.send_lag_p99_us,
+    ]
+}
+
+/// A number for a table cell: empty when not measured.
+fn cell(value: f64, decimals: usize) -> String {
+    if value.is_nan() {
+        String::new()
+    } else {
+        format!("{value:.decimals$}")
+    }
+}
+
+fn limited(level: &Level) -> &'static str {
+    if level.outcome.client.reasons().is_empty() {
+        "no"
+    } else {
+        "yes"
+    }
+}
+
+fn load_column(levels: &[Level]) -> &'static str {
+    match levels.first().map(|l| l.schedule) {
+        Some(Schedule::Rate { .. }) => REQUEST_RATE_COLUMN,
+        _ => "Concurrency",
+    }
+}
+
+/// report.csv: perfbench's names, latencies in µs.
+fn csv(levels: &[Level]) -> String {
+    let mut headers = vec![load_column(levels)];
+    headers.extend(REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(&CLIENT_COLUMNS));
+    let mut out = headers.join(",");
+    out.push('\n');
+    for level in levels {
+        let mut cells = vec![level.load()];
+        let values = figures(level);
+        // Counts are whole; the rest keeps three decimals (ns in µs columns).
+        cells.extend(values.iter().enumerate().map(|(i, v)| cell(*v, if i == 6 || i == 7 { 0 } else { 3 })));
+        cells.push(limited(level).into());
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// The tables' columns (report.md and report.html): the latencies in ms.
+const TABLE_HEADERS: [&str; 12] = [
+    "load",
     "requests",
     "errors",
     "ttft_p50_ms",
@@ -29,50 +194,22 @@ const HEADERS: [&str; 12] = [
     "client_limited",
 ];
 
-/// One level's outcome.
-pub struct Level {
-    pub concurrency: usize,
-    pub outcome: Outcome,
-}
-
-/// Profiles every level in turn, each into `<artifact dir>/concurrency<N>`.
-pub fn run(config: &LlmConfig, levels: &[usize], tokenizer: Arc<dyn Tokenizer>) -> anyhow::Result<Vec<Level>> {
-    let mut done = Vec::with_capacity(levels.len());
-    for &concurrency in levels {
-        let mut level = config.clone();
-        level.schedule = Schedule::Concurrency(concurrency);
-        level.artifact_dir = config.artifact_dir.join(format!("concurrency{concurrency}"));
-        std::fs::create_dir_all(&level.artifact_dir)?;
-        let outcome = profile(&level, tokenizer.clone())?;
-        done.push(Level { concurrency, outcome });
-    }
-    Ok(done)
-}
-
-fn cells(level: &Level) -> Vec<String> {
-    let summary: &Summary = &level.outcome.summary;
-    let single = |tag| match summary.get(tag) {
-        Some(MetricValue::Single(v)) => format!("{v:.2}"),
-        _ => String::new(),
-    };
-    let stat = |tag, pick: fn(&super::metrics::Stats) -> f64| match summary.get(tag) {
-        Some(MetricValue::Distribution(s)) => format!("{:.3}", pick(s)),
-        _ => String::new(),
-    };
-    let limits = level.outcome.client.reasons();
+fn table_row(level: &Level) -> Vec<String> {
+    let v = figures(level);
+    let ms = |x: f64| cell(x / 1000.0, 3);
     vec![
-        level.concurrency.to_string(),
-        single("request_count").trim_end_matches(".00").to_string(),
-        single("error_request_count").trim_end_matches(".00").to_string(),
-        stat("time_to_first_token", |s| s.p50),
-        stat("time_to_first_token", |s| s.p99),
-        stat("inter_token_latency", |s| s.p50),
-        stat("inter_token_latency", |s| s.p99),
-        stat("request_latency", |s| s.p50),
-        single("output_token_throughput"),
-        stat("output_token_throughput_per_user", |s| s.p50),
-        single("request_throughput"),
-        if limits.is_empty() { "no".into() } else { "yes".into() },
+        level.label(),
+        cell(v[6], 0),
+        cell(v[7], 0),
+        ms(v[9]),
+        ms(v[10]),
+        ms(v[12]),
+        ms(v[13]),
+        ms(v[1]),
+        cell(v[14], 2),
+        cell(v[15], 2),
+        cell(v[0], 2),
+        limited(level).into(),
     ]
 }
 
@@ -81,10 +218,10 @@ fn notes(levels: &[Level]) -> Vec<String> {
     for level in levels {
         let limits = level.outcome.client.reasons();
         if !limits.is_empty() {
-            notes.push(format!("CLIENT-LIMITED at concurrency {}: {}", level.concurrency, limits.join("; ")));
+            notes.push(format!("CLIENT-LIMITED at {}: {}", level.label(), limits.join("; ")));
         }
         for (kind, n) in &level.outcome.summary.errors {
-            notes.push(format!("Errors at concurrency {}: {kind}: {n}", level.concurrency));
+            notes.push(format!("Errors at {}: {kind}: {n}", level.label()));
         }
     }
     notes
@@ -92,17 +229,10 @@ fn notes(levels: &[Level]) -> Vec<String> {
 
 /// Writes report.csv, report.md and report.html (with the token plots, also as PNG and SVG).
 pub fn write_reports(dir: &Path, levels: &[Level], title: &str) -> anyhow::Result<()> {
-    let rows: Vec<Vec<String>> = levels.iter().map(cells).collect();
-    let mut csv = HEADERS.join(",");
-    csv.push('\n');
-    for row in &rows {
-        csv.push_str(&row.join(","));
-        csv.push('\n');
-    }
-    std::fs::write(dir.join("report.csv"), csv)?;
-
+    std::fs::write(dir.join("report.csv"), csv(levels))?;
+    let rows: Vec<Vec<String>> = levels.iter().map(table_row).collect();
     let notes = notes(levels);
-    let mut md = format!("# {title}\n\n| {} |\n|{}\n", HEADERS.join(" | "), "---|".repeat(HEADERS.len()));
+    let mut md = format!("# {title}\n\n| {} |\n|{}\n", TABLE_HEADERS.join(" | "), "---|".repeat(TABLE_HEADERS.len()));
     for row in &rows {
         let _ = writeln!(md, "| {} |", row.join(" | "));
     }
@@ -111,8 +241,7 @@ pub fn write_reports(dir: &Path, levels: &[Level], title: &str) -> anyhow::Resul
     }
     std::fs::write(dir.join("report.md"), md)?;
 
-    let points: Vec<_> =
-        levels.iter().filter_map(|l| token_point(&format!("c{}", l.concurrency), &l.outcome.summary)).collect();
+    let points: Vec<_> = levels.iter().filter_map(|l| token_point(&l.short_label(), &l.outcome.summary)).collect();
     let plots = if points.is_empty() { Vec::new() } else { token_plots(dir, &points, title)? };
     let n = rows.len();
     let page = Page {
@@ -123,10 +252,10 @@ pub fn write_reports(dir: &Path, levels: &[Level], title: &str) -> anyhow::Resul
         plots,
         tables: vec![HtmlTable {
             id: "llm-sweep".into(),
-            caption: "One row per concurrency (AIPerf's metric definitions)".into(),
-            headers: HEADERS.iter().map(|h| h.to_string()).collect(),
+            caption: "One row per load level (AIPerf's metric definitions)".into(),
+            headers: TABLE_HEADERS.iter().map(|h| h.to_string()).collect(),
             rows,
-            numeric: HEADERS.iter().map(|h| *h != "client_limited").collect(),
+            numeric: TABLE_HEADERS.iter().map(|h| *h != "client_limited" && *h != "load").collect(),
             sortable: true,
             row_classes: vec![String::new(); n],
         }],

@@ -353,6 +353,7 @@ pub fn derive_point(
         overloaded,
         interrupted: false,
         client: client_load(&client, load, secs),
+        tokens: None,
     };
     let threshold_latency_us = match percentile {
         Some(p) => client.percentile_us(p),

@@ -5,6 +5,7 @@
 //! combination exits 2 before a server starts or a socket opens.
 
 pub mod defaults;
+pub mod generative;
 pub mod layers;
 pub mod levels;
 pub mod scenario;
@@ -173,6 +174,10 @@ pub struct Sweep {
     /// The settings used as given, by section ([`settings::Plain`]).
     #[serde(default, skip_serializing_if = "settings::Plain::is_empty")]
     pub plain: settings::Plain,
+    /// A generative sweep (`--endpoint-type`): each load level profiles an OpenAI, generate or
+    /// KServe streaming endpoint ([`crate::genai`]) instead of sending tensors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generative: Option<generative::Generative>,
 }
 
 /// A model by name and version ("" = the latest), as `--bls-composing-models` lists them.
@@ -743,6 +748,7 @@ mod tests {
                 validate_outputs: true,
                 bls_composing_models: Vec::new(),
                 plain: Default::default(),
+                generative: None,
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         }

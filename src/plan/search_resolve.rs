@@ -103,6 +103,9 @@ impl SearchPlan {
         };
         settings.output.out = Some(out);
         let sweep = resolve(SweepKind::Online, &settings, &target)?;
+        if sweep.generative.is_some() {
+            return Err(PlanError::NotSupported("a search over a generative sweep (--endpoint-type)".into()));
+        }
         let plan = SearchPlan { target, model, search, sweep };
         plan.validate()?;
         Ok(plan)

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use super::generative::{self, GenerativeSettings};
 use super::layers::overlay;
 use super::{
     defaults, validate, Call, Distribution, Header, Input, Levels, Load, Measurement, Metrics, Output, Periodic,
@@ -17,7 +18,7 @@ use crate::client::shm::SharedMemoryKind;
 use crate::client::tls::TlsOptions;
 use crate::input::{InputData, ShapeOverride};
 
-/// One sweep's settings, in five sections; scenario keys are the sections' field names, side by
+/// One sweep's settings, in six sections; scenario keys are the sections' field names, side by
 /// side (the sections are flattened). Unknown keys are an error. Each section is also a group of
 /// command-line flags: a field's doc is its help, its `#[arg]` its flag and parser. Values are
 /// typed where they are read (flag or TOML key), through the type's `FromStr`.
@@ -34,6 +35,8 @@ pub struct Settings {
     pub measurement: MeasurementSettings,
     #[serde(flatten)]
     pub output: OutputSettings,
+    #[serde(flatten)]
+    pub generative: GenerativeSettings,
 }
 
 /// How requests are sent and what is scraped beside them.
@@ -228,7 +231,7 @@ pub struct MeasurementSettings {
 #[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutputSettings {
     /// Results folder (offline and online: results/<model>-<kind>-<timestamp>/ unless given).
-    #[arg(long = "out")]
+    #[arg(long = "out", alias = "artifact-dir")]
     pub out: Option<PathBuf>,
     /// CSV report (perf_analyzer's format).
     #[arg(short = 'f', long = "latency-report-file")]
@@ -386,6 +389,7 @@ impl TryFrom<toml::Table> for Settings {
             input: section(&keys)?,
             measurement: section(&keys)?,
             output: section(&keys)?,
+            generative: section(&keys)?,
         };
         // Every key a section took comes back when the settings are written out again.
         let known = match toml::Value::try_from(&settings) {
@@ -544,9 +548,26 @@ fn sequences(s: &Settings, d: &defaults::Defaults) -> Result<Sequences, PlanErro
 /// Fills `s` from the defaults of `kind` into a checked sweep against `target`.
 pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, PlanError> {
     let d = defaults::of(kind);
-    let protocol: Protocol = match s.call.protocol {
-        Some(protocol) => protocol,
-        None => d.protocol.parse().expect("the default protocol parses"),
+    let generative =
+        generative::resolve(&s.generative, s.measurement.request_count, s.measurement.warmup_request_count)?;
+    if let Some(g) = &generative {
+        let one_prompt =
+            s.load.batch_sizes.as_ref().is_none_or(|b| b.values(1) == [1]) && s.load.batch.is_none_or(|b| b == 1);
+        let tensor_settings = [
+            (s.load.periodic_concurrency.is_some(), "--periodic-concurrency-range"),
+            (s.load.request_intervals.is_some(), "--request-intervals (replay a mooncake trace with --input-file)"),
+            (s.load.latency_threshold_ms.is_some_and(|l| l > 0.0), "-l"),
+            (s.load.binary_search == Some(true), "--binary-search"),
+            (s.input.input_data.is_some(), "--input-data (prompts come from --input-file)"),
+            (s.input.shared_memory.is_some_and(|m| m != SharedMemoryKind::None), "--shared-memory"),
+        ];
+        validate::check_generative(kind, g.endpoint_type, s.call.protocol, one_prompt, &tensor_settings)?;
+    }
+    let protocol: Protocol = match (s.call.protocol, &generative) {
+        (Some(protocol), _) => protocol,
+        (None, Some(g)) if g.endpoint_type == generative::EndpointType::Kserve => Protocol::Grpc,
+        (None, Some(_)) => Protocol::Http,
+        (None, None) => d.protocol.parse().expect("the default protocol parses"),
     };
     validate::check_batch(s.load.batch_sizes.is_some(), s.load.batch)?;
     let batch_sizes = match (&s.load.batch_sizes, s.load.batch) {
@@ -681,6 +702,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         validate_outputs: s.measurement.validate_outputs.unwrap_or(false),
         bls_composing_models: Vec::new(),
         plain: Plain::of(s),
+        generative,
     };
     sweep.validate(target)?;
     Ok(sweep)

@@ -104,6 +104,11 @@ pub(crate) fn check_shard_plan(shard: impl fmt::Display, count: u64, plan: &Plan
 /// The load a shard checks before anything starts: every shard must get at least one request
 /// in flight at every concurrency level, and writes its own results folder.
 fn check_shard_sweep(shard: &impl fmt::Display, count: u64, sweep: &Sweep) -> Result<(), PlanError> {
+    if sweep.generative.is_some() {
+        return Err(PlanError::NotSupported(format!(
+            "--shard {shard} with --endpoint-type (shards' generative levels are not merged yet)"
+        )));
+    }
     if let Load::Concurrency { levels } = &sweep.load {
         let lowest = levels.first();
         if lowest < count {
@@ -367,9 +372,40 @@ impl Plan {
     }
 }
 
+/// A generative sweep's settings agree with the rest: an online sweep of one prompt per request
+/// (`one_prompt`), on the endpoint type's protocol, with none of the tensor settings in `given`.
+pub(super) fn check_generative(
+    kind: SweepKind,
+    endpoint_type: super::generative::EndpointType,
+    protocol: Option<Protocol>,
+    one_prompt: bool,
+    given: &[(bool, &str)],
+) -> Result<(), PlanError> {
+    if kind != SweepKind::Online {
+        return Err(invalid(format!(
+            "--endpoint-type makes an online sweep (perfbench online, a scenario's [online]), not {}",
+            kind.name()
+        )));
+    }
+    let wire = if endpoint_type == super::generative::EndpointType::Kserve { Protocol::Grpc } else { Protocol::Http };
+    if protocol.is_some_and(|p| p != wire) {
+        return Err(invalid(format!("--endpoint-type {endpoint_type} is sent over {wire}: drop -i")));
+    }
+    if !one_prompt {
+        return Err(invalid("a generative request carries one prompt: drop -b / --batch-sizes"));
+    }
+    if let Some((_, flag)) = given.iter().find(|(given, _)| *given) {
+        return Err(PlanError::NotSupported(format!("{flag} with --endpoint-type")));
+    }
+    Ok(())
+}
+
 impl Sweep {
     pub(super) fn validate(&self, target: &Target) -> Result<(), PlanError> {
-        if self.call.streaming && self.protocol != Protocol::Grpc {
+        if self.generative.is_some() && matches!(target, Target::InProcess { .. }) {
+            return Err(PlanError::NotSupported("--endpoint-type with --service-kind inprocess".into()));
+        }
+        if self.call.streaming && self.protocol != Protocol::Grpc && self.generative.is_none() {
             return Err(invalid("Streaming is only allowed with gRPC protocol and Triton C API: add -i grpc."));
         }
         if self.call.tls.grpc_compression != crate::client::tls::GrpcCompression::None

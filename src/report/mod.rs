@@ -356,6 +356,7 @@ mod tests {
             overloaded: false,
             interrupted: false,
             client: Default::default(),
+            tokens: None,
         }
     }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::results::composing_csv::ComposingRow;
 use crate::results::csv::{
     latencies_us, FAILURE_COLUMNS, INTERRUPTED_COLUMN, LATENCY_COLUMNS, REQUEST_RATE_COLUMN, SEQUENCE_COLUMNS,
+    TOKEN_COLUMNS,
 };
 use crate::results::format::{fixed, format_e, format_g, round_decimal};
 use crate::results::{Interval, LoadPoint, ReportRow};
@@ -366,6 +367,10 @@ pub fn results_columns(rows: &[ReportRow], layout: &Layout) -> Vec<PipeColumn> {
                 rows.iter().map(|r| marked(r, Quantity::Throughput, r.throughput, &throughput)).collect(),
             ));
             for (i, name) in LATENCY_COLUMNS.iter().enumerate() {
+                // A stage no row measured (a generative sweep has none) gets no column.
+                if rows.iter().all(|r| latencies_us(r)[i].is_nan()) {
+                    continue;
+                }
                 let q = Quantity::of_latency(i);
                 let (header, cells) = if micro {
                     (
@@ -379,6 +384,22 @@ pub fn results_columns(rows: &[ReportRow], layout: &Layout) -> Vec<PipeColumn> {
                     )
                 };
                 columns.push(PipeColumn::new(header, cells));
+            }
+            // A generative sweep's token figures: latencies as the table's, rates as they are.
+            if rows.iter().any(|r| r.tokens.is_some()) {
+                for (i, name) in TOKEN_COLUMNS.iter().enumerate() {
+                    let latency = i < 6;
+                    let header = if latency && !micro { format!("{name} (ms)") } else { name.to_string() };
+                    let cell = |r: &ReportRow| {
+                        let v = r.tokens.map_or(f64::NAN, |t| t.values()[i]);
+                        match (latency, micro) {
+                            (true, false) => fixed(ms(v), d),
+                            (_, true) => fixed(v, 0),
+                            (false, false) => fixed(v, d),
+                        }
+                    };
+                    columns.push(PipeColumn::new(header, rows.iter().map(cell).collect()));
+                }
             }
         }
         Layout::OfflineSummary { leading } | Layout::OnlineSummary { leading } => {

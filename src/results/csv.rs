@@ -103,6 +103,19 @@ pub fn ci_bounds(row: &ReportRow) -> [f64; 6] {
     [t.low, t.high, p50.low, p50.high, p99.low, p99.high]
 }
 
+/// A generative sweep's token columns in its report.csv (µs; tokens/s), after the request
+/// latency columns ([`crate::results::TokenFigures`]); the gate reads them by these names.
+pub const TOKEN_COLUMNS: [&str; 8] = [
+    "TTFT avg",
+    "TTFT p50",
+    "TTFT p99",
+    "ITL avg",
+    "ITL p50",
+    "ITL p99",
+    "Output Tokens/Second",
+    "Output Tokens/Second/User p50",
+];
+
 /// The second column of `report.csv` when the sweep was open loop.
 pub const REQUEST_RATE_COLUMN: &str = "Request Rate";
 
@@ -173,6 +186,8 @@ pub enum Field {
     Client(usize),
     /// One of [`FAILURE_COLUMNS`].
     FailedKind(usize),
+    /// One of [`TOKEN_COLUMNS`].
+    Token(usize),
 }
 
 /// Names the column, and the unit its header states if it states one.
@@ -222,7 +237,13 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "client cpu (%)" => Field::Client(3),
         "client cores" => Field::Client(4),
         "held load" => Field::Client(5),
-        other => return CI_COLUMNS.iter().position(|c| c.eq_ignore_ascii_case(other)).map(|i| (Field::Ci(i), unit)),
+        other => {
+            let named = |columns: &[&str]| columns.iter().position(|c| c.eq_ignore_ascii_case(other));
+            return named(&CI_COLUMNS)
+                .map(Field::Ci)
+                .or_else(|| named(&TOKEN_COLUMNS).map(Field::Token))
+                .map(|field| (field, unit));
+        }
     };
     Some((field, unit))
 }
@@ -349,6 +370,7 @@ struct RowBuilder {
     sequences: u64,
     avg_sequence_length: f64,
     client: crate::results::ClientLoad,
+    tokens: Option<[f64; 8]>,
 }
 
 impl Default for RowBuilder {
@@ -371,6 +393,7 @@ impl Default for RowBuilder {
             sequences: 0,
             avg_sequence_length: 0.0,
             client: Default::default(),
+            tokens: None,
         }
     }
 }
@@ -438,6 +461,11 @@ impl RowBuilder {
                 let n = number()?;
                 self.avg_sequence_length = if n.is_nan() { 0.0 } else { n };
             }
+            // The rates (the last two) are per second; the latencies take the column's unit.
+            Field::Token(i) => {
+                let n = number()?;
+                self.tokens.get_or_insert([f64::NAN; 8])[i] = if i < 6 { unit.to_us(n) } else { n };
+            }
         }
         Ok(())
     }
@@ -485,6 +513,7 @@ impl RowBuilder {
             client: self.client,
             sequences: self.sequences,
             avg_sequence_length: self.avg_sequence_length,
+            tokens: self.tokens.map(crate::results::TokenFigures::from_values),
         }
     }
 }
@@ -732,7 +761,21 @@ request/response,response wait
             overloaded: true,
             interrupted: false,
             client: Default::default(),
+            tokens: None,
         }
+    }
+
+    #[test]
+    fn a_generative_report_csv_reads_its_token_columns_and_leaves_the_stages_unmeasured() {
+        let text = "Concurrency,Inferences/Second,p99 latency,avg latency,TTFT p99,ITL p50 (ms),Output Tokens/Second\n\
+            8,20.5,50000,45000,9000,7.5,450.25\n";
+        let rows = parse_csv(text, Unit::Us, "report.csv").unwrap();
+        let t = rows[0].tokens.expect("token columns read");
+        assert_eq!((t.ttft_p99_us, t.itl_p50_us, t.output_tokens_per_s), (9000.0, 7500.0, 450.25));
+        assert!(t.ttft_avg_us.is_nan(), "a token column the file lacks is not measured");
+        assert!(rows[0].server_compute_infer_us.is_nan());
+        let tensor = parse_csv("Concurrency,Inferences/Second,p99 latency\n1,5,9\n", Unit::Us, "x").unwrap();
+        assert_eq!(tensor[0].tokens, None);
     }
 
     #[test]

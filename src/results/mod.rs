@@ -18,5 +18,5 @@ pub mod shard;
 pub use client_load::ClientLoad;
 pub use failures::{FailureCounts, FailureKind};
 pub use point::{GpuFigures, PointDetail, PointResult, PointSlot, RequestRecord, ResponseRecord};
-pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, PERCENTILES};
+pub use row::{min_requests_for, Interval, LoadPoint, ReportRow, TokenFigures, PERCENTILES};
 pub use server_stats::{ComposingModel, ComposingStats, EnsembleTimes, ServerStats, StageTotal};

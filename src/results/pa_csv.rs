@@ -248,6 +248,7 @@ Achieved Load,Send Lag p50,Send Lag p99,Client CPU (%),Client Limited"
             overloaded: false,
             interrupted: false,
             client: Default::default(),
+            tokens: None,
         };
         PointResult { row, detail: PointDetail { exchange_us: 5640.5, ..Default::default() } }
     }

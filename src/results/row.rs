@@ -134,6 +134,55 @@ pub struct ReportRow {
     /// What the client achieved: held load, send lag, CPU (zero when read from a CSV).
     #[serde(default)]
     pub client: super::ClientLoad,
+    /// A generative sweep's token figures (`None` in a tensor sweep's row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenFigures>,
+}
+
+/// What a generative level measured of its tokens (AIPerf's definitions; latencies in µs). A
+/// figure the run did not measure (an embeddings endpoint has no TTFT) is NaN.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenFigures {
+    pub ttft_avg_us: f64,
+    pub ttft_p50_us: f64,
+    pub ttft_p99_us: f64,
+    pub itl_avg_us: f64,
+    pub itl_p50_us: f64,
+    pub itl_p99_us: f64,
+    /// Output tokens per second over the level, all requests together.
+    pub output_tokens_per_s: f64,
+    /// Median over requests of each one's output tokens per second.
+    pub output_tokens_per_s_per_user_p50: f64,
+}
+
+impl TokenFigures {
+    /// The figures in [`TOKEN_COLUMNS`](super::csv::TOKEN_COLUMNS) order.
+    pub fn values(&self) -> [f64; 8] {
+        [
+            self.ttft_avg_us,
+            self.ttft_p50_us,
+            self.ttft_p99_us,
+            self.itl_avg_us,
+            self.itl_p50_us,
+            self.itl_p99_us,
+            self.output_tokens_per_s,
+            self.output_tokens_per_s_per_user_p50,
+        ]
+    }
+
+    /// The figures from [`values`](Self::values)' order.
+    pub fn from_values(v: [f64; 8]) -> TokenFigures {
+        TokenFigures {
+            ttft_avg_us: v[0],
+            ttft_p50_us: v[1],
+            ttft_p99_us: v[2],
+            itl_avg_us: v[3],
+            itl_p50_us: v[4],
+            itl_p99_us: v[5],
+            output_tokens_per_s: v[6],
+            output_tokens_per_s_per_user_p50: v[7],
+        }
+    }
 }
 
 impl ReportRow {
@@ -207,6 +256,7 @@ impl ReportRow {
             overloaded: false,
             interrupted: false,
             client: super::ClientLoad::default(),
+            tokens: None,
         }
     }
 }

@@ -193,6 +193,7 @@ impl<C: InferClient> OpenSweep<C> {
                 kind: sweep.kind,
                 rows: Vec::new(),
                 dir: sweep.output.dir.clone(),
+                table: None,
             });
         }
         let kind = context.service_kind.to_lowercase();
@@ -214,7 +215,7 @@ impl<C: InferClient> OpenSweep<C> {
             }
             Ok(()) => {
                 finished.map_err(RunError::bad_input)?;
-                Ok(SweepOutcome { kind: sweep.kind, rows, dir: sweep.output.dir.clone() })
+                Ok(SweepOutcome { kind: sweep.kind, rows, dir: sweep.output.dir.clone(), table: None })
             }
             Err(e) => {
                 if let Err(write) = finished {

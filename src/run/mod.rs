@@ -5,6 +5,7 @@
 
 pub mod composing;
 mod drive;
+mod generative;
 pub mod grid;
 pub mod interrupt;
 pub mod merge;
@@ -111,6 +112,8 @@ pub struct SweepOutcome {
     pub kind: SweepKind,
     pub rows: Vec<crate::results::ReportRow>,
     pub dir: Option<PathBuf>,
+    /// The table printed at the end in place of the rows' (a generative sweep's report.md).
+    pub table: Option<String>,
 }
 
 /// Runs `plan` to the end; the exit code is 0, or 1 when its gate finds a regression.
@@ -145,7 +148,13 @@ pub fn execute(plan: &Plan) -> Result<ExitCode, RunError> {
     for outcome in &outcomes {
         if let Some(dir) = &outcome.dir {
             println!("{} {}:", plan.model.name, outcome.kind.name());
-            println!("{}", crate::report::table::render_results(&outcome.rows, &crate::report::Layout::default()));
+            match &outcome.table {
+                Some(table) => println!("{table}"),
+                None => println!(
+                    "{}",
+                    crate::report::table::render_results(&outcome.rows, &crate::report::Layout::default())
+                ),
+            }
             println!("Results: {}", dir.display());
         }
     }
@@ -183,8 +192,27 @@ enum Endpoint {
         grpc: String,
         metrics: String,
         device: String,
+        /// The bundled server's: its metrics endpoint is known to be there.
+        embedded: bool,
     },
     InProcess(Arc<InferenceServer>),
+}
+
+impl Endpoint {
+    /// Where a generative sweep reaches the server (only over the network).
+    fn address<'a>(&'a self, sweep: &'a Sweep) -> Result<generative::Address<'a>, RunError> {
+        match self {
+            Endpoint::Network { http, grpc, metrics, embedded, .. } => {
+                // A remote server's counters only where the plan names its metrics URL.
+                let named = sweep.call.metrics.as_ref().and_then(|m| m.url.as_deref());
+                let metrics = if *embedded { Some(metrics.as_str()) } else { named };
+                Ok(generative::Address { http, grpc, metrics })
+            }
+            Endpoint::InProcess(_) => {
+                Err(RunError::bad_input(anyhow!("a generative sweep needs a server: drop --service-kind inprocess")))
+            }
+        }
+    }
 }
 
 /// Runs every sweep of `plan`; each sweep's rows are on disk even when a later one fails.
@@ -216,6 +244,7 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
             grpc: url.clone(),
             metrics: "localhost:8002/metrics".into(),
             device: format!("server at {url}"),
+            embedded: false,
         },
         Target::Embedded { model_repository } => {
             let running = start_embedded(&plan.model, model_repository.clone(), &bls_models(plan))
@@ -229,6 +258,7 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
                     "CPU, bundled perfbench server ({} cores)",
                     std::thread::available_parallelism().map_or(1, |n| n.get())
                 ),
+                embedded: true,
             };
             server = Some(running);
             endpoint
@@ -247,7 +277,12 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
     for ((sweep, kept), slots) in plan.sweeps.iter().zip(kept).zip(slots) {
         let shard = plan.shard.map(|shard| shard::ShardStart { shard, identity: plan.identity(), slots });
         let folder = FolderStart { plan: folder_plan.clone(), kept, shard };
-        let sweep_run = run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt);
+        let sweep_run = async {
+            match &sweep.generative {
+                Some(g) => generative::run(&plan.model, sweep, g, endpoint.address(sweep)?, &folder_plan).await,
+                None => run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await,
+            }
+        };
         let interrupted = || RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") };
         match interrupt.bounded(sweep_run, || Err(interrupted())).await {
             Ok(outcome) => outcomes.push(outcome),

@@ -209,8 +209,6 @@ fn an_online_generative_sweep_writes_one_row_per_level_and_the_token_plots() {
     let artifacts = dir.path().join("sweep");
     succeeds(&[
         "online",
-        "-m",
-        "llm",
         "--endpoint-type",
         "chat",
         "--streaming",
@@ -227,22 +225,84 @@ fn an_online_generative_sweep_writes_one_row_per_level_and_the_token_plots() {
     ]);
     let csv = std::fs::read_to_string(artifacts.join("report.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert!(lines[0].starts_with("concurrency,requests,errors,ttft_p50_ms,ttft_p99_ms,itl_p50_ms"), "{csv}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    assert_eq!(header[..3], ["Concurrency", "Inferences/Second", "p50 latency"], "{csv}");
     assert_eq!(lines.len(), 3, "{csv}");
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("{name}: {csv}"));
     for (line, level) in lines[1..].iter().zip(["1", "4"]) {
         let cells: Vec<&str> = line.split(',').collect();
         assert_eq!(cells[0], level);
-        assert_eq!(cells[1], "8", "every level measured its 8 requests: {line}");
-        for cell in &cells[3..11] {
-            assert!(cell.parse::<f64>().is_ok_and(|v| v > 0.0), "{line}");
+        assert_eq!(cells[column("Requests")], "8", "every level measured its 8 requests: {line}");
+        assert_eq!(cells[column("Failed")], "0", "{line}");
+        for name in ["Inferences/Second", "p99 latency", "TTFT p50", "TTFT p99", "ITL p50", "Output Tokens/Second"] {
+            assert!(cells[column(name)].parse::<f64>().is_ok_and(|v| v > 0.0), "{name}: {line}");
         }
     }
     assert!(artifacts.join("concurrency4/profile_export.jsonl").exists());
-    assert!(std::fs::read_to_string(artifacts.join("report.md")).unwrap().contains("| 4 | 8 |"));
+    assert!(artifacts.join("plan.toml").exists(), "the plan is kept beside the rows");
+    assert!(std::fs::read_to_string(artifacts.join("report.md")).unwrap().contains("| concurrency 4 | 8 |"));
     let html = std::fs::read_to_string(artifacts.join("report.html")).unwrap();
     assert!(html.contains("c1: ") && html.contains("c4: "), "both levels are on the plots");
     for stem in ["ttft_itl_vs_token_throughput", "tokens_per_user_vs_token_throughput"] {
         assert!(artifacts.join(format!("{stem}.png")).exists());
         assert!(artifacts.join(format!("{stem}.svg")).exists());
     }
+}
+
+/// Divides one column of a report.csv's rows by `by` (a faster baseline, made up).
+fn scaled(csv: &str, name: &str, by: f64) -> String {
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    let at = header.split(',').position(|h| h == name).unwrap();
+    let mut out = format!("{header}\n");
+    for line in lines {
+        let mut cells: Vec<String> = line.split(',').map(String::from).collect();
+        cells[at] = (cells[at].parse::<f64>().unwrap() / by).to_string();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn a_generative_scenario_runs_from_its_plan_and_is_gated_on_its_token_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/llm_chat.toml");
+    let stdout = succeeds(&["run", scenario, "--profile", "quick", "--out", out.to_str().unwrap()]);
+    assert!(stdout.contains("| concurrency 4 | 24 | 0 |"), "{stdout}");
+    let current = out.join("online/report.csv");
+    let csv = std::fs::read_to_string(&current).unwrap();
+
+    // The same rows gate clean; a baseline whose first token came twice as fast fails on TTFT.
+    let gate = |baseline: &std::path::Path| {
+        perfbench(&[
+            "gate",
+            "--baseline",
+            baseline.to_str().unwrap(),
+            "--current",
+            current.to_str().unwrap(),
+            "--scenario",
+            scenario,
+        ])
+    };
+    assert!(gate(&current).status.success());
+    let faster = dir.path().join("faster.csv");
+    std::fs::write(&faster, scaled(&csv, "TTFT p99", 2.0)).unwrap();
+    let verdict = gate(&faster);
+    let stderr = String::from_utf8_lossy(&verdict.stderr);
+    assert_eq!(verdict.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("REGRESSION") && stderr.contains("TTFT p99"), "{stderr}");
+    assert!(!stderr.contains("ITL p99") && !stderr.contains("output tokens/s"), "{stderr}");
+
+    // The kept plan runs again as written.
+    let again = dir.path().join("again");
+    let plan = std::fs::read_to_string(out.join("online/plan.toml"))
+        .unwrap()
+        .replace(out.join("online").to_str().unwrap(), again.to_str().unwrap());
+    let plan_file = dir.path().join("plan.toml");
+    std::fs::write(&plan_file, plan).unwrap();
+    succeeds(&["run", plan_file.to_str().unwrap()]);
+    let rows = std::fs::read_to_string(again.join("report.csv")).unwrap();
+    assert_eq!(rows.lines().count(), 3, "{rows}");
 }

@@ -1,0 +1,326 @@
+//! A generative sweep's settings: the endpoint type and AIPerf's prompt and token flags, as one
+//! section of the settings ([`GenerativeSettings`], flags of `perfbench llm` and `perfbench
+//! online`, keys of a scenario's `[online]`) and, resolved, as a sweep's [`Generative`]. A sweep
+//! with one measures an OpenAI / Triton generate / KServe streaming endpoint per load level
+//! instead of sending tensors. Checked here, before anything starts.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::PlanError;
+
+fn invalid(message: impl Into<String>) -> PlanError {
+    PlanError::Invalid(message.into())
+}
+
+/// `--endpoint-type`, with AIPerf's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointType {
+    /// OpenAI `POST /v1/chat/completions`.
+    Chat,
+    /// OpenAI `POST /v1/completions`.
+    Completions,
+    /// OpenAI `POST /v1/embeddings` (one response, no tokens out).
+    Embeddings,
+    /// Triton's `POST /v2/models/{m}/generate` (`generate_stream` with `--streaming`).
+    Generate,
+    /// KServe gRPC `ModelStreamInfer` with `text_input` (Triton's vLLM backend).
+    Kserve,
+}
+
+impl EndpointType {
+    pub fn name(self) -> &'static str {
+        match self {
+            EndpointType::Chat => "chat",
+            EndpointType::Completions => "completions",
+            EndpointType::Embeddings => "embeddings",
+            EndpointType::Generate => "generate",
+            EndpointType::Kserve => "kserve",
+        }
+    }
+}
+
+impl fmt::Display for EndpointType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// AIPerf's defaults.
+pub const DEFAULT_INPUT_TOKENS_MEAN: f64 = 550.0;
+pub const DEFAULT_BLOCK_SIZE: usize = 512;
+/// Requests measured per level when neither a count nor a duration is given (AIPerf's 10).
+pub const DEFAULT_REQUEST_COUNT: u64 = 10;
+
+/// The generative section, as given: every field optional.
+#[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerativeSettings {
+    /// Profile a generative endpoint (chat, completions, embeddings, generate or kserve) instead
+    /// of sending tensors: TTFT, ITL and tokens/s per load level, AIPerf's files per level.
+    #[arg(long = "endpoint-type", value_enum)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_type: Option<EndpointType>,
+    /// A path in place of the endpoint type's (e.g. v1/chat/completions).
+    #[arg(long = "endpoint", visible_alias = "custom-endpoint")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Mean prompt length in tokens of synthetic prompts [default: 550].
+    #[arg(long = "synthetic-input-tokens-mean", visible_alias = "isl")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthetic_input_tokens_mean: Option<f64>,
+    /// Its standard deviation [default: 0].
+    #[arg(long = "synthetic-input-tokens-stddev", visible_alias = "isl-stddev")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthetic_input_tokens_stddev: Option<f64>,
+    /// Output length asked for (`max_tokens`, with `ignore_eos`); unset: the server decides.
+    #[arg(long = "output-tokens-mean", visible_alias = "osl")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_mean: Option<f64>,
+    /// Its standard deviation [default: 0].
+    #[arg(long = "output-tokens-stddev", visible_alias = "osl-stddev")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_stddev: Option<f64>,
+    /// Distinct synthetic prompts (default, as AIPerf 0.13: one per request, warm-up included,
+    /// so no prompt is sent twice; 100 with --benchmark-duration).
+    #[arg(long = "num-dataset-entries", visible_alias = "num-prompts")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_dataset_entries: Option<usize>,
+    /// Extra body fields, `key:value` (a JSON value, else a string), or one JSON object.
+    #[arg(long = "extra-inputs")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_inputs: Option<Vec<String>>,
+    /// JSONL prompts (single- or multi-turn, ShareGPT-like) or a mooncake trace (`timestamp`,
+    /// `input_length`, `output_length`, `hash_ids`).
+    #[arg(long = "input-file")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_file: Option<PathBuf>,
+    /// Tokens per `hash_id` block of a mooncake trace [default: 512].
+    #[arg(long = "prompt-input-tokens-block-size", visible_alias = "isl-block-size")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_input_tokens_block_size: Option<usize>,
+    /// Client tokenizer: cl100k_base or o200k_base (bundled), or a tokenizer.json or its
+    /// directory [default: cl100k_base].
+    #[arg(long = "tokenizer")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// SLOs, e.g. "time_to_first_token:100 inter_token_latency:10" (ms; tokens/sec/user).
+    #[arg(long = "goodput")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<String>,
+    /// Seconds to send requests for, per level.
+    #[arg(long = "benchmark-duration")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub benchmark_duration: Option<f64>,
+    /// Seed of the synthetic prompts and lengths [default: 0].
+    #[arg(long = "random-seed")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_seed: Option<u64>,
+}
+
+/// A length distribution in tokens (AIPerf's mean/stddev pairs).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenLength {
+    pub mean: f64,
+    #[serde(default)]
+    pub stddev: f64,
+}
+
+/// A generative sweep, resolved: what each level sends and how much.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Generative {
+    pub endpoint_type: EndpointType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    pub input_tokens: TokenLength,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<TokenLength>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_dataset_entries: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_file: Option<PathBuf>,
+    pub block_size: usize,
+    /// `--extra-inputs` as given (each checked to parse).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_inputs: Vec<String>,
+    pub tokenizer: String,
+    /// `--goodput` as given (checked to parse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<String>,
+    /// Requests measured per level; `None` with a duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_count: Option<u64>,
+    /// Seconds each level sends requests for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub benchmark_duration_s: Option<f64>,
+    #[serde(default)]
+    pub warmup_request_count: u64,
+    #[serde(default)]
+    pub random_seed: u64,
+}
+
+impl GenerativeSettings {
+    /// Whether any key of the section is set.
+    pub fn is_given(&self) -> bool {
+        *self != GenerativeSettings::default()
+    }
+}
+
+/// The section filled with AIPerf's defaults and checked. `request_count` and `warmup` come from
+/// the measurement section (`--request-count`, `--warmup-request-count`).
+pub fn resolve(
+    s: &GenerativeSettings,
+    request_count: Option<u64>,
+    warmup: Option<u64>,
+) -> Result<Option<Generative>, PlanError> {
+    let Some(endpoint_type) = s.endpoint_type else {
+        return match s.is_given() {
+            true => Err(invalid("the generative settings (prompts, tokens, --goodput, ...) need --endpoint-type")),
+            false => Ok(None),
+        };
+    };
+    let input_tokens = TokenLength {
+        mean: s.synthetic_input_tokens_mean.unwrap_or(DEFAULT_INPUT_TOKENS_MEAN),
+        stddev: s.synthetic_input_tokens_stddev.unwrap_or(0.0),
+    };
+    if !(input_tokens.mean >= 1.0 && input_tokens.stddev >= 0.0) {
+        return Err(invalid("--synthetic-input-tokens-mean must be at least 1 and its stddev at least 0"));
+    }
+    let output_tokens =
+        s.output_tokens_mean.map(|mean| TokenLength { mean, stddev: s.output_tokens_stddev.unwrap_or(0.0) });
+    if output_tokens.is_some_and(|o| !(o.mean >= 1.0 && o.stddev >= 0.0)) {
+        return Err(invalid("--output-tokens-mean must be at least 1 and its stddev at least 0"));
+    }
+    let duration = s.benchmark_duration;
+    if duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
+        return Err(invalid("--benchmark-duration must be positive"));
+    }
+    if request_count == Some(0) {
+        return Err(invalid("--request-count must be at least 1"));
+    }
+    let block_size = s.prompt_input_tokens_block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+    if block_size == 0 || s.num_dataset_entries == Some(0) {
+        return Err(invalid("--num-dataset-entries and --prompt-input-tokens-block-size must be at least 1"));
+    }
+    if s.endpoint.is_some() && endpoint_type == EndpointType::Kserve {
+        return Err(invalid("--endpoint names an HTTP path; --endpoint-type kserve is gRPC ModelStreamInfer"));
+    }
+    let extra_inputs = s.extra_inputs.clone().unwrap_or_default();
+    parse_extra_inputs(&extra_inputs).map_err(invalid)?;
+    if let Some(goodput) = &s.goodput {
+        parse_goodput(goodput).map_err(invalid)?;
+    }
+    Ok(Some(Generative {
+        endpoint_type,
+        endpoint: s.endpoint.clone(),
+        input_tokens,
+        output_tokens,
+        num_dataset_entries: s.num_dataset_entries,
+        input_file: s.input_file.clone(),
+        block_size,
+        extra_inputs,
+        tokenizer: s.tokenizer.clone().unwrap_or_else(|| crate::tokenize::DEFAULT_TOKENIZER.to_string()),
+        goodput: s.goodput.clone(),
+        request_count: request_count.or(duration.is_none().then_some(DEFAULT_REQUEST_COUNT)),
+        benchmark_duration_s: duration,
+        warmup_request_count: warmup.unwrap_or(0),
+        random_seed: s.random_seed.unwrap_or(0),
+    }))
+}
+
+/// `--extra-inputs key:value` (value parsed as JSON when it is JSON) or a whole JSON object.
+pub fn parse_extra_inputs(items: &[String]) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let mut out = serde_json::Map::new();
+    for item in items {
+        if item.trim_start().starts_with('{') {
+            let object: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(item).map_err(|e| format!("--extra-inputs '{item}': {e}"))?;
+            out.extend(object);
+            continue;
+        }
+        let (key, value) = item
+            .split_once(':')
+            .ok_or_else(|| format!("--extra-inputs '{item}': expected key:value or a JSON object"))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+        out.insert(key.to_string(), value);
+    }
+    Ok(out)
+}
+
+/// The per-request metrics an SLO may name.
+pub const SLO_METRICS: [&str; 6] = [
+    "time_to_first_token",
+    "inter_token_latency",
+    "request_latency",
+    "output_token_throughput_per_user",
+    "output_sequence_length",
+    "input_sequence_length",
+];
+
+/// `--goodput "time_to_first_token:100 inter_token_latency:10"`: (metric, limit) pairs in the
+/// metrics' display units (ms, tokens/sec/user).
+pub fn parse_goodput(text: &str) -> Result<Vec<(String, f64)>, String> {
+    let mut out = Vec::new();
+    for item in text.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()) {
+        let (tag, value) = item.split_once(':').ok_or_else(|| format!("--goodput: '{item}' is not METRIC:VALUE"))?;
+        if !SLO_METRICS.contains(&tag) {
+            return Err(format!("--goodput: unknown metric '{tag}' (one of {})", SLO_METRICS.join(", ")));
+        }
+        let value: f64 = value.parse().map_err(|_| format!("--goodput: '{value}' is not a number"))?;
+        if !value.is_finite() || value < 0.0 {
+            return Err(format!("--goodput: '{item}' needs a value of 0 or more"));
+        }
+        out.push((tag.to_string(), value));
+    }
+    if out.is_empty() {
+        return Err("--goodput: no SLO given".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_aiperfs() {
+        let s = GenerativeSettings { endpoint_type: Some(EndpointType::Chat), ..Default::default() };
+        let g = resolve(&s, None, None).unwrap().unwrap();
+        assert_eq!(g.input_tokens, TokenLength { mean: 550.0, stddev: 0.0 });
+        assert_eq!(g.request_count, Some(10));
+        assert_eq!(g.block_size, 512);
+        assert_eq!(g.tokenizer, crate::tokenize::DEFAULT_TOKENIZER);
+        let timed = GenerativeSettings { benchmark_duration: Some(5.0), ..s.clone() };
+        assert_eq!(resolve(&timed, None, None).unwrap().unwrap().request_count, None);
+        assert_eq!(resolve(&GenerativeSettings::default(), Some(3), None).unwrap(), None, "a tensor sweep");
+    }
+
+    #[test]
+    fn bad_settings_get_one_line_reasons() {
+        let chat = GenerativeSettings { endpoint_type: Some(EndpointType::Chat), ..Default::default() };
+        for (settings, needle) in [
+            (GenerativeSettings { goodput: Some("nope:1".into()), ..chat.clone() }, "unknown metric"),
+            (GenerativeSettings { extra_inputs: Some(vec!["novalue".into()]), ..chat.clone() }, "key:value"),
+            (GenerativeSettings { output_tokens_mean: Some(0.0), ..chat.clone() }, "--output-tokens-mean"),
+            (GenerativeSettings { benchmark_duration: Some(-1.0), ..chat.clone() }, "--benchmark-duration"),
+            (GenerativeSettings { output_tokens_mean: Some(8.0), ..Default::default() }, "need --endpoint-type"),
+            (
+                GenerativeSettings {
+                    endpoint_type: Some(EndpointType::Kserve),
+                    endpoint: Some("v1/x".into()),
+                    ..Default::default()
+                },
+                "gRPC",
+            ),
+        ] {
+            let err = resolve(&settings, None, None).unwrap_err().to_string();
+            assert!(err.contains(needle), "{settings:?}: {err}");
+        }
+        assert!(resolve(&chat, Some(0), None).unwrap_err().to_string().contains("--request-count"));
+    }
+}
