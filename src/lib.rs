@@ -14,6 +14,7 @@ pub mod proto;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod rx_stamp;
 pub mod search;
 pub mod server;
 pub mod tensor;

@@ -76,8 +76,11 @@ pub struct Record {
     pub index: usize,
     pub conversation: usize,
     pub turn: usize,
-    /// When the request was sent (just before its first byte is written).
+    /// When the request was sent (just before its bytes were written): TTFT and latency count
+    /// from here.
     pub start: Instant,
+    /// When the client launched it (before its hand-off to a connection): send lag counts to here.
+    pub launched: Instant,
     /// When an open-loop schedule meant it to go (`None`: closed loop).
     pub intended: Option<Instant>,
     /// Content responses, in order.
@@ -103,6 +106,7 @@ impl Record {
             conversation: 0,
             turn: 0,
             start,
+            launched: start,
             intended,
             chunks: Vec::new(),
             end: start,
@@ -144,7 +148,7 @@ impl Record {
     }
     /// How late an open-loop request left (0 in a closed loop).
     pub fn send_lag(&self) -> Duration {
-        self.intended.map_or(Duration::ZERO, |i| self.start.saturating_duration_since(i))
+        self.intended.map_or(Duration::ZERO, |i| self.launched.saturating_duration_since(i))
     }
 }
 
@@ -408,6 +412,7 @@ pub(crate) mod tests {
             conversation: 0,
             turn: 0,
             start: at(start_ms),
+            launched: at(start_ms),
             intended: None,
             chunks: chunks_ms.iter().map(|&(ms, tokens)| Chunk { at: at(ms), tokens }).collect(),
             end: at(chunks_ms.last().map_or(start_ms, |c| c.0)),

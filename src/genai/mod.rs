@@ -18,6 +18,7 @@ pub mod pacing;
 pub mod runner;
 pub mod sse;
 pub mod sweep;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -23,6 +23,7 @@ use super::kserve;
 use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
 use super::pacing::{self, Pacing};
 use super::sse::{SseEvent, SseReader};
+use super::wire::Http;
 use crate::client::grpc::GrpcClient;
 use crate::client::RequestSpec;
 
@@ -55,7 +56,7 @@ pub struct Target {
 }
 
 pub struct Runner {
-    http: reqwest::Client,
+    http: Http,
     /// `--endpoint-type kserve`: the gRPC client its streams go through.
     grpc: Option<GrpcClient>,
     target: Target,
@@ -77,14 +78,7 @@ impl Runner {
             );
         }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .http1_only()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(concurrency.max(1))
-            .connect_timeout(Duration::from_secs(10))
-            .default_headers(headers)
-            .build()?;
+        let http = Http::new(&target.url, headers, concurrency.max(1))?;
         let grpc = match target.endpoint {
             EndpointType::Kserve => Some(kserve::client(&target.url, concurrency, &target.headers)?),
             _ => None,
@@ -223,20 +217,19 @@ impl Runner {
         usage: &mut Option<endpoint::Usage>,
         raw: &mut Option<&mut Vec<(Instant, String)>>,
     ) -> Result<(), (ErrorKind, String)> {
-        let mut response = self
-            .http
-            .post(&self.target.url)
-            .header("x-request-id", &record.request_id)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| (ErrorKind::Transport, crate::client::error_chain(&e)))?;
-        if let Some(id) = response.headers().get("x-request-id").and_then(|v| v.to_str().ok()) {
+        let mut response =
+            self.http.post(&self.target.url, &record.request_id, body).await.map_err(|e| (ErrorKind::Transport, e))?;
+        // The request counts from its bytes' write, as `Record::start` says, not from the hand-off
+        // to the connection's task before it.
+        if let Some(sent) = response.sent.filter(|s| *s >= record.start) {
+            record.start = sent;
+        }
+        if let Some(id) = response.headers.get("x-request-id").and_then(|v| v.to_str().ok()) {
             record.request_id = id.to_string();
         }
-        let status = response.status();
+        let status = response.status;
         let streamed = response
-            .headers()
+            .headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
@@ -260,13 +253,18 @@ impl Runner {
             }
             Ok(piece.done)
         };
+        // When the bytes read last arrived: the socket's stamp, else the read.
+        let mut arrived = None;
         loop {
-            let read = response.chunk().await.map_err(|e| (ErrorKind::Transport, crate::client::error_chain(&e)))?;
-            let at = Instant::now();
+            let read = response.chunk().await.map_err(|e| (ErrorKind::Transport, e))?;
+            let read_at = Instant::now();
             if let Some(pacing) = &*self.pacing.read() {
-                pacing.launch_due_from_handler(at);
+                pacing.launch_due_from_handler(read_at);
             }
-            let Some(bytes) = read else { break };
+            let Some((bytes, stamp)) = read else { break };
+            // A stamp is of the latest read, never after this one's end.
+            let at = stamp.filter(|s| *s <= read_at).unwrap_or(read_at);
+            arrived = Some(at);
             if !status.is_success() || !streamed {
                 whole.extend_from_slice(&bytes);
                 continue;
@@ -278,7 +276,8 @@ impl Runner {
                     raw.push((event.at, event.data.clone()));
                 }
                 let finished = take(&event.data, event.at, record)?;
-                self.handled(event.at, record);
+                // The handler's own lag counts from the read: the wait before it is the wake-up.
+                self.handled(read_at, record);
                 if finished {
                     done = true;
                     break;
@@ -292,7 +291,7 @@ impl Runner {
                 return Ok(());
             }
         }
-        let at = Instant::now();
+        let at = arrived.unwrap_or_else(Instant::now);
         if !status.is_success() {
             let text = String::from_utf8_lossy(&whole);
             let message = match endpoint::parse(endpoint, &text).error {
@@ -308,7 +307,7 @@ impl Runner {
                     raw.push((event.at, event.data.clone()));
                 }
                 let done = take(&event.data, event.at, record)?;
-                self.handled(event.at, record);
+                self.handled(Instant::now(), record);
                 if done {
                     break;
                 }

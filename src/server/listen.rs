@@ -37,6 +37,7 @@ use super::access::{ApiGroup, RestrictedApi};
 use super::authority::AuthorityRepair;
 use super::error::ServerError;
 use super::llm::monotonic_ns;
+use crate::rx_stamp::{StampedStream, Stamps};
 use crate::x509_v1;
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -152,6 +153,9 @@ pub struct AcceptConfig {
     pub repair_authority: bool,
     /// gRPC: the HTTP/2 preface must arrive within this, or the connection is closed.
     pub preface_timeout: Option<Duration>,
+    /// Plain connections keep the kernel's receive stamps ([`ReceivedAt`] from them): set when
+    /// the server records its requests, where arrival is ground truth.
+    pub stamp_arrivals: bool,
 }
 
 /// What the request handlers learn about their connection.
@@ -164,6 +168,8 @@ pub struct ConnInfo {
 
 enum Stream {
     Plain(TcpStream),
+    /// Plain, keeping when its bytes arrived (the request record's arrival stamps).
+    Stamped(StampedStream),
     Tls(Box<TlsStream<TcpStream>>),
 }
 
@@ -193,7 +199,16 @@ impl Conn {
     fn poll_read_raw(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Stamped(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+
+    /// When this connection's bytes arrived, where it keeps that.
+    fn stamps(&self) -> Option<Stamps> {
+        match &self.stream {
+            Stream::Stamped(s) => Some(s.stamps()),
+            _ => None,
         }
     }
 }
@@ -245,6 +260,7 @@ impl AsyncWrite for Conn {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Stamped(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
@@ -256,6 +272,7 @@ impl AsyncWrite for Conn {
     ) -> Poll<io::Result<usize>> {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Stamped(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
@@ -263,6 +280,7 @@ impl AsyncWrite for Conn {
     fn is_write_vectored(&self) -> bool {
         match &self.stream {
             Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Stamped(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
         }
     }
@@ -270,6 +288,7 @@ impl AsyncWrite for Conn {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Stamped(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s).poll_flush(cx),
         }
     }
@@ -277,6 +296,7 @@ impl AsyncWrite for Conn {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Stamped(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
@@ -331,7 +351,12 @@ pub fn accept(listener: TcpListener, config: AcceptConfig, mut stop: watch::Rece
             let tx = tx.clone();
             match &acceptor {
                 None => {
-                    let conn = Conn::new(Stream::Plain(tcp), info, permit, &config);
+                    let stream = if config.stamp_arrivals {
+                        Stream::Stamped(StampedStream::new(tcp))
+                    } else {
+                        Stream::Plain(tcp)
+                    };
+                    let conn = Conn::new(stream, info, permit, &config);
                     if tx.send(conn).await.is_err() {
                         return;
                     }
@@ -379,9 +404,13 @@ pub async fn serve_http<S>(
             },
         };
         let info = conn.info.clone();
+        let stamps = conn.stamps();
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(ReceivedAt(monotonic_ns()));
+            // The head's arrival: the kernel's stamp of the latest read, else now.
+            let now = monotonic_ns();
+            let arrived = stamps.as_ref().and_then(|s| s.received_monotonic_ns(now)).unwrap_or(now);
+            request.extensions_mut().insert(ReceivedAt(arrived));
             request.extensions_mut().insert(info.clone());
             app.clone().oneshot(request.map(axum::body::Body::new))
         });
@@ -395,9 +424,10 @@ pub async fn serve_http<S>(
     graceful.shutdown().await;
 }
 
-/// When our code first held an HTTP request (CLOCK_MONOTONIC ns), as soon as hyper had parsed its
-/// head. The generative twin's records count a request's arrival from here: its handler runs
-/// tens of µs later, after the guard and the router.
+/// When an HTTP request arrived (CLOCK_MONOTONIC ns): on a connection that keeps receive stamps
+/// (`AcceptConfig::stamp_arrivals`), when the kernel received the bytes that completed its head;
+/// otherwise when hyper had parsed the head. The generative twin's records count a request's
+/// arrival from here: its handler runs tens of µs later, after the guard and the router.
 #[derive(Clone, Copy, Debug)]
 pub struct ReceivedAt(pub u64);
 

@@ -143,6 +143,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         max_connections: cfg.options.max_connections,
         repair_authority: grpc,
         preface_timeout: grpc.then_some(connections.header_read_timeout),
+        stamp_arrivals: !grpc && cfg.options.record_requests.is_some(),
     };
 
     let http_app =
