@@ -55,7 +55,7 @@ impl LagProbe {
 }
 
 /// What the client measured of itself during a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClientLoad {
     /// Share of the cores this process may use that it used.
     pub cpu_fraction: f64,

@@ -16,6 +16,102 @@ use super::metrics::{display_value, MetricValue, Record, Stats, Summary};
 pub const CSV_FILE: &str = "profile_export_aiperf.csv";
 pub const JSON_FILE: &str = "profile_export_aiperf.json";
 pub const JSONL_FILE: &str = "profile_export.jsonl";
+/// A sharded level's records, whole, for `perfbench merge` ([`write_records`]).
+pub const RECORDS_FILE: &str = "records.json";
+
+/// One request as [`RECORDS_FILE`] keeps it: its instants as Unix ns, so the shards of one run,
+/// on machines whose clocks agree, line up when merged.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredRecord {
+    index: usize,
+    conversation: usize,
+    turn: usize,
+    start_ns: u128,
+    launched_ns: u128,
+    intended_ns: Option<u128>,
+    /// (arrival, tokens) of each content response.
+    chunks: Vec<(u128, u32)>,
+    end_ns: u128,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    token_source: Option<super::metrics::TokenSource>,
+    error: Option<(super::metrics::ErrorKind, String)>,
+    request_id: String,
+    warmup: bool,
+    handling_lag_ns: u64,
+}
+
+/// What a sharded level keeps: its records and what the client measured of itself.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredLevel {
+    client: super::client_limit::ClientLoad,
+    records: Vec<StoredRecord>,
+}
+
+/// Writes `records` and the client's figures to `dir`/[`RECORDS_FILE`].
+pub fn write_records(
+    dir: &Path,
+    records: &[Record],
+    client: &super::client_limit::ClientLoad,
+    run: &RunInfo,
+) -> anyhow::Result<()> {
+    let ns = |at| run.unix_ns(at);
+    let stored = StoredLevel {
+        client: *client,
+        records: records
+            .iter()
+            .map(|r| StoredRecord {
+                index: r.index,
+                conversation: r.conversation,
+                turn: r.turn,
+                start_ns: ns(r.start),
+                launched_ns: ns(r.launched),
+                intended_ns: r.intended.map(ns),
+                chunks: r.chunks.iter().map(|c| (ns(c.at), c.tokens)).collect(),
+                end_ns: ns(r.end),
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                token_source: r.token_source,
+                error: r.error.clone(),
+                request_id: r.request_id.clone(),
+                warmup: r.warmup,
+                handling_lag_ns: r.handling_lag.as_nanos() as u64,
+            })
+            .collect(),
+    };
+    std::fs::write(dir.join(RECORDS_FILE), serde_json::to_vec(&stored)?)
+        .with_context(|| format!("cannot write {}", dir.join(RECORDS_FILE).display()))
+}
+
+/// Reads `dir`/[`RECORDS_FILE`] back, its instants placed by `run`'s clock pair.
+pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, super::client_limit::ClientLoad)> {
+    let path = dir.join(RECORDS_FILE);
+    let text = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let stored: StoredLevel = serde_json::from_slice(&text).with_context(|| format!("{}", path.display()))?;
+    let at = |ns: u128| run.instant(ns);
+    let records = stored
+        .records
+        .into_iter()
+        .map(|r| Record {
+            index: r.index,
+            conversation: r.conversation,
+            turn: r.turn,
+            start: at(r.start_ns),
+            launched: at(r.launched_ns),
+            intended: r.intended_ns.map(at),
+            chunks: r.chunks.into_iter().map(|(ns, tokens)| super::metrics::Chunk { at: at(ns), tokens }).collect(),
+            end: at(r.end_ns),
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            token_source: r.token_source,
+            error: r.error,
+            request_id: r.request_id,
+            warmup: r.warmup,
+            handling_lag: std::time::Duration::from_nanos(r.handling_lag_ns),
+        })
+        .collect();
+    Ok((records, stored.client))
+}
 
 /// AIPerf's statistic columns, in its order.
 const STAT_KEYS: [&str; 14] =
@@ -114,6 +210,17 @@ impl RunInfo {
         match at.checked_duration_since(self.origin) {
             Some(after) => self.origin_unix_ns + after.as_nanos(),
             None => self.origin_unix_ns - self.origin.duration_since(at).as_nanos(),
+        }
+    }
+
+    /// The instant of Unix time `ns` (the inverse of [`unix_ns`](Self::unix_ns)).
+    pub fn instant(&self, ns: u128) -> Instant {
+        use std::time::Duration;
+        if ns >= self.origin_unix_ns {
+            self.origin + Duration::from_nanos((ns - self.origin_unix_ns) as u64)
+        } else {
+            let before = Duration::from_nanos((self.origin_unix_ns - ns) as u64);
+            self.origin.checked_sub(before).unwrap_or(self.origin)
         }
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 /// Where a request's token counts came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenSource {
     /// The server's `usage`.
@@ -46,7 +46,7 @@ pub struct Chunk {
 }
 
 /// Why a request failed.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum ErrorKind {
     /// The connection or send failed.
     Transport,

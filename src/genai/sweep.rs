@@ -79,12 +79,39 @@ impl Level {
     }
 }
 
+/// This process's part of every level when a run is spread over `count` shards (`--shard`):
+/// its share of the sessions or of the rate, and of the requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Part {
+    /// This shard's share of `whole` things: the remainder goes to the first shards.
+    pub fn share(&self, whole: u64) -> u64 {
+        whole / self.count + u64::from(self.index < whole % self.count)
+    }
+
+    fn schedule(&self, whole: Schedule) -> Schedule {
+        match whole {
+            Schedule::Concurrency(n) => Schedule::Concurrency(self.share(n as u64) as usize),
+            Schedule::Rate { per_second, poisson } => {
+                Schedule::Rate { per_second: per_second / self.count as f64, poisson }
+            }
+            Schedule::Trace => Schedule::Trace,
+        }
+    }
+}
+
 /// Profiles every level in turn, each into `<artifact dir>/<level folder>`, and calls `measured`
-/// with the levels so far after each one (to write the reports).
+/// with the levels so far after each one (to write the reports). A shard (`part`) runs its share
+/// of each level, with prompts of its own, and keeps the level's records for `perfbench merge`.
 pub fn run(
     config: &LlmConfig,
     schedules: &[Schedule],
     tokenizer: Arc<dyn Tokenizer>,
+    part: Option<Part>,
     mut measured: impl FnMut(&[Level]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<Level>> {
     let mut done = Vec::with_capacity(schedules.len());
@@ -92,8 +119,17 @@ pub fn run(
         let mut level = config.clone();
         level.schedule = schedule;
         level.artifact_dir = config.artifact_dir.join(Level::folder(schedule));
+        if let Some(part) = part {
+            level.schedule = part.schedule(schedule);
+            level.amount.requests = level.amount.requests.map(|n| part.share(n as u64) as usize);
+            level.seed = config.seed.wrapping_add(part.index);
+        }
         std::fs::create_dir_all(&level.artifact_dir)?;
         let outcome = profile(&level, tokenizer.clone())?;
+        if part.is_some() {
+            let clock = super::export::RunInfo::now(serde_json::Value::Null);
+            super::export::write_records(&level.artifact_dir, &outcome.records, &outcome.client, &clock)?;
+        }
         done.push(Level { schedule, outcome });
         measured(&done)?;
     }

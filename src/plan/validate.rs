@@ -104,10 +104,12 @@ pub(crate) fn check_shard_plan(shard: impl fmt::Display, count: u64, plan: &Plan
 /// The load a shard checks before anything starts: every shard must get at least one request
 /// in flight at every concurrency level, and writes its own results folder.
 fn check_shard_sweep(shard: &impl fmt::Display, count: u64, sweep: &Sweep) -> Result<(), PlanError> {
-    if sweep.generative.is_some() {
-        return Err(PlanError::NotSupported(format!(
-            "--shard {shard} with --endpoint-type (shards' generative levels are not merged yet)"
-        )));
+    if let Some(requests) = sweep.generative.as_ref().and_then(|g| g.request_count) {
+        if requests < count {
+            return Err(invalid(format!(
+                "--shard {shard}: --request-count {requests} leaves a shard with no request (give at least {count})"
+            )));
+        }
     }
     if let Load::Concurrency { levels } = &sweep.load {
         let lowest = levels.first();

@@ -3,17 +3,20 @@
 //! each level's AIPerf files in its own folder, and report.csv/md/html in the results folder
 //! after every level, so `report`, `compare` and `gate` read it like any other sweep's.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::anyhow;
+use anyhow::{anyhow, bail};
 
 use super::{RunError, SweepOutcome};
+use crate::genai::client_limit::ClientLoad;
+use crate::genai::export::{self, read_records, RunInfo, RECORDS_FILE};
+use crate::genai::metrics::{summarize, Slos};
 use crate::genai::runner::Schedule;
-use crate::genai::sweep::{self, Level};
-use crate::genai::LlmConfig;
+use crate::genai::sweep::{self, Level, Part};
+use crate::genai::{LlmConfig, Outcome};
 use crate::plan::generative::{EndpointType, Generative};
-use crate::plan::{Distribution, Load, Model, Sweep, PLAN_FILE};
+use crate::plan::{Distribution, Load, Model, Plan, Shard, Sweep, PLAN_FILE};
 use crate::results::csv::{read_csv, Unit};
 
 /// Where the levels reach the server.
@@ -25,7 +28,7 @@ pub(super) struct Address<'a> {
 }
 
 /// The load levels of the sweep, in order.
-fn schedules(load: &Load) -> Result<Vec<Schedule>, RunError> {
+fn schedules(load: &Load) -> anyhow::Result<Vec<Schedule>> {
     match load {
         Load::Concurrency { levels } => {
             let values = levels.values(crate::plan::MAX_OPEN_CONCURRENCY);
@@ -42,9 +45,7 @@ fn schedules(load: &Load) -> Result<Vec<Schedule>, RunError> {
             }
             Ok(rates)
         }
-        other => Err(RunError::bad_input(anyhow!(
-            "a generative sweep runs over concurrencies or request rates, not {other:?}"
-        ))),
+        other => bail!("a generative sweep runs over concurrencies or request rates, not {other:?}"),
     }
 }
 
@@ -56,7 +57,12 @@ pub(super) async fn run(
     g: &Generative,
     address: Address<'_>,
     folder_plan: &str,
+    shard: Option<Shard>,
 ) -> Result<SweepOutcome, RunError> {
+    if shard.is_some_and(|s| s.start_at_ms.is_some()) {
+        return Err(RunError::bad_input(anyhow!("--start-at does not line up a generative sweep's levels")));
+    }
+    let part = shard.map(|s| Part { index: s.index, count: s.count });
     let dir = sweep.output.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).map_err(RunError::bad_input)?;
     std::fs::write(dir.join(PLAN_FILE), folder_plan).map_err(RunError::bad_input)?;
@@ -79,27 +85,97 @@ pub(super) async fn run(
     .map_err(|e| RunError::bad_input(anyhow!(e)))?;
     config.server_metrics =
         address.metrics.map(|m| if m.contains("://") { m.to_string() } else { format!("http://{m}") });
-    let schedules = schedules(&sweep.load)?;
-    let title = format!(
-        "{} | {} {}| {}",
-        model.name,
-        g.endpoint_type,
-        if sweep.call.streaming { "streaming " } else { "" },
-        match &sweep.load {
-            Load::Concurrency { levels } => format!("concurrency {levels}"),
-            Load::RequestRate { start, end, step, .. } => format!("request rate {start}..{end}:{step}/s"),
-            _ => String::new(),
-        }
-    );
+    let schedules = schedules(&sweep.load).map_err(RunError::bad_input)?;
+    let title = title(model, sweep, g);
     let report_dir = dir.clone();
     let write = move |done: &[Level]| sweep::write_reports(&report_dir, done, &title);
     let tokenizer: Arc<dyn crate::genai::inputs::Tokenizer> = Arc::new(tokenizer);
     // The levels run on the generative client's own runtime (tuned for thousands of streams).
-    tokio::task::spawn_blocking(move || sweep::run(&config, &schedules, tokenizer, write))
+    tokio::task::spawn_blocking(move || sweep::run(&config, &schedules, tokenizer, part, write))
         .await
         .map_err(RunError::target)?
         .map_err(RunError::target)?;
     let rows = read_csv(&dir.join("report.csv"), Unit::Us).map_err(RunError::bad_input)?;
     let table = std::fs::read_to_string(dir.join("report.md")).ok();
     Ok(SweepOutcome { kind: sweep.kind, rows, dir: Some(dir), table })
+}
+
+/// The reports' title: model, endpoint, load.
+fn title(model: &Model, sweep: &Sweep, g: &Generative) -> String {
+    let load = match &sweep.load {
+        Load::Concurrency { levels } => format!("concurrency {levels}"),
+        Load::RequestRate { start, end, step, .. } => format!("request rate {start}..{end}:{step}/s"),
+        _ => String::new(),
+    };
+    let streaming = if sweep.call.streaming { "streaming " } else { "" };
+    format!("{} | {} {streaming}| {load}", model.name, g.endpoint_type)
+}
+
+/// Whether `dir` is a generative sweep's results folder (its plan says so).
+pub(super) fn is_generative(dir: &Path) -> bool {
+    Plan::load(&dir.join(PLAN_FILE)).is_ok_and(|plan| plan.sweeps.iter().any(|s| s.generative.is_some()))
+}
+
+/// `perfbench merge` of a generative sweep's shard folders: each level's records from every shard
+/// (instants in Unix time, so shards on machines whose clocks agree line up), summarized as one
+/// run's and written as one run writes them: exact percentiles, not averages of the shards'.
+pub(super) fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+    let plans = dirs.iter().map(|d| Plan::load(&d.join(PLAN_FILE))).collect::<Result<Vec<_>, _>>()?;
+    let lead = &plans[0];
+    let count = lead.shard.map_or(1, |s| s.count);
+    if dirs.len() as u64 != count {
+        bail!("the run has {count} shards: give all {count} folders (got {})", dirs.len());
+    }
+    let mut seen = vec![false; count as usize];
+    for (plan, dir) in plans.iter().zip(dirs) {
+        if plan.identity() != lead.identity() {
+            bail!("mixed plans: {} and {} ran different plans", dirs[0].display(), dir.display());
+        }
+        let index = plan.shard.map_or(0, |s| s.index) as usize;
+        if std::mem::replace(&mut seen[index], true) {
+            bail!("shard {index} given twice ({})", dir.display());
+        }
+    }
+    let sweep = lead.sweeps.iter().find(|s| s.generative.is_some()).expect("a generative plan");
+    let g = sweep.generative.as_ref().expect("checked");
+    let slos = g.goodput.as_deref().map(Slos::parse).transpose().map_err(|e| anyhow!(e))?;
+    let clock = RunInfo::now(serde_json::Value::Null);
+    let mut levels = Vec::new();
+    for schedule in schedules(&sweep.load)? {
+        let folder = Level::folder(schedule);
+        let (mut records, mut client, mut missing) = (Vec::new(), ClientLoad::default(), Vec::new());
+        for (plan, dir) in plans.iter().zip(dirs) {
+            if !dir.join(&folder).join(RECORDS_FILE).exists() {
+                missing.push(plan.shard.map_or(0, |s| s.index));
+                continue;
+            }
+            let (theirs, load) = read_records(&dir.join(&folder), &clock)?;
+            records.extend(theirs);
+            client = ClientLoad {
+                cpu_fraction: client.cpu_fraction.max(load.cpu_fraction),
+                send_lag_p99_us: client.send_lag_p99_us.max(load.send_lag_p99_us),
+                handling_lag_p99_us: client.handling_lag_p99_us.max(load.handling_lag_p99_us),
+                wake_lag_p99_us: client.wake_lag_p99_us.max(load.wake_lag_p99_us),
+            };
+        }
+        if !missing.is_empty() {
+            eprintln!("merge: {folder} left out: shard(s) {missing:?} did not measure it");
+            continue;
+        }
+        let dir = out.join(&folder);
+        std::fs::create_dir_all(&dir)?;
+        let summary = summarize(&records, slos.as_ref(), sweep.call.streaming);
+        let config = LlmConfig::of(g, &lead.model.name, None, sweep.call.streaming, schedule, Vec::new(), dir.clone())
+            .map_err(|e| anyhow!(e))?;
+        export::write_all(&dir, &summary, &records, &RunInfo::now(config.input_config(&g.tokenizer)))?;
+        let outcome =
+            Outcome { records, summary, server_counters: Vec::new(), client_cpu_fraction: client.cpu_fraction, client };
+        levels.push(Level { schedule, outcome });
+    }
+    if levels.is_empty() {
+        bail!("no level was measured by every shard");
+    }
+    let whole = Plan { shard: None, ..lead.clone() };
+    std::fs::write(out.join(PLAN_FILE), whole.to_toml())?;
+    sweep::write_reports(out, &levels, &title(&lead.model, sweep, g))
 }

@@ -39,7 +39,7 @@ struct ShardDir {
 /// `online/` under it) merges sub-folder by sub-folder.
 pub fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     let first = dirs.first().ok_or_else(|| anyhow!("give the shards' results folders"))?;
-    if !first.join(SIDECAR).exists() {
+    if !first.join(SIDECAR).exists() && !super::generative::is_generative(first) {
         let subs = sweep_folders(first)?;
         if subs.is_empty() {
             bail!("{} is not a shard folder: it has no {SIDECAR}", first.display());
@@ -58,7 +58,7 @@ fn sweep_folders(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut subs = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let entry = entry?;
-        if entry.path().join(SIDECAR).exists() {
+        if entry.path().join(SIDECAR).exists() || super::generative::is_generative(&entry.path()) {
             subs.push(PathBuf::from(entry.file_name()));
         }
     }
@@ -129,6 +129,9 @@ fn describe(batch: u64, load: LoadPoint) -> String {
 
 /// Merges one sweep's shard folders into `out`.
 fn merge_sweep(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+    if super::generative::is_generative(&dirs[0]) {
+        return super::generative::merge(dirs, out);
+    }
     let shards = read_shards(dirs)?;
     let lead = &shards[0];
     let plan = Plan::load(&lead.dir.join(PLAN_FILE))?;

@@ -279,7 +279,10 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
         let folder = FolderStart { plan: folder_plan.clone(), kept, shard };
         let sweep_run = async {
             match &sweep.generative {
-                Some(g) => generative::run(&plan.model, sweep, g, endpoint.address(sweep)?, &folder_plan).await,
+                Some(g) => {
+                    let address = endpoint.address(sweep)?;
+                    generative::run(&plan.model, sweep, g, address, &folder_plan, plan.shard).await
+                }
                 None => run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await,
             }
         };

@@ -544,3 +544,67 @@ fn a_resumed_shard_keeps_its_finished_points_and_measures_the_rest() {
     assert!(!stderr(&out).contains("has no point"), "{}", stderr(&out));
     assert_eq!(row_count(&merged.join("report.csv")), 3);
 }
+
+/// The llm twin's generation count, from the statistics extension.
+fn llm_successes(http: &str) -> u64 {
+    let mut socket = std::net::TcpStream::connect(http).expect("connects");
+    write!(socket, "GET /v2/models/llm/stats HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    socket.read_to_string(&mut reply).unwrap();
+    let body = reply.split_once("\r\n\r\n").expect("a body").1;
+    let stats: serde_json::Value = serde_json::from_str(body).expect(body);
+    stats["model_stats"][0]["inference_stats"]["success"]["count"].as_u64().expect(body)
+}
+
+#[test]
+fn a_generative_sweep_splits_each_level_and_merges_every_request() {
+    let server = ServeProcess::start(&["--models", "llm"]);
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "online",
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "-u",
+        &server.http,
+        "--concurrency",
+        "2,5",
+        "--request-count",
+        "9",
+        "--isl",
+        "16",
+        "--osl",
+        "6",
+    ];
+    let [s0, s1] = run_two_shards(&args, dir.path());
+    // Shard 0 holds 3 of 5 sessions and 5 of 9 requests; shard 1 the rest.
+    let requests = |dir: &Path| -> Vec<String> {
+        let csv = std::fs::read_to_string(dir.join("report.csv")).unwrap();
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let at = header.iter().position(|h| *h == "Requests").unwrap();
+        csv.lines().skip(1).map(|l| l.split(',').nth(at).unwrap().to_string()).collect()
+    };
+    assert_eq!(requests(&s0), ["5", "5"]);
+    assert_eq!(requests(&s1), ["4", "4"]);
+    assert_eq!(llm_successes(&server.http), 18, "the server served what the shards sent");
+
+    let merged = dir.path().join("merged");
+    let out = merge(&[&s1, &s0], &merged);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(requests(&merged), ["9", "9"], "every request of both shards, per level");
+    for level in ["concurrency2", "concurrency5"] {
+        let lines = std::fs::read_to_string(merged.join(level).join("profile_export.jsonl")).unwrap();
+        assert_eq!(lines.lines().count(), 9, "{level}: AIPerf's per-request file holds all of them");
+    }
+    let rows = std::fs::read_to_string(merged.join("report.csv")).unwrap();
+    assert!(rows.lines().nth(2).unwrap().starts_with("5,"), "levels named by the whole load: {rows}");
+    let plan = std::fs::read_to_string(merged.join("plan.toml")).unwrap();
+    assert!(!plan.contains("[shard]"), "the merged folder is the whole run's: {plan}");
+
+    // A shard given twice, or one missing, is refused with one line.
+    let twice = merge(&[&s0, &s0], &dir.path().join("twice"));
+    assert_eq!(twice.status.code(), Some(2));
+    assert!(stderr(&twice).contains("shard 0 given twice"), "{}", stderr(&twice));
+    let alone = merge(&[&s0], &dir.path().join("alone"));
+    assert!(stderr(&alone).contains("give all 2 folders"), "{}", stderr(&alone));
+}
