@@ -20,6 +20,7 @@ use super::runner::Schedule;
 use super::{profile, LlmConfig, Outcome};
 use crate::report::html::{render_page, HtmlTable, Page, REPORT_HTML};
 use crate::results::csv::{REQUEST_RATE_COLUMN, TOKEN_COLUMNS};
+use crate::results::TokenFigures;
 
 /// The request columns before the token columns, after the load column.
 const REQUEST_COLUMNS: [&str; 8] = [
@@ -136,40 +137,57 @@ pub fn run(
     Ok(done)
 }
 
-/// The level's numbers in report.csv's column order after the load column (latencies in µs);
-/// NaN where the run did not measure it.
-fn figures(level: &Level) -> Vec<f64> {
-    let summary: &Summary = &level.outcome.summary;
-    let single = |tag| match summary.get(tag) {
-        Some(MetricValue::Single(v)) => *v,
-        _ => f64::NAN,
-    };
-    let stat = |tag, pick: fn(&Stats) -> f64, scale: f64| match summary.get(tag) {
-        Some(MetricValue::Distribution(s)) => pick(s) * scale,
-        _ => f64::NAN,
-    };
-    const US: f64 = 1000.0;
-    let count = |tag| if single(tag).is_nan() { 0.0 } else { single(tag) };
-    vec![
-        single("request_throughput"),
-        stat("request_latency", |s| s.p50, US),
-        stat("request_latency", |s| s.p90, US),
-        stat("request_latency", |s| s.p95, US),
-        stat("request_latency", |s| s.p99, US),
-        stat("request_latency", |s| s.avg, US),
-        count("request_count"),
-        count("error_request_count"),
-        stat("time_to_first_token", |s| s.avg, US),
-        stat("time_to_first_token", |s| s.p50, US),
-        stat("time_to_first_token", |s| s.p99, US),
-        stat("inter_token_latency", |s| s.avg, US),
-        stat("inter_token_latency", |s| s.p50, US),
-        stat("inter_token_latency", |s| s.p99, US),
-        single("output_token_throughput"),
-        stat("output_token_throughput_per_user", |s| s.p50, 1.0),
-        level.outcome.client.cpu_fraction * 100.0,
-        level.outcome.client.send_lag_p99_us,
-    ]
+/// A level's numbers as report.csv holds them (latencies in µs; NaN where not measured).
+struct Figures {
+    requests_per_s: f64,
+    /// Request latency p50, p90, p95, p99 and avg, [`REQUEST_COLUMNS`]' order.
+    latency_us: [f64; 5],
+    requests: f64,
+    failed: f64,
+    tokens: TokenFigures,
+    cpu_pct: f64,
+    send_lag_p99_us: f64,
+}
+
+impl Figures {
+    fn of(level: &Level) -> Figures {
+        let summary: &Summary = &level.outcome.summary;
+        let single = |tag| match summary.get(tag) {
+            Some(MetricValue::Single(v)) => *v,
+            _ => f64::NAN,
+        };
+        let stat = |tag, pick: fn(&Stats) -> f64| match summary.get(tag) {
+            Some(MetricValue::Distribution(s)) => pick(s),
+            _ => f64::NAN,
+        };
+        let us = |tag, pick: fn(&Stats) -> f64| stat(tag, pick) * 1000.0;
+        let count = |tag| if single(tag).is_nan() { 0.0 } else { single(tag) };
+        let latency = "request_latency";
+        Figures {
+            requests_per_s: single("request_throughput"),
+            latency_us: [
+                us(latency, |s| s.p50),
+                us(latency, |s| s.p90),
+                us(latency, |s| s.p95),
+                us(latency, |s| s.p99),
+                us(latency, |s| s.avg),
+            ],
+            requests: count("request_count"),
+            failed: count("error_request_count"),
+            tokens: TokenFigures {
+                ttft_avg_us: us("time_to_first_token", |s| s.avg),
+                ttft_p50_us: us("time_to_first_token", |s| s.p50),
+                ttft_p99_us: us("time_to_first_token", |s| s.p99),
+                itl_avg_us: us("inter_token_latency", |s| s.avg),
+                itl_p50_us: us("inter_token_latency", |s| s.p50),
+                itl_p99_us: us("inter_token_latency", |s| s.p99),
+                output_tokens_per_s: single("output_token_throughput"),
+                output_tokens_per_s_per_user_p50: stat("output_token_throughput_per_user", |s| s.p50),
+            },
+            cpu_pct: level.outcome.client.cpu_fraction * 100.0,
+            send_lag_p99_us: level.outcome.client.send_lag_p99_us,
+        }
+    }
 }
 
 /// A number for a table cell: empty when not measured.
@@ -203,10 +221,12 @@ fn csv(levels: &[Level]) -> String {
     let mut out = headers.join(",");
     out.push('\n');
     for level in levels {
-        let mut cells = vec![level.load()];
-        let values = figures(level);
-        // Counts are whole; the rest keeps three decimals (ns in µs columns).
-        cells.extend(values.iter().enumerate().map(|(i, v)| cell(*v, if i == 6 || i == 7 { 0 } else { 3 })));
+        let f = Figures::of(level);
+        let mut cells = vec![level.load(), cell(f.requests_per_s, 3)];
+        cells.extend(f.latency_us.iter().map(|v| cell(*v, 3)));
+        cells.extend([cell(f.requests, 0), cell(f.failed, 0)]);
+        cells.extend(f.tokens.values().iter().map(|v| cell(*v, 3)));
+        cells.extend([cell(f.cpu_pct, 3), cell(f.send_lag_p99_us, 3)]);
         cells.push(limited(level).into());
         out.push_str(&cells.join(","));
         out.push('\n');
@@ -231,20 +251,20 @@ const TABLE_HEADERS: [&str; 12] = [
 ];
 
 fn table_row(level: &Level) -> Vec<String> {
-    let v = figures(level);
-    let ms = |x: f64| cell(x / 1000.0, 3);
+    let f = Figures::of(level);
+    let ms = |us: f64| cell(us / 1000.0, 3);
     vec![
         level.label(),
-        cell(v[6], 0),
-        cell(v[7], 0),
-        ms(v[9]),
-        ms(v[10]),
-        ms(v[12]),
-        ms(v[13]),
-        ms(v[1]),
-        cell(v[14], 2),
-        cell(v[15], 2),
-        cell(v[0], 2),
+        cell(f.requests, 0),
+        cell(f.failed, 0),
+        ms(f.tokens.ttft_p50_us),
+        ms(f.tokens.ttft_p99_us),
+        ms(f.tokens.itl_p50_us),
+        ms(f.tokens.itl_p99_us),
+        ms(f.latency_us[0]),
+        cell(f.tokens.output_tokens_per_s, 2),
+        cell(f.tokens.output_tokens_per_s_per_user_p50, 2),
+        cell(f.requests_per_s, 2),
         limited(level).into(),
     ]
 }

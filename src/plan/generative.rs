@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::PlanError;
 
+/// `validate::invalid`, here too: validate reads this module's types, so this one cannot read it.
 fn invalid(message: impl Into<String>) -> PlanError {
     PlanError::Invalid(message.into())
 }

@@ -21,8 +21,13 @@ fn serve_on(http_port: &str) -> ServeProcess {
 
 /// The delay model's successful request count, from the statistics extension.
 fn server_successes(http: &str) -> u64 {
+    model_successes(http, "delay")
+}
+
+/// A model's successful request count, from the statistics extension.
+fn model_successes(http: &str, model: &str) -> u64 {
     let mut socket = std::net::TcpStream::connect(http).expect("connects");
-    write!(socket, "GET /v2/models/delay/stats HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(socket, "GET /v2/models/{model}/stats HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n").unwrap();
     let mut reply = String::new();
     socket.read_to_string(&mut reply).unwrap();
     let body = reply.split_once("\r\n\r\n").expect("a body").1;
@@ -545,17 +550,6 @@ fn a_resumed_shard_keeps_its_finished_points_and_measures_the_rest() {
     assert_eq!(row_count(&merged.join("report.csv")), 3);
 }
 
-/// The llm twin's generation count, from the statistics extension.
-fn llm_successes(http: &str) -> u64 {
-    let mut socket = std::net::TcpStream::connect(http).expect("connects");
-    write!(socket, "GET /v2/models/llm/stats HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    socket.read_to_string(&mut reply).unwrap();
-    let body = reply.split_once("\r\n\r\n").expect("a body").1;
-    let stats: serde_json::Value = serde_json::from_str(body).expect(body);
-    stats["model_stats"][0]["inference_stats"]["success"]["count"].as_u64().expect(body)
-}
-
 #[test]
 fn a_generative_sweep_splits_each_level_and_merges_every_request() {
     let server = ServeProcess::start(&["--models", "llm"]);
@@ -586,7 +580,7 @@ fn a_generative_sweep_splits_each_level_and_merges_every_request() {
     };
     assert_eq!(requests(&s0), ["5", "5"]);
     assert_eq!(requests(&s1), ["4", "4"]);
-    assert_eq!(llm_successes(&server.http), 18, "the server served what the shards sent");
+    assert_eq!(model_successes(&server.http, "llm"), 18, "the server served what the shards sent");
 
     let merged = dir.path().join("merged");
     let out = merge(&[&s1, &s0], &merged);
