@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::common::{target, CommonArgs};
+use crate::plan::generative::GenerativeSettings;
 use crate::plan::scenario::Scenario;
 use crate::plan::search::{SearchPlan, SearchSettings};
 use crate::plan::settings::{default_out, LoadSettings, OutputSettings, Settings};
@@ -26,6 +27,9 @@ pub struct SearchArgs {
     pub profile: Option<String>,
     #[command(flatten)]
     pub search: SearchSettings,
+    /// `--endpoint-type` and its flags: each point is a generative profile.
+    #[command(flatten)]
+    pub generative: GenerativeSettings,
     /// Client batch size of each request.
     #[arg(short = 'b', long = "batch-size")]
     pub batch: Option<u64>,
@@ -40,7 +44,7 @@ impl SearchArgs {
     /// The measuring flags given, as online settings to lay over a scenario's `[online]`.
     fn online_settings(&self) -> Settings {
         let load = LoadSettings { batch: self.batch, ..LoadSettings::default() };
-        self.flags.settings(&load, &OutputSettings::default())
+        Settings { generative: self.generative.clone(), ..self.flags.settings(&load, &OutputSettings::default()) }
     }
 
     pub fn plan(&self) -> Result<SearchPlan, PlanError> {

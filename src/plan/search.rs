@@ -11,20 +11,41 @@ use std::path::Path;
 
 use super::layers::overlay;
 use super::{Model, Sweep, Target};
-use crate::results::ReportRow;
+use crate::results::{ReportRow, TokenFigures};
 
-/// The latency statistic a budget limits.
+/// The latency statistic a budget limits: of the request latency, or (a generative sweep) of
+/// the time to first token or the inter-token latency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Statistic {
     P50,
     P90,
     P95,
     P99,
     Avg,
+    TtftP50,
+    TtftP99,
+    TtftAvg,
+    ItlP50,
+    ItlP99,
+    ItlAvg,
 }
 
 impl Statistic {
+    pub const ALL: [Statistic; 11] = [
+        Statistic::P50,
+        Statistic::P90,
+        Statistic::P95,
+        Statistic::P99,
+        Statistic::Avg,
+        Statistic::TtftP50,
+        Statistic::TtftP99,
+        Statistic::TtftAvg,
+        Statistic::ItlP50,
+        Statistic::ItlP99,
+        Statistic::ItlAvg,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Statistic::P50 => "p50",
@@ -32,17 +53,35 @@ impl Statistic {
             Statistic::P95 => "p95",
             Statistic::P99 => "p99",
             Statistic::Avg => "avg",
+            Statistic::TtftP50 => "ttft_p50",
+            Statistic::TtftP99 => "ttft_p99",
+            Statistic::TtftAvg => "ttft_avg",
+            Statistic::ItlP50 => "itl_p50",
+            Statistic::ItlP99 => "itl_p99",
+            Statistic::ItlAvg => "itl_avg",
         }
     }
 
-    /// This statistic of a measured row, µs.
+    /// Whether only a generative sweep measures it.
+    pub fn of_tokens(self) -> bool {
+        !matches!(self, Statistic::P50 | Statistic::P90 | Statistic::P95 | Statistic::P99 | Statistic::Avg)
+    }
+
+    /// This statistic of a measured row, µs (NaN where the row has no token figures).
     pub fn of(self, row: &ReportRow) -> f64 {
+        let token = |pick: fn(&TokenFigures) -> f64| row.tokens.as_ref().map_or(f64::NAN, pick);
         match self {
             Statistic::P50 => row.p50_us,
             Statistic::P90 => row.p90_us,
             Statistic::P95 => row.p95_us,
             Statistic::P99 => row.p99_us,
             Statistic::Avg => row.avg_us,
+            Statistic::TtftP50 => token(|t| t.ttft_p50_us),
+            Statistic::TtftP99 => token(|t| t.ttft_p99_us),
+            Statistic::TtftAvg => token(|t| t.ttft_avg_us),
+            Statistic::ItlP50 => token(|t| t.itl_p50_us),
+            Statistic::ItlP99 => token(|t| t.itl_p99_us),
+            Statistic::ItlAvg => token(|t| t.itl_avg_us),
         }
     }
 }
@@ -66,17 +105,14 @@ impl FromStr for Budget {
     type Err = String;
     fn from_str(text: &str) -> Result<Budget, String> {
         let bad = || {
-            format!("bad --latency-budget '{text}': expected STAT=TIME, e.g. p99=20ms (STAT p50, p90, p95, p99 or avg; TIME in us, ms or s)")
+            format!(
+                "bad --latency-budget '{text}': expected STAT=TIME, e.g. p99=20ms (STAT p50, p90, p95, p99 or avg of \
+                 the request latency, or ttft_p50, ttft_p99, ttft_avg, itl_p50, itl_p99, itl_avg; TIME in us, ms or s)"
+            )
         };
         let (stat, time) = text.split_once('=').ok_or_else(bad)?;
-        let statistic = match stat.trim().to_ascii_lowercase().as_str() {
-            "p50" => Statistic::P50,
-            "p90" => Statistic::P90,
-            "p95" => Statistic::P95,
-            "p99" => Statistic::P99,
-            "avg" => Statistic::Avg,
-            _ => return Err(bad()),
-        };
+        let stat = stat.trim().to_ascii_lowercase();
+        let statistic = *Statistic::ALL.iter().find(|s| s.name() == stat).ok_or_else(bad)?;
         let time = time.trim();
         let (number, scale) = if let Some(n) = time.strip_suffix("us") {
             (n, 1.0)
@@ -123,11 +159,24 @@ impl TryFrom<String> for Budget {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Objective {
-    /// The most inferences per second.
+    /// The most inferences (a generative sweep: requests) per second.
     #[default]
     Throughput,
     /// The lowest budgeted latency.
     Latency,
+    /// The most output tokens per second (a generative sweep; its default).
+    Tokens,
+}
+
+impl Objective {
+    /// A row's score: higher is better; NaN where the row lacks the figure.
+    pub fn score(self, row: &ReportRow, budget: &Budget) -> f64 {
+        match self {
+            Objective::Throughput => row.throughput,
+            Objective::Latency => -budget.statistic.of(row),
+            Objective::Tokens => row.tokens.as_ref().map_or(f64::NAN, |t| t.output_tokens_per_s),
+        }
+    }
 }
 
 impl FromStr for Objective {
@@ -136,7 +185,8 @@ impl FromStr for Objective {
         match text {
             "throughput" => Ok(Objective::Throughput),
             "latency" => Ok(Objective::Latency),
-            _ => Err(format!("bad --objective '{text}': throughput or latency")),
+            "tokens" => Ok(Objective::Tokens),
+            _ => Err(format!("bad --objective '{text}': throughput, latency or tokens (output tokens/s)")),
         }
     }
 }
@@ -192,6 +242,8 @@ pub struct Candidate {
     pub instances: u32,
     pub max_batch_size: u32,
     pub batching: Batching,
+    /// The searched model `parameters` (name, value), in the space's order.
+    pub parameters: Vec<(String, String)>,
 }
 
 impl Candidate {
@@ -205,28 +257,77 @@ impl fmt::Display for Candidate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "instances={} max_batch_size={}", self.instances, self.max_batch_size)?;
         match &self.batching {
-            Batching::Off => write!(f, " dynamic_batching=off"),
+            Batching::Off => write!(f, " dynamic_batching=off")?,
             Batching::Dynamic { queue_delay_us, preferred } if preferred.is_empty() => {
-                write!(f, " dynamic_batching=on delay={queue_delay_us}us")
+                write!(f, " dynamic_batching=on delay={queue_delay_us}us")?
             }
             Batching::Dynamic { queue_delay_us, preferred } => {
                 let sizes: Vec<String> = preferred.iter().map(u32::to_string).collect();
-                write!(f, " dynamic_batching=on delay={queue_delay_us}us preferred={}", sizes.join(";"))
+                write!(f, " dynamic_batching=on delay={queue_delay_us}us preferred={}", sizes.join(";"))?
             }
         }
+        for (name, value) in &self.parameters {
+            write!(f, " {name}={value}")?;
+        }
+        Ok(())
     }
 }
 
-/// The space: each dimension's values in climbing order (smallest first).
+/// The space: each dimension's values in climbing order (smallest first). An empty scheduler
+/// dimension (`instances`, `max_batch_sizes`, `batching`) keeps the model's own value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Space {
     pub instances: Vec<u32>,
     pub max_batch_sizes: Vec<u32>,
     pub batching: Vec<Batching>,
+    /// Model `parameters` searched, each with its values in climbing order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<Parameter>,
     /// Client concurrencies tried on each configuration, in order; a ramp stops once the
     /// budget breaks.
     pub concurrency: Vec<u64>,
+}
+
+/// A model config parameter the search varies (`--parameter max_num_seqs=8..256`): values as
+/// the config's `string_value` holds them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parameter {
+    pub name: String,
+    pub values: Vec<String>,
+}
+
+impl FromStr for Parameter {
+    type Err = String;
+    /// `NAME=VALUES`: numbers as `--instances` takes them (a list or a doubling range), or
+    /// words separated by commas, tried in the order given.
+    fn from_str(text: &str) -> Result<Parameter, String> {
+        let bad =
+            |why: &str| format!("bad --parameter '{text}': {why} (expected NAME=VALUES, e.g. max_num_seqs=8..256)");
+        let (name, list) = text.split_once('=').ok_or_else(|| bad("no '='"))?;
+        let name = name.trim();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(bad("no parameter name"));
+        }
+        let values = match values("--parameter", list, 0) {
+            Ok(numbers) => numbers.iter().map(u64::to_string).collect(),
+            Err(_) if list.contains("..") => return Err(bad("a range takes whole numbers")),
+            Err(_) => {
+                let mut words: Vec<String> = Vec::new();
+                for word in list.split(',').map(str::trim) {
+                    if word.is_empty() {
+                        return Err(bad("an empty value"));
+                    }
+                    if !words.iter().any(|w| w == word) {
+                        words.push(word.to_string());
+                    }
+                }
+                words
+            }
+        };
+        Ok(Parameter { name: name.to_string(), values })
+    }
 }
 
 /// The defaults: up to 4 instances, batches up to 128, the dynamic batcher without delay,
@@ -234,6 +335,9 @@ pub struct Space {
 pub const DEFAULT_INSTANCES: &str = "1,2,4";
 pub const DEFAULT_MAX_BATCH_SIZES: &str = "1,8,32,128";
 pub const DEFAULT_CONCURRENCY: &str = "1..256";
+/// A generative search's default: the continuous batcher's most running sequences (vLLM's
+/// name, the `llm` twin's parameter); the scheduler dimensions keep the model's own.
+pub const DEFAULT_GENERATIVE_PARAMETER: &str = "max_num_seqs=8..256";
 
 /// A search as a user gives it, every key optional: the `perfbench search` flags, or a
 /// scenario's `[search]` table (its keys are these names). Declared once for both: clap reads the
@@ -244,10 +348,10 @@ pub const DEFAULT_CONCURRENCY: &str = "1..256";
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSettings {
-    /// The latency a configuration must keep: STAT=TIME, STAT p50, p90, p95, p99 or avg (e.g. p99=20ms).
+    /// The latency a configuration must keep: STAT=TIME, STAT p50, p90, p95, p99 or avg (e.g. p99=20ms); a generative sweep also ttft_p50, ttft_p99, ttft_avg, itl_p50, itl_p99, itl_avg.
     #[arg(long = "latency-budget")]
     pub latency_budget: Option<String>,
-    /// What ranks the configurations that meet the budget: throughput (default) or latency.
+    /// What ranks the configurations that meet the budget: throughput (default), latency, or tokens (output tokens/s; a generative sweep's default).
     #[arg(long = "objective")]
     pub objective: Option<String>,
     /// quick (default: climb one dimension at a time while it pays) or brute (the whole grid).
@@ -278,6 +382,9 @@ pub struct SearchSettings {
     #[arg(long = "preferred-batch-sizes")]
     #[serde(default, deserialize_with = "values_text::list")]
     pub preferred_batch_sizes: Option<Vec<String>>,
+    /// A model config parameter and its values, NAME=VALUES, e.g. max_num_seqs=8..256 (repeatable).
+    #[arg(long = "parameter")]
+    pub parameter: Option<Vec<String>>,
     /// Client concurrencies tried on each configuration, in order; a ramp stops once the budget breaks.
     #[arg(long = "concurrency")]
     #[serde(default, deserialize_with = "values_text::option")]
@@ -413,6 +520,12 @@ mod tests {
         assert_eq!(b, Budget { statistic: Statistic::P99, limit_us: 20_000.0 });
         assert_eq!("avg=500us".parse::<Budget>().unwrap().limit_us, 500.0);
         assert_eq!("P95=0.5s".parse::<Budget>().unwrap().limit_us, 500_000.0);
+        let ttft: Budget = "ttft_p99=250ms".parse().unwrap();
+        assert_eq!(ttft, Budget { statistic: Statistic::TtftP99, limit_us: 250_000.0 });
+        assert_eq!(ttft.to_string().parse::<Budget>().unwrap(), ttft, "reads back");
+        for s in Statistic::ALL {
+            assert_eq!(format!("{}=1ms", s.name()).parse::<Budget>().unwrap().statistic, s);
+        }
         for bad in ["p99", "p98=1ms", "p99=1", "p99=-1ms", "p99=xms"] {
             let e = bad.parse::<Budget>().unwrap_err().to_string();
             assert!(e.contains("--latency-budget"), "{bad}: {e}");

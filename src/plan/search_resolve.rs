@@ -6,33 +6,55 @@
 
 use std::path::PathBuf;
 
-use super::search::{values, Batching, Budget, Mode, Objective, Search, SearchPlan, SearchSettings, Space};
-use super::search::{DEFAULT_CONCURRENCY, DEFAULT_INSTANCES, DEFAULT_MAX_BATCH_SIZES, IMPROVEMENT_PCT};
+use super::search::{values, Batching, Budget, Mode, Objective, Parameter, Search, SearchPlan, SearchSettings, Space};
+use super::search::{
+    DEFAULT_CONCURRENCY, DEFAULT_GENERATIVE_PARAMETER, DEFAULT_INSTANCES, DEFAULT_MAX_BATCH_SIZES, IMPROVEMENT_PCT,
+};
 use super::settings::{resolve, LoadSettings, Settings};
 use super::validate::{self, unparsed};
 use super::{Levels, Model, PlanError, SweepKind, Target};
 
 impl SearchSettings {
-    /// These settings with the defaults filled in, checked.
+    /// These settings with a tensor search's defaults filled in, checked.
     pub fn resolve(&self) -> Result<Search, PlanError> {
+        self.resolve_for(false)
+    }
+
+    /// These settings with the defaults filled in, checked. A `generative` search keeps the
+    /// model's own scheduler where no flag varies it, searches the continuous batcher's
+    /// [`DEFAULT_GENERATIVE_PARAMETER`] where no `--parameter` is given, and ranks by output
+    /// tokens per second unless told otherwise.
+    pub fn resolve_for(&self, generative: bool) -> Result<Search, PlanError> {
         let budget: Budget = validate::budget_given(self.latency_budget.as_deref())?.parse().map_err(unparsed)?;
+        let default_objective = if generative { Objective::Tokens } else { Objective::default() };
         let search = Search {
             budget,
-            objective: self.objective.as_deref().map_or(Ok(Objective::default()), str::parse).map_err(unparsed)?,
+            objective: self.objective.as_deref().map_or(Ok(default_objective), str::parse).map_err(unparsed)?,
             mode: self.mode.as_deref().map_or(Ok(Mode::default()), str::parse).map_err(unparsed)?,
             max_configs: self.max_configs,
             max_minutes: self.max_minutes,
             improvement_pct: IMPROVEMENT_PCT,
-            space: self.space().map_err(unparsed)?,
+            space: self.space(generative).map_err(unparsed)?,
         };
         search.validate()?;
         Ok(search)
     }
 
-    fn space(&self) -> Result<Space, String> {
-        let instances = values("--instances", self.instances.as_deref().unwrap_or(DEFAULT_INSTANCES), 1)?;
-        let max_batch_sizes =
-            values("--max-batch-size", self.max_batch_size.as_deref().unwrap_or(DEFAULT_MAX_BATCH_SIZES), 0)?;
+    fn space(&self, generative: bool) -> Result<Space, String> {
+        // A dimension without a flag: the tensor default, or (generative) the model's own.
+        let given = |flag: &str, text: Option<&str>, default: &str, min: u64| match (text, generative) {
+            (None, true) => Ok(Vec::new()),
+            (text, _) => values(flag, text.unwrap_or(default), min),
+        };
+        let instances = given("--instances", self.instances.as_deref(), DEFAULT_INSTANCES, 1)?;
+        let max_batch_sizes = given("--max-batch-size", self.max_batch_size.as_deref(), DEFAULT_MAX_BATCH_SIZES, 0)?;
+        let parameters = match &self.parameter {
+            Some(given) => given.iter().map(|p| p.parse()).collect::<Result<Vec<Parameter>, _>>()?,
+            None if generative => vec![DEFAULT_GENERATIVE_PARAMETER.parse()?],
+            None => Vec::new(),
+        };
+        let scheduling_given =
+            self.dynamic_batching.is_some() || self.queue_delay_us.is_some() || self.preferred_batch_sizes.is_some();
         let delays = values("--queue-delay-us", self.queue_delay_us.as_deref().unwrap_or("0"), 0)?;
         let preferred: Vec<Vec<u32>> = match &self.preferred_batch_sizes {
             None => vec![Vec::new()],
@@ -67,11 +89,15 @@ impl SearchSettings {
         if off {
             batching.push(Batching::Off);
         }
+        if generative && !scheduling_given {
+            batching.clear();
+        }
         let concurrency = values("--concurrency", self.concurrency.as_deref().unwrap_or(DEFAULT_CONCURRENCY), 1)?;
         Ok(Space {
             instances: instances.into_iter().map(|v| v as u32).collect(),
             max_batch_sizes: max_batch_sizes.into_iter().map(|v| v as u32).collect(),
             batching,
+            parameters,
             concurrency,
         })
     }
@@ -89,7 +115,7 @@ impl SearchPlan {
         online: &Settings,
         out: PathBuf,
     ) -> Result<SearchPlan, PlanError> {
-        let search = search.resolve()?;
+        let search = search.resolve_for(online.generative.endpoint_type.is_some())?;
         validate::check_search_batch(online.load.batch_sizes.as_ref())?;
         let mut settings = online.clone();
         settings.load = LoadSettings {
@@ -103,9 +129,6 @@ impl SearchPlan {
         };
         settings.output.out = Some(out);
         let sweep = resolve(SweepKind::Online, &settings, &target)?;
-        if sweep.generative.is_some() {
-            return Err(PlanError::NotSupported("a search over a generative sweep (--endpoint-type)".into()));
-        }
         let plan = SearchPlan { target, model, search, sweep };
         plan.validate()?;
         Ok(plan)
@@ -117,7 +140,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::plan::search::Statistic;
+    use crate::plan::search::{Objective, Statistic};
     use crate::plan::{FileKind, Load};
 
     fn resolved(search: &SearchSettings, online: &Settings) -> Result<SearchPlan, PlanError> {
@@ -217,6 +240,63 @@ mod tests {
     }
 
     #[test]
+    fn a_generative_search_keeps_the_models_scheduler_varies_its_batcher_and_ranks_by_tokens() {
+        let mut online = Settings::default();
+        online.generative.endpoint_type = Some(crate::plan::generative::EndpointType::Chat);
+        let search = SearchSettings { latency_budget: Some("ttft_p99=300ms".into()), ..SearchSettings::default() };
+        let plan = resolved(&search, &online).unwrap();
+        let space = &plan.search.space;
+        assert!(space.instances.is_empty() && space.max_batch_sizes.is_empty() && space.batching.is_empty());
+        assert_eq!(space.parameters[0].name, "max_num_seqs");
+        assert_eq!(space.parameters[0].values, ["8", "16", "32", "64", "128", "256"]);
+        assert_eq!(plan.search.objective, Objective::Tokens);
+        assert_eq!(plan.search.budget, Budget { statistic: Statistic::TtftP99, limit_us: 300_000.0 });
+        assert!(plan.sweep.generative.is_some());
+        // The plan file reads back as the same plan, parameters and all.
+        assert_eq!(SearchPlan::from_toml(&plan.to_toml()).unwrap(), plan);
+        // Flags that vary the scheduler or name parameters are taken as given.
+        let given = SearchSettings {
+            instances: Some("1,2".into()),
+            parameter: Some(vec!["max_num_batched_tokens=512,2048".into(), "kv=fp8,auto".into()]),
+            objective: Some("throughput".into()),
+            ..search.clone()
+        };
+        let plan = resolved(&given, &online).unwrap();
+        assert_eq!(plan.search.space.instances, [1, 2]);
+        let values: Vec<_> = plan.search.space.parameters.iter().map(|p| p.values.clone()).collect();
+        assert_eq!(values, [vec!["512", "2048"], vec!["fp8", "auto"]]);
+        assert_eq!(plan.search.objective, Objective::Throughput);
+        // A tensor search keeps its defaults and refuses what only tokens measure.
+        let tensor = resolved(
+            &SearchSettings { latency_budget: Some("p99=1ms".into()), ..search.clone() },
+            &Settings::default(),
+        );
+        assert_eq!(tensor.unwrap().search.space.instances, [1, 2, 4]);
+        for bad in [
+            SearchSettings { latency_budget: Some("itl_p99=10ms".into()), ..SearchSettings::default() },
+            SearchSettings {
+                latency_budget: Some("p99=10ms".into()),
+                objective: Some("tokens".into()),
+                ..SearchSettings::default()
+            },
+        ] {
+            let err = resolved(&bad, &Settings::default()).unwrap_err().to_string();
+            assert!(err.contains("needs a generative sweep"), "{err}");
+        }
+        for (bad, needle) in [
+            ("max_num_seqs", "no '='"),
+            ("=1,2", "no parameter name"),
+            ("x=1..y", "whole numbers"),
+            ("x=a,,b", "empty value"),
+        ] {
+            let err = bad.parse::<crate::plan::search::Parameter>().unwrap_err();
+            assert!(err.contains(needle) && err.contains("--parameter"), "{bad}: {err}");
+        }
+        let twice = SearchSettings { parameter: Some(vec!["a=1".into(), "a=2".into()]), ..search };
+        assert!(resolved(&twice, &online).unwrap_err().to_string().contains("each parameter once"));
+    }
+
+    #[test]
     fn the_space_crosses_switches_delays_and_preferred_sets() {
         let s = SearchSettings {
             dynamic_batching: Some("off,on".into()),
@@ -224,7 +304,7 @@ mod tests {
             preferred_batch_sizes: Some(vec!["none".into(), "4,8".into()]),
             ..SearchSettings::default()
         }
-        .space()
+        .space(false)
         .unwrap();
         assert_eq!(s.batching.len(), 5);
         assert_eq!(s.batching[4], Batching::Off);

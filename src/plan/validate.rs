@@ -6,7 +6,7 @@
 use std::fmt;
 use std::path::Path;
 
-use super::search::{Search, SearchPlan};
+use super::search::{Objective, Search, SearchPlan};
 use super::{
     Levels, Load, Model, Plan, PlanError, Protocol, Sweep, SweepKind, Target, WindowKind, MAX_OPEN_CONCURRENCY,
 };
@@ -568,21 +568,24 @@ impl Search {
             return Err(invalid("the latency budget must be a time > 0"));
         }
         let space = &self.space;
-        let climbing = |flag: &str, v: &[u64], min: u64| {
-            if v.is_empty() || v[0] < min || v.windows(2).any(|w| w[0] >= w[1]) {
+        // Empty: the model's own value (a scheduler dimension), never for the ramp.
+        let climbing = |flag: &str, v: &[u64], min: u64, empty: bool| {
+            if (v.is_empty() && !empty) || v.first().is_some_and(|&f| f < min) || v.windows(2).any(|w| w[0] >= w[1]) {
                 return Err(invalid(format!("{flag}: needs values >= {min}, smallest first, each once")));
             }
             Ok(())
         };
         let wide = |v: &[u32]| v.iter().map(|&x| u64::from(x)).collect::<Vec<_>>();
-        climbing("--instances", &wide(&space.instances), 1)?;
-        climbing("--max-batch-size", &wide(&space.max_batch_sizes), 0)?;
-        climbing("--concurrency", &space.concurrency, 1)?;
+        climbing("--instances", &wide(&space.instances), 1, true)?;
+        climbing("--max-batch-size", &wide(&space.max_batch_sizes), 0, true)?;
+        climbing("--concurrency", &space.concurrency, 1, false)?;
         if space.instances.iter().any(|&n| n > 64) {
             return Err(invalid("--instances: at most 64"));
         }
-        if space.batching.is_empty() {
-            return Err(invalid("--dynamic-batching: the space has no scheduling"));
+        for (i, p) in space.parameters.iter().enumerate() {
+            if p.values.is_empty() || space.parameters[..i].iter().any(|q| q.name == p.name) {
+                return Err(invalid(format!("--parameter {}: give each parameter once, with values", p.name)));
+            }
         }
         Ok(())
     }
@@ -610,6 +613,18 @@ impl SearchPlan {
         }
         if self.sweep.batch_sizes.max() != Some(self.sweep.batch_sizes.first()) {
             return Err(invalid("a search sends one client batch size"));
+        }
+        if self.sweep.generative.is_none() {
+            let budget = self.search.budget.statistic;
+            if budget.of_tokens() {
+                return Err(invalid(format!(
+                    "a {} budget needs a generative sweep (--endpoint-type): only it measures tokens",
+                    budget.name()
+                )));
+            }
+            if self.search.objective == Objective::Tokens {
+                return Err(invalid("--objective tokens needs a generative sweep (--endpoint-type)"));
+            }
         }
         Ok(())
     }

@@ -611,6 +611,12 @@ pub fn report_frame(rows: &[ReportRow]) -> Result<DataFrame, TableError> {
         columns.push(Column::new((*name).into(), counts));
     }
     columns.push(Column::new(INTERRUPTED_COLUMN.into(), rows.iter().map(|r| r.interrupted).collect::<Vec<bool>>()));
+    // A generative level's token figures, where any row has them (a generative search's rows).
+    if rows.iter().any(|r| r.tokens.is_some()) {
+        for (i, name) in TOKEN_COLUMNS.iter().enumerate() {
+            columns.push(f64_column(name, &|r| r.tokens.map_or(f64::NAN, |t| t.values()[i])));
+        }
+    }
     DataFrame::new(rows.len(), columns).map_err(|source| TableError::Csv { origin: "report.csv".into(), source })
 }
 

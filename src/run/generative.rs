@@ -18,9 +18,10 @@ use crate::genai::{LlmConfig, Outcome};
 use crate::plan::generative::{EndpointType, Generative};
 use crate::plan::{Distribution, Load, Model, Plan, Shard, Sweep, PLAN_FILE};
 use crate::results::csv::{read_csv, Unit};
+use crate::results::ReportRow;
 
 /// Where the levels reach the server.
-pub(super) struct Address<'a> {
+pub(crate) struct Address<'a> {
     pub http: &'a str,
     pub grpc: &'a str,
     /// The server's Prometheus endpoint (host:port/metrics or a URL); prefix-cache counters.
@@ -66,6 +67,38 @@ pub(super) async fn run(
     let dir = sweep.output.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).map_err(RunError::bad_input)?;
     std::fs::write(dir.join(PLAN_FILE), folder_plan).map_err(RunError::bad_input)?;
+    let schedules = schedules(&sweep.load).map_err(RunError::bad_input)?;
+    let rows = levels(model, sweep, g, address, &dir, schedules, part).await?;
+    let table = std::fs::read_to_string(dir.join("report.md")).ok();
+    Ok(SweepOutcome { kind: sweep.kind, rows, dir: Some(dir), table })
+}
+
+/// One concurrency of the sweep measured alone into `dir` (a search's point): its AIPerf files
+/// in `dir/concurrency<N>/`, its reports in `dir`, its row as report.csv reads back.
+pub(crate) async fn measure_concurrency(
+    model: &Model,
+    sweep: &Sweep,
+    address: Address<'_>,
+    dir: &Path,
+    concurrency: u64,
+) -> Result<ReportRow, RunError> {
+    let g = sweep.generative.as_ref().ok_or_else(|| RunError::bad_input(anyhow!("not a generative sweep")))?;
+    std::fs::create_dir_all(dir).map_err(RunError::bad_input)?;
+    let schedules = vec![Schedule::Concurrency(concurrency as usize)];
+    let rows = levels(model, sweep, g, address, dir, schedules, None).await?;
+    rows.into_iter().next().ok_or_else(|| RunError::target(anyhow!("the level wrote no row")))
+}
+
+/// Profiles `schedules` in turn into `dir` and writes the reports after each.
+async fn levels(
+    model: &Model,
+    sweep: &Sweep,
+    g: &Generative,
+    address: Address<'_>,
+    dir: &Path,
+    schedules: Vec<Schedule>,
+    part: Option<Part>,
+) -> Result<Vec<ReportRow>, RunError> {
     let tokenizer =
         crate::tokenize::Tokenizer::open(&g.tokenizer).map_err(|e| RunError::bad_input(anyhow!("--tokenizer: {e}")))?;
     let url = match g.endpoint_type {
@@ -80,14 +113,13 @@ pub(super) async fn run(
         sweep.call.streaming,
         Schedule::Concurrency(1),
         headers,
-        dir.clone(),
+        dir.to_path_buf(),
     )
     .map_err(|e| RunError::bad_input(anyhow!(e)))?;
     config.server_metrics =
         address.metrics.map(|m| if m.contains("://") { m.to_string() } else { format!("http://{m}") });
-    let schedules = schedules(&sweep.load).map_err(RunError::bad_input)?;
     let title = title(model, sweep, g);
-    let report_dir = dir.clone();
+    let report_dir = dir.to_path_buf();
     let write = move |done: &[Level]| sweep::write_reports(&report_dir, done, &title);
     let tokenizer: Arc<dyn crate::genai::inputs::Tokenizer> = Arc::new(tokenizer);
     // The levels run on the generative client's own runtime (tuned for thousands of streams).
@@ -95,9 +127,7 @@ pub(super) async fn run(
         .await
         .map_err(RunError::target)?
         .map_err(RunError::target)?;
-    let rows = read_csv(&dir.join("report.csv"), Unit::Us).map_err(RunError::bad_input)?;
-    let table = std::fs::read_to_string(dir.join("report.md")).ok();
-    Ok(SweepOutcome { kind: sweep.kind, rows, dir: Some(dir), table })
+    read_csv(&dir.join("report.csv"), Unit::Us).map_err(RunError::bad_input)
 }
 
 /// The reports' title: model, endpoint, load.

@@ -5,7 +5,7 @@
 
 pub mod composing;
 mod drive;
-mod generative;
+pub(crate) mod generative;
 pub mod grid;
 pub mod interrupt;
 pub mod merge;

@@ -3,6 +3,7 @@
 //! `load` call), and restores the original configuration at the end, on error and on Ctrl-C.
 //! Every point is a real profile point: `run::sweep` with the sweep's windows and stop rule.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -10,18 +11,19 @@ use std::io::IsTerminal;
 
 use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::config::{apply, as_candidate, to_json, unsearchable};
+use super::config::{apply, as_candidate, filled, to_json, unsearchable};
 use super::output::winner;
 use super::strategy::{ramp_goes_on, Strategy};
-use super::{ConfigOutcome, Cut, Measured, SearchRow};
+use super::{delivered, delivered_unit, ConfigOutcome, Cut, Measured, SearchRow};
 use crate::client::grpc::GrpcClient;
 use crate::client::http::HttpClient;
-use crate::client::{ClientError, ClientResult, InferClient};
+use crate::client::{ClientResult, InferClient};
 use crate::load::LoadMode;
-use crate::plan::search::{Candidate, Mode, Objective, SearchPlan};
+use crate::plan::search::{Candidate, Mode, Search, SearchPlan};
 use crate::plan::Protocol;
 use crate::proto::inference::ModelConfig;
-use crate::results::PointResult;
+use crate::results::{PointResult, ReportRow};
+use crate::run::generative::{measure_concurrency, Address};
 use crate::run::interrupt::Interrupt;
 use crate::run::session::Session;
 use crate::run::sweep::{sweep as measure_sweep, SweepError, SweepObserver, SweepPoints, Target as SweepTarget};
@@ -34,27 +36,47 @@ pub async fn search(plan: &SearchPlan, url: &str, measured: &mut Measured) -> Re
     let interrupt = Interrupt::install();
     let connect = connect_options(&plan.sweep);
     let tls = plan.sweep.call.tls.clone();
+    let server = Server { url, connect: || HttpClient::with_tls(url, &connect, &tls) };
     match plan.sweep.protocol {
-        Protocol::Http => searching(plan, measured, &interrupt, || HttpClient::with_tls(url, &connect, &tls)).await,
-        Protocol::Grpc => searching(plan, measured, &interrupt, || GrpcClient::with_tls(url, &connect, &tls)).await,
+        Protocol::Http => searching(plan, measured, &interrupt, &server).await,
+        Protocol::Grpc => {
+            let server = Server { url, connect: || GrpcClient::with_tls(url, &connect, &tls) };
+            searching(plan, measured, &interrupt, &server).await
+        }
     }
 }
 
-/// The search over one kind of client: `connect` makes a fresh one per configuration.
-async fn searching<C: InferClient>(
+/// The server searched: its URL, and how to make a fresh client of one kind (one per
+/// configuration).
+struct Server<'a, F> {
+    url: &'a str,
+    connect: F,
+}
+
+impl<C: InferClient, F: Fn() -> ClientResult<C>> Server<'_, F> {
+    fn client(&self) -> Result<C, RunError> {
+        (self.connect)().map_err(RunError::client)
+    }
+}
+
+/// The search over one kind of client.
+async fn searching<C: InferClient, F: Fn() -> ClientResult<C>>(
     plan: &SearchPlan,
     measured: &mut Measured,
     interrupt: &Interrupt,
-    connect: impl Fn() -> ClientResult<C>,
+    server: &Server<'_, F>,
 ) -> Result<(), RunError> {
-    let control = connect().map_err(RunError::client)?;
+    let control = server.client()?;
     let original = check_target(&control, plan).await?;
+    // The space as the model has it where the plan leaves a dimension to the model.
+    let space = filled(&plan.search.space, &original).map_err(|e| RunError::bad_input(anyhow!(e)))?;
+    let plan = &SearchPlan { search: Search { space, ..plan.search.clone() }, ..plan.clone() };
     let original_json = to_json(&original);
     measured.original = Some(original.clone());
     let walked = tokio::select! {
         outcome = async {
-            walk(plan, &original, &mut measured.configs, &mut measured.cut, &connect, &control).await?;
-            confirm(plan, &original, measured, &connect, &control).await
+            walk(plan, &original, &mut measured.configs, &mut measured.cut, server, &control).await?;
+            confirm(plan, &original, measured, server, &control).await
         } => outcome,
         _ = interrupt.cancelled() => Err(RunError { failure: Failure::Interrupted, error: anyhow!("interrupted") }),
     };
@@ -101,12 +123,12 @@ async fn check_target<C: InferClient>(control: &C, plan: &SearchPlan) -> Result<
 /// --max-minutes (checked between configurations; `cut` says which one ended the walk).
 /// Outcomes go to `configs` as they are measured, so an interrupted walk (its future dropped)
 /// leaves them there.
-async fn walk<C: InferClient>(
+async fn walk<C: InferClient, F: Fn() -> ClientResult<C>>(
     plan: &SearchPlan,
     original: &ModelConfig,
     configs: &mut Vec<ConfigOutcome>,
     cut: &mut Option<Cut>,
-    connect: &impl Fn() -> ClientResult<C>,
+    server: &Server<'_, F>,
     control: &C,
 ) -> Result<(), RunError> {
     let search = &plan.search;
@@ -114,18 +136,18 @@ async fn walk<C: InferClient>(
     let bound = Strategy::bound(search.mode, &search.space);
     let planned = search.max_configs.map_or(bound, |max| bound.min(max));
     let progress = Progress::new(planned + 1);
-    let measure = |candidate: Candidate, config: ModelConfig, default: bool| {
+    let measure = |candidate: Candidate, config: ModelConfig, index: usize| {
         let progress = &progress;
         async move {
             progress.started(&candidate);
-            let outcome = measure_config(plan, control, connect, candidate, &config, default).await;
+            let outcome = measure_config(plan, control, server, candidate, &config, index).await;
             if let Ok(outcome) = &outcome {
                 progress.done(plan, outcome);
             }
             outcome
         }
     };
-    let first = measure(as_candidate(original), original.clone(), true).await?;
+    let first = measure(as_candidate(original, &search.space), original.clone(), 0).await?;
     let default_error = first.error.clone();
     configs.push(first);
     if let Some(e) = default_error {
@@ -142,7 +164,7 @@ async fn walk<C: InferClient>(
         if cut.is_some() {
             break;
         }
-        let outcome = measure(candidate.clone(), apply(original, &candidate), false).await?;
+        let outcome = measure(candidate.clone(), apply(original, &candidate), configs.len()).await?;
         strategy.score(outcome.score(plan));
         configs.push(outcome);
         tried += 1;
@@ -155,29 +177,27 @@ async fn walk<C: InferClient>(
 /// winning concurrency profiled on a new connection, after the sweep's warm-up, in fresh
 /// windows. The walk's figure is the best of many points measured in noisy windows, so it leans
 /// high (the winner's curse); this one is measured once, chosen by nothing, with its interval.
-async fn confirm<C: InferClient>(
+async fn confirm<C: InferClient, F: Fn() -> ClientResult<C>>(
     plan: &SearchPlan,
     original: &ModelConfig,
     measured: &mut Measured,
-    connect: &impl Fn() -> ClientResult<C>,
+    server: &Server<'_, F>,
     control: &C,
 ) -> Result<(), RunError> {
     let Some((config, row)) = winner(plan, &measured.configs) else { return Ok(()) };
     let (candidate, level) = (config.candidate.clone(), row.row.load.amount());
     let config = if config.default { original.clone() } else { apply(original, &candidate) };
     control.repository_load(&plan.model.name, Some(&to_json(&config))).await.map_err(RunError::client)?;
-    let client = connect().map_err(RunError::client)?;
-    let mut session =
-        Session::open(client, &plan.model, plan.sweep.call.streaming, &plan.sweep.bls_composing_models).await?;
-    let point = match target(plan, &mut session).await {
-        Ok(target) => measure_level(plan, &target, level as u64).await,
+    let point = match Points::open(plan, server, plan.out().join("winner")).await {
+        Ok(points) => {
+            let point = points.measure(plan, level as u64).await;
+            points.close().await;
+            point
+        }
         Err(e) => Err(e),
     };
-    session.close().await;
     match point {
-        Ok(point) => {
-            measured.confirmed = point.map(|p| SearchRow { met: plan.search.budget.met_by(&p.row), row: p.row })
-        }
+        Ok(row) => measured.confirmed = row.map(|row| SearchRow { met: plan.search.budget.met_by(&row), row }),
         Err(e) if e.failure == Failure::Target => return Err(e),
         // The walk's figures stand; the folder says nothing it did not measure.
         Err(e) => tracing::warn!("the winner could not be measured again: {e}"),
@@ -217,7 +237,9 @@ impl Progress {
             let eta = if done < planned { format!(", ETA {}", HumanDuration(self.bar.eta())) } else { String::new() };
             let result = match (&outcome.error, outcome.best(plan)) {
                 (Some(e), _) => format!("failed: {e}"),
-                (None, Some(best)) => format!("best {:.1} infer/s within the budget", best.row.throughput),
+                (None, Some(best)) => {
+                    format!("best {:.1} {} within the budget", delivered(plan, &best.row), delivered_unit(plan))
+                }
                 (None, None) => "no point within the budget".into(),
             };
             eprintln!("search: {done}/{planned} configurations{eta} | {}: {result}", outcome.candidate);
@@ -231,40 +253,31 @@ impl Progress {
 
 /// Applies one configuration and ramps the client concurrency over it. A configuration the
 /// server refuses, or whose requests fail, is an outcome with its error; a server that is gone
-/// ends the search.
-async fn measure_config<C: InferClient>(
+/// ends the search. `index` names its folder of points where they leave files.
+async fn measure_config<C: InferClient, F: Fn() -> ClientResult<C>>(
     plan: &SearchPlan,
     control: &C,
-    connect: &impl Fn() -> ClientResult<C>,
+    server: &Server<'_, F>,
     candidate: Candidate,
     config: &ModelConfig,
-    default: bool,
+    index: usize,
 ) -> Result<ConfigOutcome, RunError> {
-    let mut outcome = ConfigOutcome { candidate, default, rows: Vec::new(), error: None };
-    let fatal = |e: ClientError| -> Result<(), RunError> {
-        if e.is_fatal() {
-            Err(RunError::client(e))
-        } else {
-            Ok(())
-        }
-    };
+    let mut outcome = ConfigOutcome { candidate, default: index == 0, rows: Vec::new(), error: None };
     if let Err(e) = control.repository_load(&plan.model.name, Some(&to_json(config))).await {
-        fatal(e.clone())?;
+        if e.is_fatal() {
+            return Err(RunError::client(e));
+        }
         outcome.error = Some(format!("load refused: {e}"));
         return Ok(outcome);
     }
-    let client = connect().map_err(RunError::client)?;
-    let mut session =
-        match Session::open(client, &plan.model, plan.sweep.call.streaming, &plan.sweep.bls_composing_models).await {
-            Ok(s) => s,
-            Err(e) if e.failure == Failure::Target => return Err(e),
-            Err(e) => {
-                outcome.error = Some(e.to_string());
-                return Ok(outcome);
-            }
-        };
-    let measured = ramp(plan, &mut session, &mut outcome).await;
-    session.close().await;
+    let measured = match Points::open(plan, server, plan.out().join("points").join(format!("config{index}"))).await {
+        Ok(points) => {
+            let measured = ramp(plan, &points, &mut outcome).await;
+            points.close().await;
+            measured
+        }
+        Err(e) => Err(e),
+    };
     match measured {
         Ok(()) => Ok(outcome),
         Err(e) if e.failure == Failure::Target => Err(e),
@@ -278,22 +291,70 @@ async fn measure_config<C: InferClient>(
 /// The concurrency ramp over one applied configuration, one profile point per level.
 async fn ramp<C: InferClient>(
     plan: &SearchPlan,
-    session: &mut Session<C>,
+    points: &Points<C>,
     outcome: &mut ConfigOutcome,
 ) -> Result<(), RunError> {
-    let target = target(plan, session).await?;
     let mut best: Option<f64> = None;
     for &level in &plan.search.space.concurrency {
-        let Some(point) = measure_level(plan, &target, level).await? else { break };
-        let met = plan.search.budget.met_by(&point.row);
-        let throughput = point.row.throughput;
-        outcome.rows.push(SearchRow { row: point.row, met });
-        if !ramp_goes_on(plan.search.mode == Mode::Quick, met, throughput, best, plan.search.improvement_pct) {
+        let Some(row) = points.measure(plan, level).await? else { break };
+        let met = plan.search.budget.met_by(&row);
+        let rate = delivered(plan, &row);
+        outcome.rows.push(SearchRow { row, met });
+        if !ramp_goes_on(plan.search.mode == Mode::Quick, met, rate, best, plan.search.improvement_pct) {
             break;
         }
-        best = Some(best.map_or(throughput, |b| b.max(throughput)));
+        best = Some(best.map_or(rate, |b| b.max(rate)));
     }
     Ok(())
+}
+
+/// How one configuration's points are measured.
+enum Points<C: InferClient> {
+    /// A tensor model: the sweep's measuring loop, on a session of its own.
+    Tensor { session: Box<Session<C>>, target: Box<SweepTarget<C>> },
+    /// A generative sweep: one profile per level against `url`, each level's files under `dir`.
+    Generative { url: String, dir: PathBuf },
+}
+
+impl<C: InferClient> Points<C> {
+    async fn open<F: Fn() -> ClientResult<C>>(
+        plan: &SearchPlan,
+        server: &Server<'_, F>,
+        dir: PathBuf,
+    ) -> Result<Points<C>, RunError> {
+        if plan.sweep.generative.is_some() {
+            return Ok(Points::Generative { url: server.url.to_string(), dir });
+        }
+        let client = server.client()?;
+        let mut session =
+            Session::open(client, &plan.model, plan.sweep.call.streaming, &plan.sweep.bls_composing_models).await?;
+        match target(plan, &mut session).await {
+            Ok(target) => Ok(Points::Tensor { session: Box::new(session), target: Box::new(target) }),
+            Err(e) => {
+                session.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// One profile point at `level` clients, with the sweep's warm-up, windows and stop rule
+    /// (a generative sweep's: its request count or duration).
+    async fn measure(&self, plan: &SearchPlan, level: u64) -> Result<Option<ReportRow>, RunError> {
+        match self {
+            Points::Tensor { target, .. } => measure_level(plan, target, level).await,
+            Points::Generative { url, dir } => {
+                let address = Address { http: url, grpc: url, metrics: None };
+                let dir = dir.join(format!("c{level}"));
+                Ok(Some(measure_concurrency(&plan.model, &plan.sweep, address, &dir, level).await?))
+            }
+        }
+    }
+
+    async fn close(self) {
+        if let Points::Tensor { session, .. } = self {
+            session.close().await;
+        }
+    }
 }
 
 /// What the sweep sends to the applied configuration: the first batch size's requests.
@@ -314,12 +375,12 @@ async fn target<C: InferClient>(plan: &SearchPlan, session: &mut Session<C>) -> 
     })
 }
 
-/// One profile point at `level` clients, with the sweep's warm-up, windows and stop rule.
+/// One tensor profile point at `level` clients.
 async fn measure_level<C: InferClient>(
     plan: &SearchPlan,
     target: &SweepTarget<C>,
     level: u64,
-) -> Result<Option<PointResult>, RunError> {
+) -> Result<Option<ReportRow>, RunError> {
     let settings = measure_settings(&plan.sweep, plan.sweep.batch_sizes.first());
     let points = SweepPoints::Concurrencies(vec![level]);
     let load = crate::run::sweep::LoadPlan { points, latency_threshold_us: None, ..load_plan(&plan.sweep)? };
@@ -328,7 +389,7 @@ async fn measure_level<C: InferClient>(
         SweepError::Load(e) => RunError::bad_input(e),
         SweepError::Output(e) => RunError::bad_input(e),
     })?;
-    Ok(results.into_iter().next())
+    Ok(results.into_iter().next().map(|p| p.row))
 }
 
 /// The search writes its own rows; the sweep's observer only has to accept them.
@@ -347,9 +408,6 @@ impl SweepObserver for Quiet {
 impl ConfigOutcome {
     /// The climb's score: the best objective over the points that met the budget.
     pub fn score(&self, plan: &SearchPlan) -> Option<f64> {
-        self.best(plan).map(|r| match plan.search.objective {
-            Objective::Throughput => r.row.throughput,
-            Objective::Latency => -plan.search.budget.statistic.of(&r.row),
-        })
+        self.best(plan).map(|r| plan.search.objective.score(&r.row, &plan.search.budget))
     }
 }

@@ -11,7 +11,7 @@ pub mod strategy;
 
 use std::process::ExitCode;
 
-use crate::plan::search::{Candidate, Objective, SearchPlan};
+use crate::plan::search::{Candidate, SearchPlan};
 use crate::proto::inference::ModelConfig;
 use crate::results::ReportRow;
 use anyhow::anyhow;
@@ -40,11 +40,25 @@ pub struct ConfigOutcome {
 impl ConfigOutcome {
     /// Its best point under the budget by the objective.
     pub fn best(&self, plan: &SearchPlan) -> Option<&SearchRow> {
-        let key = |r: &SearchRow| match plan.search.objective {
-            Objective::Throughput => r.row.throughput,
-            Objective::Latency => -plan.search.budget.statistic.of(&r.row),
-        };
-        self.rows.iter().filter(|r| r.met).max_by(|a, b| key(a).total_cmp(&key(b)))
+        let key = |r: &SearchRow| plan.search.objective.score(&r.row, &plan.search.budget);
+        self.rows.iter().filter(|r| r.met && !key(r).is_nan()).max_by(|a, b| key(a).total_cmp(&key(b)))
+    }
+}
+
+/// What a point delivers, the search's throughput: inferences per second, or (a generative
+/// sweep) output tokens per second.
+pub fn delivered(plan: &SearchPlan, row: &ReportRow) -> f64 {
+    match plan.sweep.generative {
+        Some(_) => row.tokens.as_ref().map_or(f64::NAN, |t| t.output_tokens_per_s),
+        None => row.throughput,
+    }
+}
+
+/// [`delivered`]'s unit.
+pub fn delivered_unit(plan: &SearchPlan) -> &'static str {
+    match plan.sweep.generative {
+        Some(_) => "output tokens/s",
+        None => "infer/s",
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::config::{apply, to_pbtxt};
-use super::{ConfigOutcome, Measured, SearchRow};
+use super::{delivered, delivered_unit, ConfigOutcome, Measured, SearchRow};
 use crate::plan::search::{Batching, Candidate, SearchPlan};
 use crate::report::plot::pareto::{render_pareto, ParetoChart, ParetoPoint};
 use crate::results::csv::report_csv;
@@ -20,17 +20,22 @@ pub const CONFIG_COLUMNS: [&str; 6] =
     ["Default", "Instances", "Max Batch Size", "Dynamic Batching", "Max Queue Delay (us)", "Preferred Batch Sizes"];
 pub const MEETS_BUDGET: &str = "Meets Budget";
 
-fn config_cells(c: &Candidate, default: bool) -> [String; 6] {
+/// [`CONFIG_COLUMNS`]' cells, then one per searched parameter.
+fn config_cells(c: &Candidate, default: bool) -> Vec<String> {
     let (on, delay, preferred) = match &c.batching {
         Batching::Off => ("off", String::new(), String::new()),
         Batching::Dynamic { queue_delay_us, preferred } => {
             ("on", queue_delay_us.to_string(), preferred.iter().map(u32::to_string).collect::<Vec<_>>().join(";"))
         }
     };
-    [default.to_string(), c.instances.to_string(), c.max_batch_size.to_string(), on.into(), delay, preferred]
+    let mut cells =
+        vec![default.to_string(), c.instances.to_string(), c.max_batch_size.to_string(), on.into(), delay, preferred];
+    cells.extend(c.parameters.iter().map(|(_, value)| value.clone()));
+    cells
 }
 
-/// search.csv as text: the configuration columns, report.csv's columns, `Meets Budget`.
+/// search.csv as text: the configuration columns (a searched parameter's by its name),
+/// report.csv's columns, `Meets Budget`.
 pub fn search_csv(configs: &[ConfigOutcome]) -> anyhow::Result<String> {
     let rows: Vec<(&ConfigOutcome, &SearchRow)> =
         configs.iter().flat_map(|c| c.rows.iter().map(move |r| (c, r))).collect();
@@ -39,7 +44,11 @@ pub fn search_csv(configs: &[ConfigOutcome]) -> anyhow::Result<String> {
     let mut lines = report.lines();
     let mut out = String::new();
     let header = lines.next().unwrap_or_default();
-    writeln!(out, "{},{header},{MEETS_BUDGET}", CONFIG_COLUMNS.join(","))?;
+    let mut columns: Vec<&str> = CONFIG_COLUMNS.to_vec();
+    if let Some(first) = configs.first() {
+        columns.extend(first.candidate.parameters.iter().map(|(name, _)| name.as_str()));
+    }
+    writeln!(out, "{},{header},{MEETS_BUDGET}", columns.join(","))?;
     for ((config, row), line) in rows.iter().zip(lines) {
         writeln!(out, "{},{line},{}", config_cells(&config.candidate, config.default).join(","), row.met)?;
     }
@@ -93,7 +102,7 @@ pub fn write(plan: &SearchPlan, measured: &Measured) -> anyhow::Result<String> {
     // One point per configuration that has one.
     let shown: Vec<(&ConfigOutcome, &SearchRow)> =
         configs.iter().filter_map(|c| representative(plan, c).map(|r| (c, r))).collect();
-    let xy: Vec<(f64, f64)> = shown.iter().map(|(_, r)| (stat.of(&r.row) / 1e3, r.row.throughput)).collect();
+    let xy: Vec<(f64, f64)> = shown.iter().map(|(_, r)| (stat.of(&r.row) / 1e3, delivered(plan, &r.row))).collect();
     let front = pareto_front(&xy);
     let points: Vec<ParetoPoint> = shown
         .iter()
@@ -134,10 +143,15 @@ pub fn write(plan: &SearchPlan, measured: &Measured) -> anyhow::Result<String> {
         let row = &confirmed.row;
         let _ = write!(
             summary,
-            "\nMeasured again in fresh windows: {:.1} infer/s (95% interval {:.1}-{:.1}), {} {:.2} ms{}",
-            row.throughput,
-            row.throughput_ci.low,
-            row.throughput_ci.high,
+            "\nMeasured again{}: {:.1} {}{}, {} {:.2} ms{}",
+            if plan.sweep.generative.is_some() { "" } else { " in fresh windows" },
+            delivered(plan, row),
+            delivered_unit(plan),
+            if row.throughput_ci.low.is_finite() {
+                format!(" (95% interval {:.1}-{:.1})", row.throughput_ci.low, row.throughput_ci.high)
+            } else {
+                String::new()
+            },
             plan.search.budget.statistic.name(),
             plan.search.budget.statistic.of(row) / 1e3,
             if confirmed.met { "" } else { ": over the budget this time" },
@@ -154,18 +168,18 @@ fn summary(plan: &SearchPlan, configs: &[ConfigOutcome], best: Option<(&ConfigOu
     match best {
         None => format!("No configuration of '{}' met the budget {}.", plan.model.name, plan.search.budget),
         Some((config, row)) => {
+            let rate = |r: &SearchRow| delivered(plan, &r.row);
             let gain = default
-                .filter(|d| d.row.throughput > 0.0)
-                .map(|d| {
-                    format!(", {:.2}x the default's {:.1}", row.row.throughput / d.row.throughput, d.row.throughput)
-                })
+                .filter(|d| rate(d) > 0.0)
+                .map(|d| format!(", {:.2}x the default's {:.1}", rate(row) / rate(d), rate(d)))
                 .unwrap_or_default();
             format!(
-                "Best of {} configurations: {} at concurrency {}: {:.1} infer/s, {} {:.2} ms{gain}",
+                "Best of {} configurations: {} at concurrency {}: {:.1} {}, {} {:.2} ms{gain}",
                 configs.len(),
                 config.candidate,
                 concurrency(row),
-                row.row.throughput,
+                rate(row),
+                delivered_unit(plan),
                 plan.search.budget.statistic.name(),
                 plan.search.budget.statistic.of(&row.row) / 1e3,
             )
@@ -175,25 +189,28 @@ fn summary(plan: &SearchPlan, configs: &[ConfigOutcome], best: Option<(&ConfigOu
 
 fn table_row(plan: &SearchPlan, rank: &str, config: &ConfigOutcome, row: &SearchRow) -> String {
     let cells = config_cells(&config.candidate, config.default);
+    let shown: Vec<&str> = cells[1..].iter().map(|c| if c.is_empty() { "-" } else { c.as_str() }).collect();
     format!(
-        "| {rank} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {} |",
-        cells[1],
-        cells[2],
-        cells[3],
-        if cells[4].is_empty() { "-" } else { &cells[4] },
-        if cells[5].is_empty() { "-" } else { &cells[5] },
+        "| {rank} | {} | {} | {:.1} | {:.2} | {} |",
+        shown.join(" | "),
         concurrency(row),
-        row.row.throughput,
+        delivered(plan, &row.row),
         plan.search.budget.statistic.of(&row.row) / 1e3,
         if row.met { "yes" } else { "no" },
     )
 }
 
 fn table_head(plan: &SearchPlan) -> String {
+    let parameters = &plan.search.space.parameters;
+    let names: String = parameters.iter().map(|p| format!(" {} |", p.name)).collect();
+    let columns = 9 + parameters.len();
+    let unit = delivered_unit(plan);
+    let unit = unit[..1].to_uppercase() + &unit[1..];
     format!(
-        "| # | Instances | Max batch size | Dynamic batching | Queue delay (us) | Preferred sizes | Concurrency | \
-         Infer/s | {} (ms) | Meets budget |\n|---|---|---|---|---|---|---|---|---|---|\n",
-        plan.search.budget.statistic.name()
+        "| # | Instances | Max batch size | Dynamic batching | Queue delay (us) | Preferred sizes |{names} Concurrency | \
+         {unit} | {} (ms) | Meets budget |\n|{}\n",
+        plan.search.budget.statistic.name(),
+        "---|".repeat(columns + 1),
     )
 }
 

@@ -6,39 +6,54 @@ use std::collections::HashSet;
 
 use crate::plan::search::{Candidate, Mode, Space};
 
-/// The dimensions in climbing order: batching pays first, then its delay, then instances.
-const DIMS: usize = 3;
+/// A point of the space: an index into each dimension, in climbing order: batching pays
+/// first, then its delay, then instances, then the model parameters in the order given.
+type At = Vec<usize>;
 
-fn candidate(space: &Space, at: [usize; DIMS]) -> Candidate {
+/// Fixed dimensions before the parameters.
+const SCHEDULER_DIMS: usize = 3;
+
+fn candidate(space: &Space, at: &[usize]) -> Candidate {
     Candidate {
         max_batch_size: space.max_batch_sizes[at[0]],
         batching: space.batching[at[1]].clone(),
         instances: space.instances[at[2]],
+        parameters: space
+            .parameters
+            .iter()
+            .zip(&at[SCHEDULER_DIMS..])
+            .map(|(p, &i)| (p.name.clone(), p.values[i].clone()))
+            .collect(),
     }
 }
 
-fn lens(space: &Space) -> [usize; DIMS] {
-    [space.max_batch_sizes.len(), space.batching.len(), space.instances.len()]
+fn lens(space: &Space) -> Vec<usize> {
+    let mut lens = vec![space.max_batch_sizes.len(), space.batching.len(), space.instances.len()];
+    lens.extend(space.parameters.iter().map(|p| p.values.len()));
+    lens
 }
 
-fn valid(space: &Space, at: [usize; DIMS]) -> bool {
+fn valid(space: &Space, at: &[usize]) -> bool {
     space.batching[at[1]].fits(space.max_batch_sizes[at[0]])
 }
 
-/// Every valid configuration of the space.
+/// Every valid configuration of the space (none when a dimension is empty).
 pub fn grid(space: &Space) -> Vec<Candidate> {
-    let [a, b, c] = lens(space);
-    let mut out = Vec::new();
-    for i in 0..a {
-        for j in 0..b {
-            for k in 0..c {
-                if valid(space, [i, j, k]) {
-                    out.push(candidate(space, [i, j, k]));
-                }
-            }
-        }
+    let lens = lens(space);
+    if lens.contains(&0) {
+        return Vec::new();
     }
-    out
+    let mut out = Vec::new();
+    let mut at = vec![0; lens.len()];
+    loop {
+        if valid(space, &at) {
+            out.push(candidate(space, &at));
+        }
+        // The next index, the last dimension fastest.
+        let Some(d) = (0..lens.len()).rev().find(|&d| at[d] + 1 < lens[d]) else { return out };
+        at[d] += 1;
+        at[d + 1..].iter_mut().for_each(|i| *i = 0);
+    }
 }
 
 /// The climb: from the smallest configuration, step one dimension to its next value while the
@@ -48,23 +63,24 @@ pub fn grid(space: &Space) -> Vec<Candidate> {
 pub struct Climb {
     space: Space,
     threshold_pct: f64,
-    best: Option<([usize; DIMS], f64)>,
+    best: Option<(At, f64)>,
     /// Where the climb stands: the configuration it steps from.
-    base: [usize; DIMS],
+    base: At,
     dim: usize,
     /// The configuration handed out and not yet scored.
-    pending: Option<[usize; DIMS]>,
-    tried: HashSet<[usize; DIMS]>,
+    pending: Option<At>,
+    tried: HashSet<At>,
     started: bool,
 }
 
 impl Climb {
     pub fn new(space: Space, threshold_pct: f64) -> Climb {
+        let dims = lens(&space).len();
         Climb {
             space,
             threshold_pct,
             best: None,
-            base: [0; DIMS],
+            base: vec![0; dims],
             dim: 0,
             pending: None,
             tried: HashSet::new(),
@@ -74,10 +90,10 @@ impl Climb {
 
     /// The first valid configuration at or after `at` along `dim` (the smallest max batch size
     /// that takes the batcher, for a start that asks for one).
-    fn valid_along(&self, mut at: [usize; DIMS], dim: usize) -> Option<[usize; DIMS]> {
+    fn valid_along(&self, mut at: At, dim: usize) -> Option<At> {
         let len = lens(&self.space)[dim];
         while at[dim] < len {
-            if valid(&self.space, at) {
+            if valid(&self.space, &at) {
                 return Some(at);
             }
             at[dim] += 1;
@@ -88,16 +104,20 @@ impl Climb {
     /// The next configuration to try, or `None` when the climb is over.
     pub fn propose(&mut self) -> Option<Candidate> {
         assert!(self.pending.is_none(), "score the last configuration first");
+        let dims = self.base.len();
         let at = if !self.started {
             self.started = true;
+            if lens(&self.space).contains(&0) {
+                return None;
+            }
             // The start: the smallest value of each dimension that makes a valid configuration.
-            (0..DIMS).find_map(|d| self.valid_along([0; DIMS], d))?
+            (0..dims).find_map(|d| self.valid_along(vec![0; dims], d))?
         } else {
             loop {
-                if self.dim >= DIMS {
+                if self.dim >= dims {
                     return None;
                 }
-                let mut step = self.base;
+                let mut step = self.base.clone();
                 step[self.dim] += 1;
                 match self.valid_along(step, self.dim).filter(|s| !self.tried.contains(s)) {
                     Some(s) => break s,
@@ -105,21 +125,22 @@ impl Climb {
                 }
             }
         };
-        self.tried.insert(at);
+        self.tried.insert(at.clone());
+        let next = candidate(&self.space, &at);
         self.pending = Some(at);
-        Some(candidate(&self.space, at))
+        Some(next)
     }
 
     /// The score of the configuration [`propose`](Self::propose) handed out.
     pub fn score(&mut self, score: Option<f64>) {
         let at = self.pending.take().expect("a configuration was handed out");
-        let improves = match (score, self.best) {
-            (Some(s), Some((_, b))) => s > b + b.abs() * self.threshold_pct / 100.0,
+        let improves = match (score, self.best.as_ref().map(|(_, b)| *b)) {
+            (Some(s), Some(b)) => s > b + b.abs() * self.threshold_pct / 100.0,
             (Some(_), None) => true,
             (None, _) => false,
         };
         if improves {
-            self.best = Some((at, score.expect("improves only with a score")));
+            self.best = Some((at.clone(), score.expect("improves only with a score")));
             self.base = at;
         } else if self.best.is_none() {
             // Nothing has met the budget yet: step on from here, a larger one may.
@@ -309,6 +330,31 @@ mod tests {
         .space;
         // 0: off only; 4: off and on without preferred sizes (8 does not fit).
         assert_eq!(grid(&space).len(), 3);
+    }
+
+    #[test]
+    fn parameters_are_dimensions_of_the_grid_and_of_the_climb() {
+        let mut space = space();
+        space.instances = vec![1];
+        space.max_batch_sizes = vec![0];
+        space.batching = vec![Batching::Off];
+        space.parameters = vec!["max_num_seqs=8..64".parse().unwrap(), "mode=a,b".parse().unwrap()];
+        let all = grid(&space);
+        assert_eq!(all.len(), 4 * 2);
+        assert_eq!(all[1].parameters, [("max_num_seqs".to_string(), "8".to_string()), ("mode".into(), "b".into())]);
+        assert_eq!(climb_bound(&space), 1 + 3 + 1);
+        // Throughput grows with the batcher up to 32, and mode b pays: the climb finds both.
+        let score = |c: &Candidate| {
+            let seqs: f64 = c.parameters[0].1.parse().unwrap();
+            Some(seqs.min(32.0) * if c.parameters[1].1 == "b" { 2.0 } else { 1.0 })
+        };
+        let tried = simulate(&space, 5.0, score);
+        let best = tried.iter().max_by(|a, b| score(a).partial_cmp(&score(b)).unwrap()).unwrap();
+        assert_eq!(best.parameters[0].1, "32", "{tried:?}");
+        assert_eq!(best.parameters[1].1, "b", "{tried:?}");
+        // An empty dimension (the model's own, before it is filled) has nothing to try.
+        space.instances.clear();
+        assert!(grid(&space).is_empty() && simulate(&space, 5.0, score).is_empty());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! the model's config as it was (at the end and on Ctrl-C), and refuses a target that refuses
 //! loads without changing anything; a scenario's `[search]` table does what the flags do, the
 //! flags going over it; `--max-configs` and `--max-minutes` cut a search short and say so; the
-//! progress counts configurations; and the written winner reproduces on `perfbench serve`.
+//! progress counts configurations; the written winner reproduces on `perfbench serve`; and a
+//! generative search varies the twin's batcher under a TTFT budget.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -490,4 +491,71 @@ fn the_winner_reproduces_on_perfbench_serve_within_5_percent() {
         off.abs() <= 5.0,
         "the winner did not reproduce within 5%: {written:.1} written, {reproduced:.1} served again"
     );
+}
+
+/// A generative search (`--endpoint-type`) against the bundled server's twin: each point is a
+/// generative profile, the space is the twin's continuous batcher (`max_num_seqs`), the budget
+/// is on TTFT and the ranking on output tokens/s. One running sequence at a time cannot keep up
+/// with eight streams, so it must lose to eight by far (the twin's step time is a sleep, so the
+/// ratio holds on a slow machine too).
+#[test]
+fn a_generative_search_varies_the_twins_batcher_under_a_ttft_budget_and_ranks_by_tokens() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("g");
+    let args = [
+        "search",
+        "-m",
+        "llm",
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--latency-budget",
+        "ttft_p99=20s",
+        "--parameter",
+        "max_num_seqs=1,8",
+        "--mode",
+        "brute",
+        "--concurrency",
+        "8",
+        "--request-count",
+        "16",
+        "--isl",
+        "16",
+        "--osl",
+        "8",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let run = perfbench(&args);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let csv = std::fs::read_to_string(dir.join("search.csv")).unwrap();
+    let seqs = column(&csv, "max_num_seqs");
+    assert_eq!(seqs, ["256", "1", "8"], "the default first, then the grid\n{csv}");
+    let tokens: Vec<f64> = column(&csv, "Output Tokens/Second").iter().map(|t| t.parse().unwrap()).collect();
+    assert!(tokens[1] * 2.0 < tokens[2], "one sequence at a time vs eight: {tokens:?}\n{csv}");
+    assert!(column(&csv, "TTFT p99").iter().all(|t| t.parse::<f64>().unwrap() > 0.0), "{csv}");
+    assert!(column(&csv, "Meets Budget").iter().all(|m| m == "true"), "{csv}");
+    // The winner is a batcher of eight or more, written with the twin's other parameters.
+    let pbtxt = std::fs::read_to_string(dir.join("best/llm/config.pbtxt")).unwrap();
+    let config = perfbench::server::config::parse_pbtxt(&pbtxt, "llm").unwrap();
+    let seqs = perfbench::server::config::parameter(&config, "max_num_seqs").unwrap();
+    assert!(seqs == "8" || seqs == "256", "{pbtxt}");
+    assert!(perfbench::server::config::parameter(&config, "step_us").is_some(), "{pbtxt}");
+    // Each point leaves its AIPerf files; the winner was measured again.
+    assert!(dir.join("points/config1/c8/concurrency8/profile_export_aiperf.json").is_file());
+    let winner = std::fs::read_to_string(dir.join("winner.csv")).unwrap();
+    assert!(column(&winner, "Output Tokens/Second")[0].parse::<f64>().unwrap() > 0.0, "{winner}");
+    let md = std::fs::read_to_string(dir.join("search.md")).unwrap();
+    assert!(md.contains("| max_num_seqs |") && md.contains("Output tokens/s") && md.contains("ttft_p99"), "{md}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(stdout.contains("output tokens/s"), "{stdout}");
+
+    // What only a generative sweep measures is refused elsewhere; a parameter the model lacks too.
+    assert_fails(&["search", "-m", "simple", "--latency-budget", "itl_p99=1s"], 2, "needs a generative sweep");
+    let lacking = dir.with_file_name("lacking");
+    let lacking = ["search", "-m", "llm", "--endpoint-type", "chat", "--latency-budget", "ttft_p99=1s"]
+        .into_iter()
+        .chain(["--parameter", "max_num_seq=1,2", "--out", lacking.to_str().unwrap()])
+        .collect::<Vec<_>>();
+    assert_fails(&lacking, 2, "has no parameter 'max_num_seq'");
 }
