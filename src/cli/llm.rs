@@ -231,7 +231,7 @@ fn sweep(
         println!();
         crate::genai::sweep::write_reports(&config.artifact_dir, done, &title)
     };
-    if let Err(e) = crate::genai::sweep::run(config, &schedules, tokenizer, None, write) {
+    if let Err(e) = crate::genai::sweep::run(config, &schedules, tokenizer, None, Vec::new(), write) {
         eprintln!("error: {}", super::one_line(&e));
         return ExitCode::from(EXIT_TARGET);
     }

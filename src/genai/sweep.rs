@@ -106,16 +106,18 @@ impl Part {
 }
 
 /// Profiles every level in turn, each into `<artifact dir>/<level folder>`, and calls `measured`
-/// with the levels so far after each one (to write the reports). A shard (`part`) runs its share
-/// of each level, with prompts of its own, and keeps the level's records for `perfbench merge`.
+/// with the levels so far, `kept` (levels measured before: `run --resume`) first, after each one
+/// (to write the reports). Each level keeps its records (for `run --resume`, and a shard's for
+/// `perfbench merge`). A shard (`part`) runs its share of each level, with prompts of its own.
 pub fn run(
     config: &LlmConfig,
     schedules: &[Schedule],
     tokenizer: Arc<dyn Tokenizer>,
     part: Option<Part>,
+    kept: Vec<Level>,
     mut measured: impl FnMut(&[Level]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<Level>> {
-    let mut done = Vec::with_capacity(schedules.len());
+    let mut done = kept;
     for &schedule in schedules {
         let mut level = config.clone();
         level.schedule = schedule;
@@ -127,10 +129,8 @@ pub fn run(
         }
         std::fs::create_dir_all(&level.artifact_dir)?;
         let outcome = profile(&level, tokenizer.clone())?;
-        if part.is_some() {
-            let clock = super::export::RunInfo::now(serde_json::Value::Null);
-            super::export::write_records(&level.artifact_dir, &outcome.records, &outcome.client, &clock)?;
-        }
+        let clock = super::export::RunInfo::now(serde_json::Value::Null);
+        super::export::write_records(&level.artifact_dir, &outcome.records, &outcome.client, &clock)?;
         done.push(Level { schedule, outcome });
         measured(&done)?;
     }

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail};
 use super::{RunError, SweepOutcome};
 use crate::genai::client_limit::ClientLoad;
 use crate::genai::export::{self, read_records, RunInfo, RECORDS_FILE};
-use crate::genai::metrics::{summarize, Slos};
+use crate::genai::metrics::{summarize, Record, Slos};
 use crate::genai::runner::Schedule;
 use crate::genai::sweep::{self, Level, Part};
 use crate::genai::{LlmConfig, Outcome};
@@ -59,6 +59,7 @@ pub(super) async fn run(
     address: Address<'_>,
     folder_plan: &str,
     shard: Option<Shard>,
+    resume: bool,
 ) -> Result<SweepOutcome, RunError> {
     if shard.is_some_and(|s| s.start_at_ms.is_some()) {
         return Err(RunError::bad_input(anyhow!("--start-at does not line up a generative sweep's levels")));
@@ -67,8 +68,17 @@ pub(super) async fn run(
     let dir = sweep.output.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).map_err(RunError::bad_input)?;
     std::fs::write(dir.join(PLAN_FILE), folder_plan).map_err(RunError::bad_input)?;
-    let schedules = schedules(&sweep.load).map_err(RunError::bad_input)?;
-    let rows = levels(model, sweep, g, address, &dir, schedules, part).await?;
+    let mut schedules = schedules(&sweep.load).map_err(RunError::bad_input)?;
+    let kept = if resume {
+        finished(&dir, &schedules, g, sweep.call.streaming).map_err(RunError::bad_input)?
+    } else {
+        Vec::new()
+    };
+    if !kept.is_empty() {
+        eprintln!("resuming: {} measured level(s) kept from the results folder", kept.len());
+    }
+    schedules.drain(..kept.len());
+    let rows = levels(model, sweep, g, address, &dir, schedules, part, kept).await?;
     let table = std::fs::read_to_string(dir.join("report.md")).ok();
     Ok(SweepOutcome { kind: sweep.kind, rows, dir: Some(dir), table })
 }
@@ -85,11 +95,13 @@ pub(crate) async fn measure_concurrency(
     let g = sweep.generative.as_ref().ok_or_else(|| RunError::bad_input(anyhow!("not a generative sweep")))?;
     std::fs::create_dir_all(dir).map_err(RunError::bad_input)?;
     let schedules = vec![Schedule::Concurrency(concurrency as usize)];
-    let rows = levels(model, sweep, g, address, dir, schedules, None).await?;
+    let rows = levels(model, sweep, g, address, dir, schedules, None, Vec::new()).await?;
     rows.into_iter().next().ok_or_else(|| RunError::target(anyhow!("the level wrote no row")))
 }
 
-/// Profiles `schedules` in turn into `dir` and writes the reports after each.
+/// Profiles `schedules` in turn into `dir` and writes the reports after each, `kept` (levels
+/// measured before) first.
+#[allow(clippy::too_many_arguments)]
 async fn levels(
     model: &Model,
     sweep: &Sweep,
@@ -98,6 +110,7 @@ async fn levels(
     dir: &Path,
     schedules: Vec<Schedule>,
     part: Option<Part>,
+    kept: Vec<Level>,
 ) -> Result<Vec<ReportRow>, RunError> {
     let tokenizer =
         crate::tokenize::Tokenizer::open(&g.tokenizer).map_err(|e| RunError::bad_input(anyhow!("--tokenizer: {e}")))?;
@@ -123,7 +136,7 @@ async fn levels(
     let write = move |done: &[Level]| sweep::write_reports(&report_dir, done, &title);
     let tokenizer: Arc<dyn crate::genai::inputs::Tokenizer> = Arc::new(tokenizer);
     // The levels run on the generative client's own runtime (tuned for thousands of streams).
-    tokio::task::spawn_blocking(move || sweep::run(&config, &schedules, tokenizer, part, write))
+    tokio::task::spawn_blocking(move || sweep::run(&config, &schedules, tokenizer, part, kept, write))
         .await
         .map_err(RunError::target)?
         .map_err(RunError::target)?;
@@ -139,6 +152,29 @@ fn title(model: &Model, sweep: &Sweep, g: &Generative) -> String {
     };
     let streaming = if sweep.call.streaming { "streaming " } else { "" };
     format!("{} | {} {streaming}| {load}", model.name, g.endpoint_type)
+}
+
+/// The levels an interrupted run of this sweep finished in `dir` (`run --resume`): the leading
+/// levels whose records are on disk, summarized again from them.
+fn finished(dir: &Path, schedules: &[Schedule], g: &Generative, streaming: bool) -> anyhow::Result<Vec<Level>> {
+    let slos = g.goodput.as_deref().map(Slos::parse).transpose().map_err(|e| anyhow!(e))?;
+    let clock = RunInfo::now(serde_json::Value::Null);
+    let mut kept = Vec::new();
+    for &schedule in schedules {
+        let folder = dir.join(Level::folder(schedule));
+        if !folder.join(RECORDS_FILE).exists() {
+            break;
+        }
+        let (records, client) = read_records(&folder, &clock)?;
+        kept.push(Level { schedule, outcome: stored(records, client, slos.as_ref(), streaming) });
+    }
+    Ok(kept)
+}
+
+/// A level's outcome from records kept on disk (one run's, or every shard's of one level).
+fn stored(records: Vec<Record>, client: ClientLoad, slos: Option<&Slos>, streaming: bool) -> Outcome {
+    let summary = summarize(&records, slos, streaming);
+    Outcome { records, summary, server_counters: Vec::new(), client_cpu_fraction: client.cpu_fraction, client }
 }
 
 /// Whether `dir` is a generative sweep's results folder (its plan says so).
@@ -194,12 +230,11 @@ pub(super) fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
         }
         let dir = out.join(&folder);
         std::fs::create_dir_all(&dir)?;
-        let summary = summarize(&records, slos.as_ref(), sweep.call.streaming);
+        let outcome = stored(records, client, slos.as_ref(), sweep.call.streaming);
         let config = LlmConfig::of(g, &lead.model.name, None, sweep.call.streaming, schedule, Vec::new(), dir.clone())
             .map_err(|e| anyhow!(e))?;
-        export::write_all(&dir, &summary, &records, &RunInfo::now(config.input_config(&g.tokenizer)))?;
-        let outcome =
-            Outcome { records, summary, server_counters: Vec::new(), client_cpu_fraction: client.cpu_fraction, client };
+        let info = RunInfo::now(config.input_config(&g.tokenizer));
+        export::write_all(&dir, &outcome.summary, &outcome.records, &info)?;
         levels.push(Level { schedule, outcome });
     }
     if levels.is_empty() {

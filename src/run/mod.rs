@@ -281,7 +281,7 @@ pub async fn execute_async(plan: &Plan) -> Result<Vec<SweepOutcome>, RunError> {
             match &sweep.generative {
                 Some(g) => {
                     let address = endpoint.address(sweep)?;
-                    generative::run(&plan.model, sweep, g, address, &folder_plan, plan.shard).await
+                    generative::run(&plan.model, sweep, g, address, &folder_plan, plan.shard, plan.resume).await
                 }
                 None => run_sweep(&plan.model, sweep, folder, &endpoint, &interrupt).await,
             }

@@ -246,3 +246,43 @@ fn a_second_ctrl_c_exits_at_once() {
     assert_eq!(output.status.code(), Some(130), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(segments_of(pid), Vec::<String>::new());
 }
+
+/// `run --resume` of a generative sweep killed during its second level: the first level's row
+/// and files stay as written (summarized again from its records.json), the second is measured.
+#[test]
+fn resume_of_a_generative_sweep_keeps_its_finished_levels_and_measures_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("g");
+    let sweep = [
+        "online",
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--concurrency",
+        "1,2",
+        "--request-count",
+        "6",
+        "--isl",
+        "16",
+        "--osl",
+        "6",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let run = perfbench(&sweep);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let before = std::fs::read_to_string(out.join("report.csv")).unwrap();
+    let first = std::fs::read_to_string(out.join("concurrency1/profile_export.jsonl")).unwrap();
+    // Killed while the second level ran: its records were never written.
+    std::fs::remove_file(out.join("concurrency2/records.json")).unwrap();
+    let resumed = perfbench(&["run", "--resume", out.to_str().unwrap()]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert!(stderr(&resumed).contains("1 measured level(s) kept"), "{}", stderr(&resumed));
+    let after = std::fs::read_to_string(out.join("report.csv")).unwrap();
+    let (before, after): (Vec<&str>, Vec<&str>) = (before.lines().collect(), after.lines().collect());
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert_eq!(after[..2], before[..2], "the kept level's row is the one measured before");
+    assert_ne!(after[2], before[2], "the second level was measured again");
+    assert_eq!(std::fs::read_to_string(out.join("concurrency1/profile_export.jsonl")).unwrap(), first);
+    assert!(out.join("concurrency2/records.json").is_file());
+}
