@@ -25,7 +25,8 @@
 #      quarter of it for 64 KiB), BENCH_PORT (24100), PERFBENCH_PEERS / PERFBENCH_PA (optional
 #      perf_analyzer, see scripts/setup-peers.sh), BENCH_SKIP_BUILD=1 (use target/release as is),
 #      PERFBENCH_BIN (another perfbench binary to measure, e.g. an older build, against the same echoes),
-#      BENCH_SSE_ONLY=1 (only the SSE row), BENCH_TRITON_ONLY=1 (only the Triton rows).
+#      BENCH_SSE_ONLY=1 (only the SSE row), BENCH_TRITON_ONLY=1 (only the Triton rows),
+#      BENCH_CLIENT_ONLY=1 (only the client rows).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/benches/common.sh"
@@ -448,6 +449,10 @@ start_servers
 echo "perfbench $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), $(nproc --all) cores, $SECONDS_PER_ROW s per wrk/h2load row, $REQUESTS requests per perfbench row (a quarter for 64 KiB)"
 if [ -n "${BENCH_TRITON_ONLY:-}" ]; then
   triton_table
+  exit 0
+fi
+if [ -n "${BENCH_CLIENT_ONLY:-}" ]; then
+  client_table
   exit 0
 fi
 if [ -n "${BENCH_SSE_ONLY:-}" ]; then

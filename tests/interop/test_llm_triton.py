@@ -11,9 +11,15 @@ Each run must complete every request, count exactly the tokens asked for with th
 tokenizer (Triton sends no `usage`), time every token as its own event, never read the last token
 before Triton could have sent it, and reach Triton's model exactly once per request (Triton's own
 statistics say so).
+
+`perfbench search` over the same model (`--endpoint-type generate`): its config parameter
+`token_gap_ms` applied through Triton's repository API in explicit mode, each point a generative
+profile, ranked by output tokens/s; the original config is back at the end.
 """
 
+import csv
 import json
+import urllib.request
 
 import grpc
 import pytest
@@ -92,3 +98,25 @@ def test_perfbench_llm_profiles_tritons_decoupled_model(triton, tmp_path, endpoi
     assert summary["request_count"]["avg"] == REQUESTS, summary["request_count"]
     assert summary["output_sequence_length"]["avg"] == OUTPUT_TOKENS, summary["output_sequence_length"]
     assert (out_dir / "profile_export_aiperf.csv").is_file()
+
+
+def test_perfbench_search_varies_a_decoupled_models_parameter_on_triton(triton, tmp_path):
+    out = tmp_path / "search"
+    log = run_tool([perfbench_bin(), "search", "-m", "llm", "-u", triton.http_url, "--endpoint-type", "generate",
+                    "--streaming", "--latency-budget", "ttft_p99=5s", "--parameter", "token_gap_ms=1,8",
+                    "--mode", "brute", "--concurrency", str(CONCURRENCY), "--isl", "40",
+                    "--osl", str(OUTPUT_TOKENS), "--request-count", str(REQUESTS), "--out", str(out)],
+                   timeout_s=150)
+    with open(out / "search.csv") as f:
+        rows = list(csv.DictReader(f))
+    gaps = [r["token_gap_ms"] for r in rows]
+    assert gaps == ["2", "1", "8"], log[-2000:]
+    tokens = {r["token_gap_ms"]: float(r["Output Tokens/Second"]) for r in rows}
+    # Eight times the wait per token: far fewer tokens per second, on any machine.
+    assert tokens["1"] > 2 * tokens["8"], tokens
+    assert all(r["Failed"] == "0" and r["Meets Budget"] == "true" for r in rows), rows
+    best = (out / "best" / "llm" / "config.pbtxt").read_text()
+    assert 'key: "token_gap_ms"' in best and 'string_value: "8"' not in best, best
+    with urllib.request.urlopen(f"http://{triton.http_url}/v2/models/llm/config", timeout=30) as r:
+        config = json.loads(r.read())
+    assert config["parameters"]["token_gap_ms"]["string_value"] == "2", "the original config is back"

@@ -3,7 +3,8 @@
 # with the prompt (unless `exclude_input_in_output`) and the whole text. Tokens are words that
 # are one token each under cl100k_base, in a fixed cycle; there are `max_tokens` of them
 # (tensor or `sampling_parameters`), 16 without. `sampling_parameters` {"fail_after": k} sends an
-# error response after k tokens, so tests see how Triton frames an error mid-stream.
+# error response after k tokens, so tests see how Triton frames an error mid-stream. The config
+# parameter `token_gap_ms` sets the wait before each token (test_llm_triton.py's search varies it).
 import json
 import threading
 import time
@@ -14,7 +15,7 @@ import triton_python_backend_utils as pb_utils
 WORDS = [" the", " of", " and", " to", " in", " is", " that", " for", " it", " as", " with", " on",
          " was", " by", " at", " from"]
 DEFAULT_TOKENS = 16
-TOKEN_GAP_S = 0.002
+DEFAULT_TOKEN_GAP_MS = 2.0
 
 
 def optional(request, name):
@@ -29,6 +30,9 @@ def text(value):
 class TritonPythonModel:
     def initialize(self, args):
         self.threads = []
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        gap_ms = parameters.get("token_gap_ms", {}).get("string_value", DEFAULT_TOKEN_GAP_MS)
+        self.token_gap_s = float(gap_ms) / 1000
 
     def execute(self, requests):
         for request in requests:
@@ -66,7 +70,7 @@ class TritonPythonModel:
     def respond(self, sender, prompt, stream, exclude, tokens, fail_after):
         out = "" if exclude else prompt
         for i in range(tokens):
-            time.sleep(TOKEN_GAP_S)
+            time.sleep(self.token_gap_s)
             if fail_after is not None and i == int(fail_after):
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("failed on purpose")),
                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
