@@ -3,22 +3,17 @@
 //! memory, every output listed with `binary_data: true` or shared-memory parameters, the raw
 //! tensors appended after the JSON, and `Inference-Header-Content-Length` giving its length.
 //!
-//! Inference requests go straight through hyper on a pool of keep-alive connections (one per
-//! request in flight), with the URI, headers and body built once per data step: the hot loop
-//! parses, formats and allocates next to nothing. The other calls use reqwest.
+//! Inference requests go out on a pool of keep-alive connections (one per request in flight),
+//! each request's head and body built once per data step and written as they are
+//! ([`h1`]): the hot loop parses, formats and allocates next to nothing. The other calls use
+//! reqwest.
 
-use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
@@ -30,11 +25,12 @@ use super::{
 use crate::proto::inference::{ModelConfig, ModelMetadataResponse, ModelStatistics, ModelStatisticsResponse};
 use wire::{decode_response, encode_request, error_from_body, sequence_prefix};
 
+/// One exchange on a keep-alive HTTP/1.1 connection.
+mod h1;
 /// The request and answer bodies.
 mod wire;
 
-/// `Inference-Header-Content-Length` (header names are case-insensitive; reqwest lower-cases).
-const HEADER_LENGTH: &str = "inference-header-content-length";
+use h1::Connection;
 
 /// An HTTP client for one server, with a keep-alive pool sized for the load's concurrency.
 /// Responses are not compressed (no `Accept-Encoding`), as perf_analyzer's default.
@@ -44,7 +40,7 @@ pub struct HttpClient {
     /// `host:port` to connect inference connections to.
     address: String,
     /// `Host` of every inference request.
-    host: HeaderValue,
+    host: String,
     /// `-H` headers, sent with every request.
     headers: HeaderMap,
     /// Idle inference connections, reused last-in first-out.
@@ -56,17 +52,42 @@ pub struct HttpClient {
     tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
 }
 
-/// One keep-alive HTTP/1.1 connection for inference requests.
-type Connection = SendRequest<TimedBody>;
-
-/// A request encoded once: the path, every header and the full body (JSON header + binary
-/// tensors). Each send clones `Bytes` handles, never the data.
+/// A request encoded once: its head (request line and every header) and the full body (JSON
+/// header + binary tensors). Each send clones `Bytes` handles, never the data.
 pub struct HttpRequest {
-    path: hyper::Uri,
-    headers: HeaderMap,
+    head: Bytes,
+    /// The head without its length headers and closing blank line: a sequence step, whose body
+    /// grows by its parameters, writes its own lengths after it.
+    head_start: Bytes,
     body: Bytes,
     /// The length of the JSON header at the start of `body` (`None`: the body is all JSON).
     header_length: Option<usize>,
+}
+
+impl HttpRequest {
+    /// The head of a sequence step, its body's new `opening` after it: the body is the
+    /// prepared one with `opening` in place of its first byte (the JSON header's `{`).
+    fn head_opening(&self, opening: &[u8]) -> Bytes {
+        let grown = opening.len() - 1;
+        let mut head = BytesMut::from(&self.head_start[..]);
+        length_headers(&mut head, self.body.len() + grown, self.header_length.map(|n| n + grown));
+        head.extend_from_slice(opening);
+        head.freeze()
+    }
+}
+
+/// `Inference-Header-Content-Length` (when the body has binary data after its JSON),
+/// `Content-Length`, and the blank line that ends the head.
+fn length_headers(head: &mut BytesMut, body: usize, header_length: Option<usize>) {
+    let mut number = itoa::Buffer::new();
+    if let Some(n) = header_length {
+        head.extend_from_slice(b"inference-header-content-length: ");
+        head.extend_from_slice(number.format(n).as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"content-length: ");
+    head.extend_from_slice(number.format(body).as_bytes());
+    head.extend_from_slice(b"\r\n\r\n");
 }
 
 impl HttpClient {
@@ -122,7 +143,9 @@ impl HttpClient {
             Some(port) => format!("{host}:{port}"),
             None => host.to_string(),
         };
-        let host = HeaderValue::from_str(&host).map_err(|_| ClientError::Invalid(format!("bad server URL '{url}'")))?;
+        if host.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+            return Err(ClientError::Invalid(format!("bad server URL '{url}'")));
+        }
         Ok(HttpClient {
             base,
             http,
@@ -141,8 +164,11 @@ impl HttpClient {
         loop {
             let idle = self.idle.lock().pop();
             match idle {
-                Some(c) if c.is_closed() => continue,
-                Some(c) => return Ok((c, true)),
+                Some(mut c) => {
+                    if c.usable() {
+                        return Ok((c, true));
+                    }
+                }
                 None => return Ok((self.connect().await?, false)),
             }
         }
@@ -156,53 +182,40 @@ impl HttpClient {
             .map_err(|e| unreachable(&e))?
             .map_err(|e| unreachable(&e))?;
         stream.set_nodelay(true).map_err(|e| unreachable(&e))?;
-        let sender = match &self.tls {
-            None => handshake(stream).await,
+        Ok(Connection::new(match &self.tls {
+            None => Box::new(stream),
             Some((connector, name)) => {
-                handshake(connector.connect(name.clone(), stream).await.map_err(|e| unreachable(&e))?).await
+                Box::new(connector.connect(name.clone(), stream).await.map_err(|e| unreachable(&e))?)
             }
-        };
-        sender.map_err(|e| unreachable(&e))
+        }))
     }
 
-    /// Sends an inference request and returns the response head and the connection it used. A
-    /// reused connection that turns out closed before the request left is replaced once.
-    async fn send_infer(
-        &self,
-        request: &HttpRequest,
-        sequence: Option<&SequenceFlags>,
-        taken_at: &Arc<OnceLock<Instant>>,
-    ) -> ClientResult<(hyper::Response<Incoming>, Connection)> {
+    /// Sends an inference request and reads its answer on a pooled connection, which goes back
+    /// to the pool when the server keeps it. A reused connection that the server had closed
+    /// (not one byte of the request could be written) is replaced once.
+    async fn send_infer(&self, request: &HttpRequest, sequence: Option<&SequenceFlags>) -> ClientResult<h1::Answer> {
         let (mut connection, mut reused) = self.connection().await?;
-        let mut headers = request.headers.clone();
-        let body = match sequence {
-            None => TimedBody { head: None, data: Some(request.body.clone()), taken_at: taken_at.clone() },
-            Some(sequence) => {
-                // `{"parameters":{...},` replaces the header's `{`: only the head is new bytes.
-                let head = sequence_prefix(sequence);
-                let grown = head.len() - 1;
-                headers.insert(CONTENT_LENGTH, HeaderValue::from(request.body.len() + grown));
-                if let Some(length) = request.header_length {
-                    headers.insert(HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(length + grown));
-                }
-                TimedBody { head: Some(head), data: Some(request.body.slice(1..)), taken_at: taken_at.clone() }
-            }
+        // `{"parameters":{...},` replaces the header's `{`: only the head is new bytes.
+        let (head, body) = match sequence {
+            None => (request.head.clone(), request.body.clone()),
+            Some(sequence) => (request.head_opening(&sequence_prefix(sequence)), request.body.slice(1..)),
         };
-        let mut message = hyper::Request::post(request.path.clone()).body(body).expect("a prepared request is valid");
-        *message.headers_mut() = headers;
         loop {
-            match connection.try_send_request(message).await {
-                Ok(response) => return Ok((response, connection)),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if reused => {
-                        message = unsent;
-                        connection = self.connect().await?;
-                        reused = false;
+            match connection.exchange(&mut head.clone().chain(body.clone())).await {
+                Ok(answer) => {
+                    if answer.keep_alive {
+                        self.idle.lock().push(connection);
                     }
-                    _ => {
-                        return Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(e.error()) })
-                    }
-                },
+                    return Ok(answer);
+                }
+                Err(failed) if reused && failed.unsent => {
+                    tracing::debug!("a pooled connection was closed: {}", failed.error);
+                    connection = self.connect().await?;
+                    reused = false;
+                }
+                Err(failed) => {
+                    return Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&failed.error) })
+                }
             }
         }
     }
@@ -262,19 +275,8 @@ impl HttpClient {
     }
 
     async fn post_empty(&self, url: Url) -> ClientResult<()> {
-        self.call(self.http.post(url).header(CONTENT_LENGTH, 0)).await.map(|_| ())
+        self.call(self.http.post(url).header(reqwest::header::CONTENT_LENGTH, 0)).await.map(|_| ())
     }
-}
-
-/// An HTTP/1.1 connection over `io`, driven by its own task, which ends when the server closes
-/// it or the sender is dropped.
-async fn handshake<I>(io: I) -> Result<Connection, hyper::Error>
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
-    tokio::spawn(connection);
-    Ok(sender)
 }
 
 /// Parses a protobuf message from its JSON form (field names as in the proto), ignoring fields
@@ -288,39 +290,6 @@ fn proto_from_json<T: prost::Message + Default>(message: &str, body: &[u8]) -> C
     let dynamic = prost_reflect::DynamicMessage::deserialize_with_options(desc, &mut de, &options)
         .map_err(|e| ClientError::Protocol(format!("{message} JSON: {e}")))?;
     dynamic.transcode_to().map_err(|e| ClientError::Protocol(format!("{message} JSON: {e}")))
-}
-
-/// A full request body that notes when hyper takes it to write on the connection.
-struct TimedBody {
-    /// A sequence step's new header opening, written before `data`.
-    head: Option<Bytes>,
-    data: Option<Bytes>,
-    taken_at: Arc<OnceLock<Instant>>,
-}
-
-impl Body for TimedBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let Some(head) = self.head.take() {
-            return Poll::Ready(Some(Ok(Frame::data(head))));
-        }
-        let frame = self.data.take().map(|d| Ok(Frame::data(d)));
-        if frame.is_some() {
-            let _ = self.taken_at.set(Instant::now());
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.head.is_none() && self.data.is_none()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, |d| d.len() as u64);
-        SizeHint::with_exact(len(&self.head) + len(&self.data))
-    }
 }
 
 impl InferClient for HttpClient {
@@ -369,26 +338,28 @@ impl InferClient for HttpClient {
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<HttpRequest> {
         let (body, header_length) = encode_request(spec, self.json_inputs, self.json_outputs)?;
         let url = self.model_url(&spec.model_name, &spec.model_version, &["infer"]);
-        let path = hyper::Uri::try_from(url.path())
-            .map_err(|e| ClientError::Invalid(format!("bad request path '{}': {e}", url.path())))?;
-        let mut headers = HeaderMap::with_capacity(3 + self.headers.len());
-        headers.insert(HOST, self.host.clone());
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-        if let Some(length) = header_length {
-            headers.insert(HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(length));
-        }
+        let mut head = BytesMut::with_capacity(256);
+        head.extend_from_slice(b"POST ");
+        head.extend_from_slice(url.path().as_bytes());
+        head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        head.extend_from_slice(self.host.as_bytes());
+        head.extend_from_slice(b"\r\n");
         for (name, value) in &self.headers {
-            headers.append(name, value.clone());
+            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
         }
-        Ok(HttpRequest { path, headers, body, header_length })
+        let head_start = head.clone().freeze();
+        length_headers(&mut head, body.len(), header_length);
+        Ok(HttpRequest { head: head.freeze(), head_start, body, header_length })
     }
 
     /// Timing, measured on our side of the socket:
-    /// - `send`: from the call until hyper takes the complete body to write it on a pooled
-    ///   connection (taking or opening a connection, writing the head);
-    /// - `recv`: from the moment the response headers are parsed until the body is read and the
-    ///   response decoded (JSON header parsed, binary outputs sliced). hyper does not expose
-    ///   the first response byte separately from the parsed headers, so server time ends there;
+    /// - `send`: from the call until the whole request is written on a pooled connection (taking
+    ///   or opening a connection included);
+    /// - `recv`: from the moment the answer's head is parsed until its body is read and decoded
+    ///   (JSON header parsed, binary outputs sliced);
     /// - `total`: from the call to the end of `recv`.
     async fn infer_step(
         &self,
@@ -462,37 +433,24 @@ impl HttpClient {
         keep_outputs: bool,
     ) -> (ClientResult<InferResult>, RequestTiming) {
         let start = Instant::now();
-        let taken_at = Arc::new(OnceLock::new());
-        let sent = self.send_infer(request, sequence, &taken_at).await;
-
-        let headers_at = Instant::now();
-        let result = match sent {
-            Err(e) => Err(e),
-            Ok((response, connection)) => {
-                let status = response.status();
-                let header_length = response
-                    .headers()
-                    .get(HEADER_LENGTH)
-                    .map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()));
-                match response.into_body().collect().await {
-                    Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
-                    Ok(body) => {
-                        // The whole answer is read: the connection can take the next request.
-                        self.idle.lock().push(connection);
-                        let body = body.to_bytes();
-                        match header_length {
-                            _ if status != StatusCode::OK => Err(error_from_body(status, &body)),
-                            Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
-                            Some(Some(n)) => decode_response(body, Some(n), keep_outputs),
-                            None => decode_response(body, None, keep_outputs),
-                        }
-                    }
-                }
+        let (result, sent_at, head_at) = match self.send_infer(request, sequence).await {
+            Err(e) => {
+                let now = Instant::now();
+                (Err(e), now, now)
+            }
+            Ok(answer) => {
+                let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+                let result = match answer.header_length {
+                    _ if status != StatusCode::OK => Err(error_from_body(status, &answer.body)),
+                    Some(None) => Err(ClientError::Protocol("bad Inference-Header-Content-Length".into())),
+                    Some(Some(n)) => decode_response(answer.body, Some(n), keep_outputs),
+                    None => decode_response(answer.body, None, keep_outputs),
+                };
+                (result, answer.sent_at, answer.head_at)
             }
         };
         let end = Instant::now();
-        let send_end = taken_at.get().copied().unwrap_or(headers_at).min(headers_at);
-        let timing = RequestTiming { send: send_end - start, recv: end - headers_at, total: end - start };
+        let timing = RequestTiming { send: sent_at - start, recv: end - head_at, total: end - start };
         (result, timing)
     }
 }
