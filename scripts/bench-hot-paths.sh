@@ -26,7 +26,8 @@
 #      perf_analyzer, see scripts/setup-peers.sh), BENCH_SKIP_BUILD=1 (use target/release as is),
 #      PERFBENCH_BIN (another perfbench binary to measure, e.g. an older build, against the same echoes),
 #      BENCH_SSE_ONLY=1 (only the SSE row), BENCH_TRITON_ONLY=1 (only the Triton rows),
-#      BENCH_CLIENT_ONLY=1 (only the client rows).
+#      BENCH_CLIENT_ONLY=1 (only the client rows), BENCH_SERVER_PATHS="json grpc" (only these
+#      server rows, of json jsonin jsonout bin grpc stream inprocess).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/benches/common.sh"
@@ -273,6 +274,7 @@ server_table() {
     "gRPC stream:stream" "in-process:inprocess"; do
     label=${path%%:*}
     kind=${path##*:}
+    [ -n "${BENCH_SERVER_PATHS:-}" ] && [[ " $BENCH_SERVER_PATHS " != *" $kind "* ]] && continue
     sizes="16 16384"
     [[ $kind == jsonin || $kind == jsonout ]] && sizes=16384
     for n in $sizes; do
@@ -295,7 +297,7 @@ server_table() {
       fi
     done
   done
-  sse_row
+  [ -z "${BENCH_SERVER_PATHS:-}" ] && sse_row
   echo
   echo "HTTP JSON against the echo doing the JSON exchange (echo_axum --parse: serde_json parses the request into"
   echo "typed FP32 tensors, float_roundtrip on as for perfbench, and writes the answer's text as perfbench does)"
@@ -449,6 +451,10 @@ start_servers
 echo "perfbench $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), $(nproc --all) cores, $SECONDS_PER_ROW s per wrk/h2load row, $REQUESTS requests per perfbench row (a quarter for 64 KiB)"
 if [ -n "${BENCH_TRITON_ONLY:-}" ]; then
   triton_table
+  exit 0
+fi
+if [ -n "${BENCH_SERVER_PATHS:-}" ]; then
+  server_table
   exit 0
 fi
 if [ -n "${BENCH_CLIENT_ONLY:-}" ]; then
