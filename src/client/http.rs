@@ -196,9 +196,13 @@ impl HttpClient {
     async fn send_infer(&self, request: &HttpRequest, sequence: Option<&SequenceFlags>) -> ClientResult<h1::Answer> {
         let (mut connection, mut reused) = self.connection().await?;
         // `{"parameters":{...},` replaces the header's `{`: only the head is new bytes.
+        let opened;
         let (head, body) = match sequence {
-            None => (request.head.clone(), request.body.clone()),
-            Some(sequence) => (request.head_opening(&sequence_prefix(sequence)), request.body.slice(1..)),
+            None => (&request.head, &request.body),
+            Some(sequence) => {
+                opened = (request.head_opening(&sequence_prefix(sequence)), request.body.slice(1..));
+                (&opened.0, &opened.1)
+            }
         };
         loop {
             match connection.exchange(&mut head.clone().chain(body.clone())).await {

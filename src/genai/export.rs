@@ -16,7 +16,8 @@ use super::metrics::{display_value, MetricValue, Record, Stats, Summary};
 pub const CSV_FILE: &str = "profile_export_aiperf.csv";
 pub const JSON_FILE: &str = "profile_export_aiperf.json";
 pub const JSONL_FILE: &str = "profile_export.jsonl";
-/// A sharded level's records, whole, for `perfbench merge` ([`write_records`]).
+/// A level's records, whole ([`write_records`]): what `run --resume` summarizes again and
+/// `perfbench merge` joins across shards.
 pub const RECORDS_FILE: &str = "records.json";
 
 /// One request as [`RECORDS_FILE`] keeps it: its instants as Unix ns, so the shards of one run,
@@ -41,7 +42,7 @@ struct StoredRecord {
     handling_lag_ns: u64,
 }
 
-/// What a sharded level keeps: its records and what the client measured of itself.
+/// What a level keeps: its records and what the client measured of itself.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredLevel {
     client: super::client_limit::ClientLoad,

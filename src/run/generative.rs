@@ -157,7 +157,7 @@ fn title(model: &Model, sweep: &Sweep, g: &Generative) -> String {
 /// The levels an interrupted run of this sweep finished in `dir` (`run --resume`): the leading
 /// levels whose records are on disk, summarized again from them.
 fn finished(dir: &Path, schedules: &[Schedule], g: &Generative, streaming: bool) -> anyhow::Result<Vec<Level>> {
-    let slos = g.goodput.as_deref().map(Slos::parse).transpose().map_err(|e| anyhow!(e))?;
+    let slos = slos(g)?;
     let clock = RunInfo::now(serde_json::Value::Null);
     let mut kept = Vec::new();
     for &schedule in schedules {
@@ -169,6 +169,11 @@ fn finished(dir: &Path, schedules: &[Schedule], g: &Generative, streaming: bool)
         kept.push(Level { schedule, outcome: stored(records, client, slos.as_ref(), streaming) });
     }
     Ok(kept)
+}
+
+/// The sweep's `--goodput` objectives.
+fn slos(g: &Generative) -> anyhow::Result<Option<Slos>> {
+    g.goodput.as_deref().map(Slos::parse).transpose().map_err(|e| anyhow!(e))
 }
 
 /// A level's outcome from records kept on disk (one run's, or every shard's of one level).
@@ -204,7 +209,7 @@ pub(super) fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     }
     let sweep = lead.sweeps.iter().find(|s| s.generative.is_some()).expect("a generative plan");
     let g = sweep.generative.as_ref().expect("checked");
-    let slos = g.goodput.as_deref().map(Slos::parse).transpose().map_err(|e| anyhow!(e))?;
+    let slos = slos(g)?;
     let clock = RunInfo::now(serde_json::Value::Null);
     let mut levels = Vec::new();
     for schedule in schedules(&sweep.load)? {

@@ -1,7 +1,8 @@
 //! Runs a search: checks that the target takes config overrides, measures the model's own
 //! configuration, then each candidate the strategy picks (applied through the repository
 //! `load` call), and restores the original configuration at the end, on error and on Ctrl-C.
-//! Every point is a real profile point: `run::sweep` with the sweep's windows and stop rule.
+//! Every point is a real profile point: `run::sweep` with the sweep's windows and stop rule, or
+//! (a generative sweep) one generative profile of that concurrency.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
-//! `perfbench search`: the model configuration (instances, `max_batch_size`, dynamic batching)
-//! that gives the most throughput (or the lowest latency) under a latency budget. The space and
+//! `perfbench search`: the model configuration (instances, `max_batch_size`, dynamic batching,
+//! model parameters) that gives the most throughput (inferences/s, or a generative model's
+//! output tokens/s) or the lowest latency under a latency budget. The space and
 //! the budget come from `plan::search`; `strategy` picks configurations (pure), `execute`
 //! applies and measures them through the repository API and `run`'s measuring loop, and
 //! `output` writes the results folder.
