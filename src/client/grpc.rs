@@ -2,24 +2,28 @@
 //! `raw_input_contents` (one entry per non-shm input, in input order), every output listed,
 //! output bytes taken from `raw_output_contents` by index, message limits at `i32::MAX`.
 //!
-//! Infer requests are protobuf-encoded once in [`InferClient::prepare`] and sent through a codec
-//! that writes the encoded bytes as they are, so the hot loop neither clones tensors nor
-//! re-encodes them. Concurrent requests multiplex over HTTP/2 on a small pool of channels.
+//! Infer requests are protobuf-encoded (and compressed) once in [`InferClient::prepare`] and
+//! written as they are, so the hot loop neither clones tensors nor re-encodes them. Unary calls
+//! go on HTTP/2 connections of our own ([`unary`] over [`connection`]); `--streaming` and the
+//! control calls go through tonic. Concurrent requests multiplex over HTTP/2 on a small pool of
+//! connections.
 
+mod connection;
 pub mod stream;
+mod unary;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
+use http::Uri;
 use prost::Message;
-use tonic::codec::{BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use super::tls::{https_url, TlsOptions};
+use super::connect::{Dialer, CONNECT_TIMEOUT};
+use super::tls::{https_url, GrpcCompression, TlsOptions};
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, CorrelationId, InferClient, InferResult,
     InputSource, OutputTarget, ParameterValue, RequestSpec, RequestTiming, SequenceFlags, ServerInfo,
@@ -37,13 +41,10 @@ use crate::tensor::{DataType, Tensor};
 /// Triton's clients allow messages up to `INT32_MAX` bytes both ways.
 const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 const MODEL_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
-/// Concurrent requests per HTTP/2 connection before another channel is opened: one connection
-/// is driven by one task, which becomes the bottleneck when many streams share it.
-const STREAMS_PER_CHANNEL: usize = 16;
-const MAX_CHANNELS: usize = 8;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// gRPC's message prefix: a compression flag byte and a 4-byte length.
-const MESSAGE_PREFIX_BYTES: usize = 5;
+/// Concurrent requests per HTTP/2 connection before another is opened: one connection is
+/// driven by one task, which becomes the bottleneck when many streams share it.
+const STREAMS_PER_CONNECTION: usize = 16;
+const MAX_CONNECTIONS: usize = 8;
 
 /// A gRPC client for one server.
 pub struct GrpcClient {
@@ -57,49 +58,19 @@ pub struct GrpcClient {
     /// `Some` with `--streaming`: requests go over `ModelStreamInfer` streams.
     streams: Option<stream::StreamPool>,
     /// `--grpc-compression-algorithm`: how requests are compressed.
-    compression: Option<CompressionEncoding>,
+    compression: GrpcCompression,
+    /// Unary inference calls.
+    unary: unary::Unary,
     /// `--request-parameter`s, added to every prepared request.
     parameters: std::collections::HashMap<String, InferParameter>,
 }
 
-/// A `ModelInferRequest`, protobuf-encoded once.
+/// A `ModelInferRequest`, protobuf-encoded once, and as a unary call sends it.
 pub struct GrpcRequest {
     encoded: Bytes,
+    message: unary::Message,
     /// A decoupled model's request: on a stream it ends with the response flagged final.
     decoupled: bool,
-}
-
-/// Connects over TCP, then TLS with `config`, checking the certificate against the URL's host.
-fn tls_connector(
-    config: Arc<rustls::ClientConfig>,
-    url: &str,
-) -> ClientResult<
-    impl tower::Service<
-            tonic::codegen::http::Uri,
-            Response = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
-            Error = std::io::Error,
-            Future = impl Send,
-        > + Clone
-        + Send
-        + 'static,
-> {
-    let parsed = reqwest::Url::parse(&base_url(url))
-        .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
-    let host = parsed.host_str().unwrap_or("localhost").trim_matches(['[', ']']).to_string();
-    let port = parsed.port_or_known_default().unwrap_or(443);
-    let name = rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
-    let tls = tokio_rustls::TlsConnector::from(config);
-    Ok(tower::service_fn(move |_: tonic::codegen::http::Uri| {
-        let (tls, name, host) = (tls.clone(), name.clone(), host.clone());
-        async move {
-            let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((host.as_str(), port)))
-                .await
-                .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-            tcp.set_nodelay(true)?;
-            Ok(hyper_util::rt::TokioIo::new(tls.connect(name, tcp).await?))
-        }
-    }))
 }
 
 impl GrpcClient {
@@ -114,26 +85,35 @@ impl GrpcClient {
     pub fn with_tls(url: &str, options: &ConnectOptions, tls: &TlsOptions) -> ClientResult<Self> {
         crate::proto::install_crypto_provider();
         let tls_config = tls.grpc.client_config()?;
-        let base = base_url(url);
-        let endpoint = Endpoint::from_shared(base.clone())
-            .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {}", error_chain(&e))))?
-            .tcp_nodelay(true)
+        let bad_url = |e: &dyn std::fmt::Display| ClientError::Invalid(format!("bad server URL '{url}': {e}"));
+        let plain = base_url(url);
+        // Requests over TLS say `https`.
+        let base = if tls_config.is_some() { https_url(&plain) } else { plain.clone() };
+        let parsed: Uri = base.parse().map_err(|e| bad_url(&e))?;
+        let authority = parsed.authority().ok_or_else(|| bad_url(&"no host"))?.clone();
+        let port = authority.port_u16().unwrap_or(if tls_config.is_some() { 443 } else { 80 });
+        // TLS runs in our dialer rather than tonic's connector, whose verifier cannot be
+        // replaced and refuses X.509 v1 certificates.
+        let dialer = Dialer::new(url, authority.host(), port, tls_config)?;
+        // tonic's own TLS is off (the URL it connects to says `http`); the origin it writes in
+        // requests says `https` where TLS is on.
+        let endpoint = Endpoint::from_shared(plain)
+            .map_err(|e| bad_url(&error_chain(&e)))?
+            .origin(parsed.clone())
             .connect_timeout(CONNECT_TIMEOUT);
-        let count = options.concurrency.div_ceil(STREAMS_PER_CHANNEL).clamp(1, MAX_CHANNELS);
-        let (base, make_channel): (String, Box<dyn Fn() -> Channel + Send + Sync>) = match tls_config {
-            None => (base, Box::new(move || endpoint.connect_lazy())),
-            Some(config) => {
-                // TLS runs in our connector rather than tonic's, whose verifier cannot be replaced
-                // and refuses X.509 v1 certificates; requests still say `https`.
-                let secure = https_url(&base);
-                let origin =
-                    secure.parse().map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
-                let endpoint = endpoint.origin(origin);
-                let connector = tls_connector(Arc::new(config), url)?;
-                (secure, Box::new(move || endpoint.connect_with_connector_lazy(connector.clone())))
-            }
+        let connector = {
+            let dialer = dialer.clone();
+            tower::service_fn(move |_: Uri| {
+                let dialer = dialer.clone();
+                async move { dialer.dial().await.map(hyper_util::rt::TokioIo::new) }
+            })
         };
-        let channels = parking_lot::RwLock::new((0..count).map(|_| make_channel()).collect());
+        let make_channel: Box<dyn Fn() -> Channel + Send + Sync> =
+            Box::new(move || endpoint.connect_with_connector_lazy(connector.clone()));
+        let connections = options.concurrency.div_ceil(STREAMS_PER_CONNECTION).clamp(1, MAX_CONNECTIONS);
+        // Streams need as many channels as the load has connections; control calls need one.
+        let channel_count = if options.streaming { connections } else { 1 };
+        let channels = parking_lot::RwLock::new((0..channel_count).map(|_| make_channel()).collect());
         let mut metadata = MetadataMap::new();
         for (name, value) in &options.headers {
             let bad = || ClientError::Invalid(format!("bad header '{name}: {value}'"));
@@ -141,6 +121,14 @@ impl GrpcClient {
             let value = MetadataValue::try_from(value.as_str()).map_err(|_| bad())?;
             metadata.append(key, value);
         }
+        let header_block = unary::Unary::header_block(
+            parsed.scheme_str() == Some("https"),
+            authority.as_str(),
+            MODEL_INFER_PATH,
+            &metadata,
+            unary::encoding_name(tls.grpc_compression),
+        );
+        let unary = unary::Unary::new(base.clone(), dialer, header_block, connections);
         Ok(GrpcClient {
             base,
             channels,
@@ -148,7 +136,8 @@ impl GrpcClient {
             next: AtomicUsize::new(0),
             metadata,
             streams: options.streaming.then(|| stream::StreamPool::new(tls.grpc_compression.encoding())),
-            compression: tls.grpc_compression.encoding(),
+            compression: tls.grpc_compression,
+            unary,
             parameters: options
                 .request_parameters
                 .iter()
@@ -166,7 +155,7 @@ impl GrpcClient {
         let client = GrpcInferenceServiceClient::new(self.channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        match self.compression {
+        match self.compression.encoding() {
             Some(encoding) => client.send_compressed(encoding),
             None => client,
         }
@@ -281,89 +270,6 @@ fn to_proto(spec: &RequestSpec) -> ModelInferRequest {
     request
 }
 
-/// When the encoded request was handed to the HTTP/2 connection, and when the complete
-/// response message reached the decoder.
-#[derive(Default)]
-struct CallTimes {
-    encoded: OnceLock<Instant>,
-    decoding: OnceLock<Instant>,
-}
-
-/// Writes pre-encoded request bytes; decodes `ModelInferResponse` with prost when the caller
-/// keeps outputs, and otherwise only consumes the message (a failed call arrives as a status in
-/// the trailers, not in the body, so nothing is lost by not parsing it).
-struct InferCodec {
-    times: Arc<CallTimes>,
-    keep_outputs: bool,
-    /// The request's length on the wire, prefix included.
-    request_bytes: usize,
-}
-
-struct PreEncoded {
-    times: Arc<CallTimes>,
-    request_bytes: usize,
-}
-
-struct ResponseDecoder {
-    times: Arc<CallTimes>,
-    keep_outputs: bool,
-}
-
-impl Codec for InferCodec {
-    type Encode = Encoded;
-    type Decode = Option<ModelInferResponse>;
-    type Encoder = PreEncoded;
-    type Decoder = ResponseDecoder;
-
-    fn encoder(&mut self) -> PreEncoded {
-        PreEncoded { times: self.times.clone(), request_bytes: self.request_bytes }
-    }
-
-    fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder { times: self.times.clone(), keep_outputs: self.keep_outputs }
-    }
-}
-
-impl Encoder for PreEncoded {
-    type Item = Encoded;
-    type Error = Status;
-
-    fn encode(&mut self, (head, tail): Encoded, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&head);
-        dst.put_slice(&tail);
-        let _ = self.times.encoded.set(Instant::now());
-        Ok(())
-    }
-
-    /// The request's own size, not tonic's 8 KiB per call: those buffers, mostly empty and held
-    /// while the call is in flight, were 0.6–1.4 MB of the client's heap at concurrency 256,
-    /// coming and going with the load, and about 3 MB of its RSS (issue 13's soak).
-    fn buffer_settings(&self) -> BufferSettings {
-        BufferSettings::new(self.request_bytes, crate::proto::codec::YIELD_THRESHOLD)
-    }
-}
-
-impl Decoder for ResponseDecoder {
-    type Item = Option<ModelInferResponse>;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
-        let _ = self.times.decoding.set(Instant::now());
-        if !self.keep_outputs {
-            src.advance(src.remaining());
-            return Ok(Some(None));
-        }
-        let response =
-            ModelInferResponse::decode(src).map_err(|e| Status::internal(format!("bad ModelInferResponse: {e}")))?;
-        Ok(Some(Some(response)))
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        // tonic grows it to the answer's length once the prefix is read.
-        crate::proto::codec::buffers()
-    }
-}
-
 /// A streamed request's responses as one result: the answer is the last response that carried
 /// outputs (a decoupled model's empty final one carries none); a decoupled request also keeps
 /// every response with its arrival time.
@@ -403,6 +309,7 @@ impl InferClient for GrpcClient {
         let mut channels = self.channels.write();
         let fresh = (0..channels.len()).map(|_| (self.make_channel)()).collect();
         *channels = fresh;
+        self.unary.drop_connections();
         if let Some(streams) = &self.streams {
             streams.drop_idle();
         }
@@ -443,7 +350,9 @@ impl InferClient for GrpcClient {
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<GrpcRequest> {
         let mut request = to_proto(spec);
         request.parameters.extend(self.parameters.iter().map(|(k, v)| (k.clone(), v.clone())));
-        Ok(GrpcRequest { encoded: request.encode_to_vec().into(), decoupled: spec.decoupled })
+        let encoded: Bytes = request.encode_to_vec().into();
+        let message = unary::message(&encoded, Bytes::new(), self.compression)?;
+        Ok(GrpcRequest { encoded, message, decoupled: spec.decoupled })
     }
 
     /// Timing, measured on our side of the connection:
@@ -566,34 +475,27 @@ impl GrpcClient {
             return (result, timing);
         }
         let start = Instant::now();
-        let times = Arc::new(CallTimes::default());
-        let mut grpc = tonic::client::Grpc::new(self.channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        if let Some(encoding) = self.compression {
-            grpc = grpc.send_compressed(encoding);
-        }
-        let response = match grpc.ready().await {
-            Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
-            Ok(()) => {
-                let request_bytes = MESSAGE_PREFIX_BYTES + request.encoded.len() + tail.len();
-                let codec = InferCodec { times: times.clone(), keep_outputs, request_bytes };
-                let path = tonic::codegen::http::uri::PathAndQuery::from_static(MODEL_INFER_PATH);
-                grpc.unary(self.request((request.encoded.clone(), tail)), path, codec)
-                    .await
-                    .map_err(|s| self.status_error(s))
-            }
+        let message = match tail.is_empty() {
+            true => Ok(request.message.clone()),
+            false => unary::message(&request.encoded, tail, self.compression),
+        };
+        let answer = match message {
+            Ok(message) => self.unary.call(&message).await,
+            Err(e) => Err(e),
         };
         let answered = Instant::now();
-        let result = match response.map(tonic::Response::into_inner) {
-            Err(e) => Err(e),
-            Ok(Some(r)) => from_proto(r),
-            Ok(None) => Ok(InferResult::default()),
+        let (result, sent, received) = match answer {
+            Err(e) => (Err(e), answered, answered),
+            Ok(answer) if !keep_outputs => (Ok(InferResult::default()), answer.sent_at, answer.received_at),
+            Ok(answer) => {
+                let result = ModelInferResponse::decode(answer.message)
+                    .map_err(|e| ClientError::Protocol(format!("bad ModelInferResponse: {e}")))
+                    .and_then(from_proto);
+                (result, answer.sent_at, answer.received_at)
+            }
         };
         let end = Instant::now();
-        let sent = times.encoded.get().copied().unwrap_or(answered).min(answered);
-        let decoding = times.decoding.get().copied().unwrap_or(answered);
-        let timing = RequestTiming { send: sent - start, recv: end - decoding, total: end - start };
+        let timing = RequestTiming { send: sent - start, recv: end - received, total: end - start };
         (result, timing)
     }
 }

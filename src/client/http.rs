@@ -8,7 +8,6 @@
 //! ([`h1`]): the hot loop parses, formats and allocates next to nothing. The other calls use
 //! reqwest.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -17,6 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
+use super::connect::Dialer;
 use super::tls::TlsOptions;
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, RequestSpec,
@@ -37,8 +37,8 @@ use h1::Connection;
 pub struct HttpClient {
     base: String,
     http: reqwest::Client,
-    /// `host:port` to connect inference connections to.
-    address: String,
+    /// Opens the inference connections.
+    dialer: Dialer,
     /// `Host` of every inference request.
     host: String,
     /// `-H` headers, sent with every request.
@@ -48,8 +48,6 @@ pub struct HttpClient {
     /// `--input-tensor-format json` / `--output-tensor-format json`.
     json_inputs: bool,
     json_outputs: bool,
-    /// For `https://`: the TLS connector and the name the certificate must carry.
-    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
 }
 
 /// A request encoded once: its head (request line and every header) and the full body (JSON
@@ -126,19 +124,14 @@ impl HttpClient {
         let host = parsed.host_str().unwrap_or("localhost");
         let tls = match parsed.scheme() {
             "http" => None,
-            "https" => {
-                // An IPv6 literal keeps its brackets in the URL but not in a server name.
-                let name = rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
-                    .map_err(|e| ClientError::Invalid(format!("bad server URL '{url}': {e}")))?;
-                Some((tokio_rustls::TlsConnector::from(Arc::new(tls_config)), name))
-            }
+            "https" => Some(tls_config),
             other => {
                 return Err(ClientError::Invalid(format!(
                     "bad server URL '{url}': scheme '{other}' (http:// or https://)"
                 )))
             }
         };
-        let address = format!("{host}:{}", parsed.port_or_known_default().unwrap_or(80));
+        let dialer = Dialer::new(url, host, parsed.port_or_known_default().unwrap_or(80), tls)?;
         let host = match parsed.port() {
             Some(port) => format!("{host}:{port}"),
             None => host.to_string(),
@@ -149,11 +142,10 @@ impl HttpClient {
         Ok(HttpClient {
             base,
             http,
-            address,
+            dialer,
             host,
             headers,
             idle: Mutex::new(Vec::new()),
-            tls,
             json_inputs: options.json_inputs,
             json_outputs: options.json_outputs,
         })
@@ -175,19 +167,10 @@ impl HttpClient {
     }
 
     async fn connect(&self) -> ClientResult<Connection> {
-        let unreachable =
-            |e: &dyn std::error::Error| ClientError::Unreachable { url: self.base.clone(), reason: error_chain(e) };
-        let stream = tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(&self.address))
-            .await
-            .map_err(|e| unreachable(&e))?
-            .map_err(|e| unreachable(&e))?;
-        stream.set_nodelay(true).map_err(|e| unreachable(&e))?;
-        Ok(Connection::new(match &self.tls {
-            None => Box::new(stream),
-            Some((connector, name)) => {
-                Box::new(connector.connect(name.clone(), stream).await.map_err(|e| unreachable(&e))?)
-            }
-        }))
+        match self.dialer.dial().await {
+            Ok(io) => Ok(Connection::new(io)),
+            Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
+        }
     }
 
     /// Sends an inference request and reads its answer on a pooled connection, which goes back

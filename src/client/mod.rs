@@ -1,6 +1,7 @@
 //! How to send: one trait over every transport (HTTP, gRPC, in-process). The load engine is
 //! generic over [`InferClient`] and never sees a wire format.
 
+pub(crate) mod connect;
 pub mod deadline;
 pub mod grpc;
 pub mod http;

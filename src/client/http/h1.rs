@@ -11,7 +11,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+
+use crate::client::connect::Io;
 
 /// Headers an answer may carry; more is a protocol error.
 const MAX_HEADERS: usize = 64;
@@ -19,10 +21,6 @@ const MAX_HEADERS: usize = 64;
 const MAX_HEAD: usize = 64 * 1024;
 /// What one read asks the socket for, at least.
 const READ_CHUNK: usize = 16 * 1024;
-
-/// The byte stream under a connection: plain TCP or TLS.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// A keep-alive HTTP/1.1 connection for inference requests.
 pub(crate) struct Connection {

@@ -1,0 +1,335 @@
+//! Unary `ModelInfer` calls on a few HTTP/2 connections of our own ([`super::connection`]), as
+//! h2load drives them: each call opens a stream on a pooled connection, sends its prepared
+//! message and reads the answer and its trailers. The connections open when first needed and
+//! again after one breaks; the control calls and `--streaming` keep tonic.
+
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, Bytes};
+use parking_lot::Mutex;
+
+use super::connection::{self, Broken, Connection};
+
+use crate::client::connect::Dialer;
+use crate::client::tls::GrpcCompression;
+use crate::client::{error_chain, ClientError, ClientResult};
+
+/// gRPC's message prefix: a compression flag byte and a 4-byte big-endian length.
+pub const PREFIX_BYTES: usize = 5;
+
+/// A request message on the wire: its gRPC prefix and parts, written as they are (no copy of
+/// a large tensor into h2's buffer: its writes are vectored).
+#[derive(Clone, Default)]
+pub struct Message {
+    parts: [Bytes; 3],
+}
+
+impl Message {
+    pub fn new(prefix: Bytes, body: Bytes, tail: Bytes) -> Message {
+        Message { parts: [prefix, body, tail] }
+    }
+
+    /// Up to `most` of the next bytes, as they are (no copy).
+    pub fn split_chunk(&mut self, most: usize) -> Bytes {
+        match self.parts.iter_mut().find(|p| !p.is_empty()) {
+            Some(part) => part.split_to(most.min(part.len())),
+            None => Bytes::new(),
+        }
+    }
+}
+
+impl Buf for Message {
+    fn remaining(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.parts.iter().find(|p| !p.is_empty()).map_or(&[], |p| p)
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        for part in &mut self.parts {
+            let step = n.min(part.len());
+            part.advance(step);
+            n -= step;
+        }
+        assert_eq!(n, 0, "advanced past the end of a message");
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        let mut filled = 0;
+        for part in self.parts.iter().filter(|p| !p.is_empty()) {
+            if filled == dst.len() {
+                break;
+            }
+            dst[filled] = IoSlice::new(part);
+            filled += 1;
+        }
+        filled
+    }
+}
+
+/// The prefix of an uncompressed (`0`) or compressed (`1`) message of `length` bytes.
+pub fn prefix(compressed: bool, length: usize) -> ClientResult<Bytes> {
+    let length = u32::try_from(length)
+        .ok()
+        .filter(|&n| n <= i32::MAX as u32)
+        .ok_or_else(|| ClientError::Invalid(format!("a request of {length} bytes is over gRPC's 2 GiB limit")))?;
+    let mut bytes = [0u8; PREFIX_BYTES];
+    bytes[0] = compressed as u8;
+    bytes[1..].copy_from_slice(&length.to_be_bytes());
+    Ok(Bytes::copy_from_slice(&bytes))
+}
+
+/// `body` and `tail` as one request message, compressed as `compression` says.
+pub fn message(body: &Bytes, tail: Bytes, compression: GrpcCompression) -> ClientResult<Message> {
+    let compressed = match compression {
+        GrpcCompression::None => return Ok(Message::new(prefix(false, body.len() + tail.len())?, body.clone(), tail)),
+        GrpcCompression::Gzip => {
+            compress(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()), body, &tail)
+        }
+        GrpcCompression::Deflate => {
+            compress(flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default()), body, &tail)
+        }
+    };
+    Ok(Message::new(prefix(true, compressed.len())?, compressed, Bytes::new()))
+}
+
+/// The `grpc-encoding` of requests compressed as `compression` says.
+pub fn encoding_name(compression: GrpcCompression) -> Option<&'static str> {
+    match compression {
+        GrpcCompression::None => None,
+        GrpcCompression::Gzip => Some("gzip"),
+        // zlib's format, as gRPC (and tonic) mean by deflate.
+        GrpcCompression::Deflate => Some("deflate"),
+    }
+}
+
+/// `parts` through an encoder that writes to memory (it cannot fail).
+fn compress<E: std::io::Write + Finish>(mut encoder: E, body: &[u8], tail: &[u8]) -> Bytes {
+    encoder.write_all(body).and_then(|_| encoder.write_all(tail)).expect("writing to memory");
+    encoder.finish_to_vec().into()
+}
+
+/// flate2's encoders, finished into their buffer.
+trait Finish {
+    fn finish_to_vec(self) -> Vec<u8>;
+}
+
+impl Finish for flate2::write::GzEncoder<Vec<u8>> {
+    fn finish_to_vec(self) -> Vec<u8> {
+        self.finish().expect("writing to memory")
+    }
+}
+
+impl Finish for flate2::write::ZlibEncoder<Vec<u8>> {
+    fn finish_to_vec(self) -> Vec<u8> {
+        self.finish().expect("writing to memory")
+    }
+}
+
+/// An answer's message (without its prefix), when the request went out and when the message
+/// was complete.
+pub struct Answer {
+    pub message: Bytes,
+    pub sent_at: Instant,
+    pub received_at: Instant,
+}
+
+/// One pooled connection: its handle, and a number that tells it from the one after it.
+struct Slot {
+    live: Mutex<Option<(u64, Arc<Connection>)>>,
+    /// Held while the slot's connection is being made, so concurrent calls make one.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+/// Unary calls over a few HTTP/2 connections, opened when first needed and again after one
+/// breaks.
+pub struct Unary {
+    base: String,
+    dialer: Dialer,
+    /// The request's header block: `:path`, `:authority`, content type, `te`, compression,
+    /// `-H` metadata.
+    header_block: Bytes,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+    generation: AtomicU64,
+}
+
+impl Unary {
+    /// `connections` connections to `dialer`'s server; `base` names it in errors.
+    pub fn new(base: String, dialer: Dialer, header_block: Bytes, connections: usize) -> Unary {
+        let slots = (0..connections.max(1))
+            .map(|_| Slot { live: Mutex::new(None), connecting: tokio::sync::Mutex::new(()) })
+            .collect();
+        Unary { base, dialer, header_block, slots, next: AtomicUsize::new(0), generation: AtomicU64::new(0) }
+    }
+
+    /// The header block of every call: `https` or not, the server's `authority`, gRPC's
+    /// content type and `te`, our user agent, a compressed request's encoding, and `metadata`.
+    pub fn header_block(
+        https: bool,
+        authority: &str,
+        path: &str,
+        metadata: &tonic::metadata::MetadataMap,
+        encoding: Option<&'static str>,
+    ) -> Bytes {
+        let agent = concat!("perfbench/", env!("CARGO_PKG_VERSION"));
+        let mut fields: Vec<(&str, &[u8])> =
+            vec![("content-type", b"application/grpc"), ("te", b"trailers"), ("user-agent", agent.as_bytes())];
+        if let Some(encoding) = encoding {
+            fields.push(("grpc-encoding", encoding.as_bytes()));
+        }
+        let headers = metadata.clone().into_headers();
+        fields.extend(headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes())));
+        connection::header_block(https, authority, path, &fields)
+    }
+
+    /// Closes every connection (after a server restart); calls open new ones.
+    pub fn drop_connections(&self) {
+        for slot in &self.slots {
+            *slot.live.lock() = None;
+        }
+    }
+
+    /// One call of `message`: the answer's message, or why there is none. A call that was never
+    /// processed (its connection had closed, or the server refused its stream) goes once more
+    /// on a new connection.
+    pub async fn call(&self, message: &Message) -> ClientResult<Answer> {
+        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        loop {
+            let (generation, connection, fresh) = self.connection(slot).await?;
+            let (outcome, sent_at) = connection.call(&self.header_block, message.clone()).await;
+            let reason = match outcome {
+                Ok(answer) => return answered(answer, sent_at),
+                Err(Broken::Cancelled(reason)) => return Err(ClientError::Server(reason)),
+                Err(Broken::Lost(reason)) => return Err(self.unreachable(reason)),
+                Err(Broken::Unprocessed(reason)) => reason,
+            };
+            {
+                let mut live = slot.live.lock();
+                if live.as_ref().is_some_and(|(g, _)| *g == generation) {
+                    *live = None;
+                }
+            }
+            if fresh {
+                return Err(self.unreachable(reason));
+            }
+            tracing::debug!("a pooled gRPC connection was closed: {reason}");
+        }
+    }
+
+    /// The slot's connection, made first when it has none or its own has closed; the flag says
+    /// it is new.
+    async fn connection(&self, slot: &Slot) -> ClientResult<(u64, Arc<Connection>, bool)> {
+        let reuse = |slot: &Slot| {
+            let live = slot.live.lock();
+            live.as_ref().filter(|(_, c)| c.is_open()).map(|(g, c)| (*g, c.clone(), false))
+        };
+        if let Some(found) = reuse(slot) {
+            return Ok(found);
+        }
+        let _connecting = slot.connecting.lock().await;
+        if let Some(found) = reuse(slot) {
+            return Ok(found);
+        }
+        let io = self.dialer.dial().await.map_err(|e| self.unreachable(error_chain(&e)))?;
+        let connection = Arc::new(Connection::start(io));
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        *slot.live.lock() = Some((generation, connection.clone()));
+        Ok((generation, connection, true))
+    }
+
+    fn unreachable(&self, reason: String) -> ClientError {
+        ClientError::Unreachable { url: self.base.clone(), reason }
+    }
+}
+
+/// A gRPC answer read: HTTP 200, `grpc-status: 0`, one message.
+fn answered(answer: connection::Answer, sent_at: Instant) -> ClientResult<Answer> {
+    if answer.status != 200 {
+        return Err(ClientError::Server(format!(
+            "HTTP status {} from the gRPC server, without a grpc-status",
+            answer.status
+        )));
+    }
+    check_status(answer.grpc_status.as_deref(), answer.grpc_message.as_deref())?;
+    let received_at = answer.received_at.unwrap_or_else(Instant::now);
+    Ok(Answer { message: unprefixed(answer.body)?, sent_at, received_at })
+}
+
+/// `Ok` for `grpc-status: 0`; another status as a server error with its `grpc-message`.
+fn check_status(code: Option<&[u8]>, message: Option<&[u8]>) -> ClientResult<()> {
+    let code = code.ok_or_else(|| ClientError::Protocol("the answer has no grpc-status".into()))?;
+    let number: i32 = std::str::from_utf8(code)
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| ClientError::Protocol(format!("bad grpc-status {:?}", String::from_utf8_lossy(code))))?;
+    if number == 0 {
+        return Ok(());
+    }
+    let message = message.map(|m| percent_encoding::percent_decode(m).decode_utf8_lossy().into_owned());
+    Err(ClientError::Server(message.unwrap_or_default()))
+}
+
+/// The message of a unary answer: one uncompressed message, as long as its prefix says.
+fn unprefixed(data: Bytes) -> ClientResult<Bytes> {
+    if data.len() < PREFIX_BYTES {
+        return Err(ClientError::Protocol(format!("an answer of {} bytes has no gRPC message", data.len())));
+    }
+    if data[0] != 0 {
+        return Err(ClientError::Protocol("the answer is compressed, and no compression was offered".into()));
+    }
+    let length = u32::from_be_bytes(data[1..PREFIX_BYTES].try_into().expect("four bytes")) as usize;
+    if data.len() - PREFIX_BYTES != length {
+        return Err(ClientError::Protocol(format!(
+            "the answer's message is {} bytes, its prefix says {length}",
+            data.len() - PREFIX_BYTES
+        )));
+    }
+    Ok(data.slice(PREFIX_BYTES..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_its_parts_in_order() {
+        let mut m = Message::new(prefix(false, 6).unwrap(), Bytes::from_static(b"abcd"), Bytes::from_static(b"ef"));
+        assert_eq!(m.remaining(), 11);
+        let mut slices = [IoSlice::new(&[]); 4];
+        assert_eq!(m.chunks_vectored(&mut slices), 3);
+        m.advance(7);
+        assert_eq!(m.chunk(), b"cd");
+        assert_eq!(m.copy_to_bytes(m.remaining()), Bytes::from_static(b"cdef"));
+    }
+
+    #[test]
+    fn an_answer_is_one_message_as_long_as_its_prefix() {
+        let framed = |flag: u8, len: u32, body: &[u8]| {
+            let mut b = vec![flag];
+            b.extend_from_slice(&len.to_be_bytes());
+            b.extend_from_slice(body);
+            Bytes::from(b)
+        };
+        assert_eq!(unprefixed(framed(0, 3, b"abc")).unwrap(), Bytes::from_static(b"abc"));
+        assert!(unprefixed(framed(0, 4, b"abc")).unwrap_err().to_string().contains("prefix says 4"));
+        assert!(unprefixed(framed(1, 3, b"abc")).unwrap_err().to_string().contains("compressed"));
+        assert!(unprefixed(Bytes::from_static(b"\0\0")).is_err());
+    }
+
+    #[test]
+    fn a_status_other_than_ok_is_a_server_error_with_its_message() {
+        assert!(check_status(Some(b"0"), None).is_ok());
+        match check_status(Some(b"3"), Some(b"unexpected%20shape%3A%20%5B1%5D")) {
+            Err(ClientError::Server(m)) => assert_eq!(m, "unexpected shape: [1]"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(check_status(None, None), Err(ClientError::Protocol(_))));
+        assert!(matches!(check_status(Some(b"x"), None), Err(ClientError::Protocol(_))));
+    }
+}
