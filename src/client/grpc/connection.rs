@@ -894,6 +894,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_header_block_longer_than_a_frame_goes_on_in_continuation_frames() {
+        let c = connect(h2::server::Builder::new(), |request, mut respond| async move {
+            let long = request.headers().get("x-long").map_or(0, |v| v.len());
+            let mut send = respond.send_response(Response::new(()), false).unwrap();
+            send.send_data(Bytes::from(long.to_string()), false).unwrap();
+            send.send_trailers(trailers("0", "")).unwrap();
+        });
+        let long = "v".repeat(40_000);
+        let block = header_block(false, "test:1", "/p", &[("x-long", long.as_bytes())]);
+        assert!(block.len() > 2 * MAX_FRAME);
+        let (answer, _) = c.call(&block, message(vec![1])).await;
+        assert_eq!(answer.unwrap().body, Bytes::from_static(b"40000"));
+    }
+
+    #[tokio::test]
     async fn resets_say_whether_a_call_was_processed() {
         let c = connect(h2::server::Builder::new(), |request, mut respond| async move {
             match request.headers().get("te").is_some() && request.uri().path().ends_with("ModelInfer") {
