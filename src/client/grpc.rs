@@ -126,7 +126,7 @@ impl GrpcClient {
             authority.as_str(),
             MODEL_INFER_PATH,
             &metadata,
-            unary::encoding_name(tls.grpc_compression),
+            tls.grpc_compression.name(),
         );
         let unary = unary::Unary::new(base.clone(), dialer, header_block, connections);
         Ok(GrpcClient {

@@ -8,7 +8,7 @@
 //! ([`h1`]): the hot loop parses, formats and allocates next to nothing. The other calls use
 //! reqwest.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -16,7 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
-use super::connect::Dialer;
+use super::connect::{Dialer, CONNECT_TIMEOUT};
 use super::tls::TlsOptions;
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, RequestSpec,
@@ -116,7 +116,7 @@ impl HttpClient {
             .http1_only()
             .tcp_nodelay(true)
             .pool_max_idle_per_host(options.concurrency.max(1))
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(CONNECT_TIMEOUT)
             .default_headers(headers.clone())
             .tls_backend_preconfigured(tls_config.clone())
             .build()

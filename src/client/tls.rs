@@ -109,6 +109,15 @@ impl FromStr for GrpcCompression {
 }
 
 impl GrpcCompression {
+    /// The `grpc-encoding` header's value.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            GrpcCompression::None => None,
+            GrpcCompression::Gzip => Some("gzip"),
+            GrpcCompression::Deflate => Some("deflate"),
+        }
+    }
+
     pub fn encoding(self) -> Option<CompressionEncoding> {
         match self {
             GrpcCompression::None => None,

@@ -121,6 +121,8 @@ struct State {
     unacked: u32,
     next_id: u32,
     streams: HashMap<u32, Stream>,
+    /// Streams not yet ended: what the server's MAX_CONCURRENT_STREAMS counts.
+    live: usize,
     /// Streams whose request waits for window.
     blocked: VecDeque<u32>,
     /// Calls waiting for the server's stream limit.
@@ -209,6 +211,7 @@ impl State {
                 }
                 let answered_early = result.is_ok() && stream.unsent.has_remaining();
                 stream.end = Some(result);
+                self.live -= 1;
                 stream.unsent = Message::default();
                 if let Some(waker) = stream.waker.take() {
                     waker.wake();
@@ -221,10 +224,6 @@ impl State {
                 self.waiting.drain(..).for_each(Waker::wake);
             }
         }
-    }
-
-    fn live_streams(&self) -> usize {
-        self.streams.values().filter(|s| s.end.is_none()).count()
     }
 
     fn wake_task(&mut self) {
@@ -264,6 +263,7 @@ impl Connection {
             unacked: 0,
             next_id: 1,
             streams: HashMap::new(),
+            live: 0,
             blocked: VecDeque::new(),
             waiting: Vec::new(),
             closed: None,
@@ -319,7 +319,7 @@ impl Connection {
             // Nothing of this call was sent: it may go on another connection.
             return Poll::Ready(Err(Broken::Unprocessed(closed.clone())));
         }
-        if state.live_streams() >= state.max_streams {
+        if state.live >= state.max_streams {
             state.waiting.push(cx.waker().clone());
             return Poll::Pending;
         }
@@ -351,6 +351,7 @@ impl Connection {
         let window = state.initial_window;
         let unsent = message.take().expect("opened once");
         state.streams.insert(id, Stream { unsent, window, ..Default::default() });
+        state.live += 1;
         state.pump(id);
         state.wake_task();
         Poll::Ready(Ok(id))
@@ -400,6 +401,7 @@ impl Drop for Call<'_> {
         let mut state = self.shared.lock();
         if let Some(stream) = state.streams.remove(&self.id) {
             if stream.end.is_none() {
+                state.live -= 1;
                 state.reset(self.id, CANCEL);
             }
             state.blocked.retain(|&b| b != self.id);
@@ -906,6 +908,28 @@ mod tests {
         assert!(block.len() > 2 * MAX_FRAME);
         let (answer, _) = c.call(&block, message(vec![1])).await;
         assert_eq!(answer.unwrap().body, Bytes::from_static(b"40000"));
+    }
+
+    #[tokio::test]
+    async fn calls_past_the_servers_stream_limit_wait_for_a_stream_to_end() {
+        let mut builder = h2::server::Builder::new();
+        builder.max_concurrent_streams(1);
+        let c = connect(builder, |request, respond| echo(request, respond, 1));
+        // Let the server's SETTINGS arrive, then send more calls at once than it allows.
+        let (first, _) = c.call(&block(), message(vec![0])).await;
+        assert_eq!(first.unwrap().body, vec![0u8]);
+        // Each call its own task, so only the connection's wake-ups can move a waiting one.
+        let c = Arc::new(c);
+        let calls = (1..=4u8).map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move { c.call(&block(), message(vec![i])).await.0.unwrap().body })
+        });
+        // Bounded: a waiting call never woken would hang here.
+        let done = tokio::time::timeout(std::time::Duration::from_secs(30), futures::future::join_all(calls));
+        let bodies: Vec<Bytes> =
+            done.await.expect("waiting calls were woken").into_iter().map(Result::unwrap).collect();
+        assert_eq!(bodies, (1..=4u8).map(|i| Bytes::from(vec![i])).collect::<Vec<_>>());
+        assert_eq!(c.shared.lock().live, 0);
     }
 
     #[tokio::test]

@@ -73,49 +73,18 @@ pub fn prefix(compressed: bool, length: usize) -> ClientResult<Bytes> {
 
 /// `body` and `tail` as one request message, compressed as `compression` says.
 pub fn message(body: &Bytes, tail: Bytes, compression: GrpcCompression) -> ClientResult<Message> {
-    let compressed = match compression {
+    use std::io::Read;
+    let level = flate2::Compression::default();
+    let whole = body.clone().chain(tail.clone()).reader();
+    let mut compressed = Vec::new();
+    let read = match compression {
         GrpcCompression::None => return Ok(Message::new(prefix(false, body.len() + tail.len())?, body.clone(), tail)),
-        GrpcCompression::Gzip => {
-            compress(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()), body, &tail)
-        }
-        GrpcCompression::Deflate => {
-            compress(flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default()), body, &tail)
-        }
-    };
-    Ok(Message::new(prefix(true, compressed.len())?, compressed, Bytes::new()))
-}
-
-/// The `grpc-encoding` of requests compressed as `compression` says.
-pub fn encoding_name(compression: GrpcCompression) -> Option<&'static str> {
-    match compression {
-        GrpcCompression::None => None,
-        GrpcCompression::Gzip => Some("gzip"),
+        GrpcCompression::Gzip => flate2::read::GzEncoder::new(whole, level).read_to_end(&mut compressed),
         // zlib's format, as gRPC (and tonic) mean by deflate.
-        GrpcCompression::Deflate => Some("deflate"),
-    }
-}
-
-/// `parts` through an encoder that writes to memory (it cannot fail).
-fn compress<E: std::io::Write + Finish>(mut encoder: E, body: &[u8], tail: &[u8]) -> Bytes {
-    encoder.write_all(body).and_then(|_| encoder.write_all(tail)).expect("writing to memory");
-    encoder.finish_to_vec().into()
-}
-
-/// flate2's encoders, finished into their buffer.
-trait Finish {
-    fn finish_to_vec(self) -> Vec<u8>;
-}
-
-impl Finish for flate2::write::GzEncoder<Vec<u8>> {
-    fn finish_to_vec(self) -> Vec<u8> {
-        self.finish().expect("writing to memory")
-    }
-}
-
-impl Finish for flate2::write::ZlibEncoder<Vec<u8>> {
-    fn finish_to_vec(self) -> Vec<u8> {
-        self.finish().expect("writing to memory")
-    }
+        GrpcCompression::Deflate => flate2::read::ZlibEncoder::new(whole, level).read_to_end(&mut compressed),
+    };
+    read.expect("compressing from memory to memory");
+    Ok(Message::new(prefix(true, compressed.len())?, compressed.into(), Bytes::new()))
 }
 
 /// An answer's message (without its prefix), when the request went out and when the message
