@@ -9,6 +9,7 @@
 //! connections.
 
 mod connection;
+mod message;
 pub mod stream;
 mod unary;
 
@@ -68,7 +69,7 @@ pub struct GrpcClient {
 /// A `ModelInferRequest`, protobuf-encoded once, and as a unary call sends it.
 pub struct GrpcRequest {
     encoded: Bytes,
-    message: unary::Message,
+    message: message::Message,
     /// A decoupled model's request: on a stream it ends with the response flagged final.
     decoupled: bool,
 }
@@ -351,7 +352,7 @@ impl InferClient for GrpcClient {
         let mut request = to_proto(spec);
         request.parameters.extend(self.parameters.iter().map(|(k, v)| (k.clone(), v.clone())));
         let encoded: Bytes = request.encode_to_vec().into();
-        let message = unary::message(&encoded, Bytes::new(), self.compression)?;
+        let message = message::message(&encoded, Bytes::new(), self.compression)?;
         Ok(GrpcRequest { encoded, message, decoupled: spec.decoupled })
     }
 
@@ -477,7 +478,7 @@ impl GrpcClient {
         let start = Instant::now();
         let message = match tail.is_empty() {
             true => Ok(request.message.clone()),
-            false => unary::message(&request.encoded, tail, self.compression),
+            false => message::message(&request.encoded, tail, self.compression),
         };
         let answer = match message {
             Ok(message) => self.unary.call(&message).await,

@@ -23,7 +23,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::unary::Message;
+use super::message::Message;
 use crate::client::connect::Io;
 
 /// Our receive windows: a stream's and the connection's, as hyper's client sets them.
