@@ -13,7 +13,9 @@ use tokio::sync::oneshot;
 
 use super::batch_policy::BatchPolicy;
 use super::error::{ServerError, ServerResult};
-use super::infer::{AdmittedRequest, Answer, DecoupledResponses, InferResponse, InputBytes, OutputTensor};
+use super::infer::{
+    AdmittedRequest, Answer, DecoupledResponses, InferResponse, InputBytes, OutputTensor, MODEL_VERSION,
+};
 use super::models::{Model, ModelError};
 use super::stats::{ComputeTimes, ModelStats};
 use crate::proto::inference::ModelConfig;
@@ -124,7 +126,7 @@ pub(super) fn execute_batch(
             let n = p.request.batch_size;
             let response = scatter(shared, &p.request, &outputs, offset, n, total, batching);
             offset += n;
-            response
+            response.map(Answer::Single)
         })
         .collect();
     let done = Instant::now();
@@ -145,7 +147,7 @@ pub(super) fn execute_batch(
         let real: usize = batch.iter().filter(|p| !p.filler).map(|p| p.request.batch_size).sum();
         shared.stats.record_padded_execution(total as u64, real as u64, compute);
     }
-    results.into_iter().map(|r| r.map(Answer::Single)).collect()
+    results
 }
 
 /// A request's success, in its model's statistics and, for an ensemble's step, its context's.
@@ -202,7 +204,7 @@ fn execute_decoupled(shared: &Shared, p: &Pending, dequeued: Instant) -> ServerR
         }
         Ok(DecoupledResponses {
             model_name: shared.name.clone(),
-            model_version: p.request.model_version.clone(),
+            model_version: MODEL_VERSION.to_string(),
             id: p.request.id.clone(),
             responses,
             final_after: plan.final_after,
@@ -274,7 +276,7 @@ fn scatter(
     }
     Ok(InferResponse {
         model_name: shared.name.clone(),
-        model_version: request.model_version.clone(),
+        model_version: MODEL_VERSION.to_string(),
         id: request.id.clone(),
         outputs: result,
     })

@@ -192,7 +192,7 @@ impl InferenceServer {
     async fn answer(&self, model: &LoadedModel, request: InferRequest) -> ServerResult<Answer> {
         let received = Instant::now();
         let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
-        let admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, &limits, received)?;
+        let admitted = admit(&model.config, request, &self.shm, &limits, received)?;
         let run = async {
             match &model.runner {
                 Runner::Scheduler(scheduler) => scheduler.infer(admitted).await,
@@ -231,7 +231,7 @@ impl InferenceServer {
             )));
         };
         let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
-        let mut admitted = admit(&model.config, MODEL_VERSION, request, &self.shm, &limits, Instant::now())?;
+        let mut admitted = admit(&model.config, request, &self.shm, &limits, Instant::now())?;
         admitted.also_record = Some(context);
         match scheduler.infer(admitted).await? {
             Answer::Single(response) => Ok(response),

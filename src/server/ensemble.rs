@@ -20,7 +20,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use super::error::{ServerError, ServerResult};
 use super::infer::{
     AdmittedRequest, InferRequest, InferResponse, InputBytes, InputData, InputTensor, OutputData, OutputTensor,
-    RequestedOutput,
+    RequestedOutput, MODEL_VERSION,
 };
 use super::stats::ModelStats;
 use crate::proto::inference::{model_config::SchedulingChoice, ModelConfig};
@@ -307,7 +307,7 @@ impl Ensemble {
         }
         Ok(InferResponse {
             model_name: self.name.clone(),
-            model_version: request.model_version.clone(),
+            model_version: MODEL_VERSION.to_string(),
             id: request.id.clone(),
             outputs,
         })

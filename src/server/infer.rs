@@ -201,10 +201,12 @@ impl OutputPlan {
     }
 }
 
-/// A request that passed every check and is ready to queue.
+/// Every model is served as version "1".
+pub const MODEL_VERSION: &str = "1";
+
+/// A request that passed every check and is ready to queue (for [`MODEL_VERSION`] of its model).
 pub struct AdmittedRequest {
     pub id: String,
-    pub model_version: String,
     /// Batch dimension of this request (1 when the model does not batch).
     pub batch_size: usize,
     pub inputs: Vec<AdmittedInput>,
@@ -242,7 +244,6 @@ pub struct Limits {
 /// references.
 pub fn admit(
     config: &ModelConfig,
-    version: &str,
     request: InferRequest,
     shm: &SharedMemoryManager,
     limits: &Limits,
@@ -250,6 +251,7 @@ pub fn admit(
 ) -> ServerResult<AdmittedRequest> {
     let model = &config.name;
     let batching = config.max_batch_size > 0;
+    // One slot per config input, filled in request order; collected in place below.
     let mut slots: Vec<Option<AdmittedInput>> = config.input.iter().map(|_| None).collect();
     let mut batch_size: Option<usize> = None;
 
@@ -369,23 +371,25 @@ pub fn admit(
         slots[index] = Some(AdmittedInput { shape: input.shape, bytes });
     }
 
-    let mut inputs = Vec::with_capacity(slots.len());
-    for (spec, slot) in config.input.iter().zip(slots) {
-        match slot {
-            Some(i) => inputs.push(i),
-            None if spec.optional => {
-                let shape = if batching { vec![batch_size.unwrap_or(1) as i64, 0] } else { vec![0] };
-                inputs.push(AdmittedInput { shape, bytes: InputBytes::Raw(Bytes::new()) });
-            }
-            None => {
-                return Err(ServerError::invalid_arg(format!(
+    let mut specs = config.input.iter();
+    let inputs = slots
+        .into_iter()
+        .map(|slot| {
+            let spec = specs.next().expect("one slot per config input");
+            match slot {
+                Some(i) => Ok(i),
+                None if spec.optional => {
+                    let shape = if batching { vec![batch_size.unwrap_or(1) as i64, 0] } else { vec![0] };
+                    Ok(AdmittedInput { shape, bytes: InputBytes::Raw(Bytes::new()) })
+                }
+                None => Err(ServerError::invalid_arg(format!(
                     "expected {} inputs but got fewer for model '{model}': input '{}' is missing",
                     config.input.len(),
                     spec.name
-                )))
+                ))),
             }
-        }
-    }
+        })
+        .collect::<ServerResult<Vec<_>>>()?;
 
     let mut outputs = Vec::new();
     if request.outputs.is_empty() {
@@ -411,7 +415,6 @@ pub fn admit(
 
     Ok(AdmittedRequest {
         id: request.id,
-        model_version: version.to_string(),
         batch_size: batch_size.unwrap_or(1),
         inputs,
         outputs,

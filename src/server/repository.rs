@@ -54,8 +54,7 @@ fn nesting(config: &ModelConfig) -> Option<&'static str> {
     }
 }
 
-/// Every model is served as version "1".
-pub const MODEL_VERSION: &str = "1";
+pub use super::infer::MODEL_VERSION;
 
 /// A loaded, ready model.
 pub struct LoadedModel {

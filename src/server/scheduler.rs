@@ -320,7 +320,6 @@ mod tests {
         use crate::server::infer::{AdmittedInput, OutputPlan};
         AdmittedRequest {
             id: "r".into(),
-            model_version: "1".into(),
             batch_size: 1,
             inputs: vec![AdmittedInput { shape: vec![1, 1], bytes: InputBytes::Raw(Bytes::from(vec![0u8; 4])) }],
             outputs: vec![OutputPlan { config_index: 0, shm: None }],

@@ -305,7 +305,6 @@ fn filler(shared: &Shared, template: &AdmittedRequest, now: Instant) -> Pending 
         .collect();
     let request = AdmittedRequest {
         id: String::new(),
-        model_version: template.model_version.clone(),
         batch_size: 1,
         inputs,
         outputs: vec![],
@@ -461,7 +460,6 @@ mod tests {
     fn request(id: u64, start: bool, end: bool, x: i32) -> AdmittedRequest {
         AdmittedRequest {
             id: format!("{id}"),
-            model_version: "1".into(),
             batch_size: 1,
             inputs: vec![AdmittedInput {
                 shape: vec![1, 1],
