@@ -415,7 +415,8 @@ impl Drop for Call<'_> {
 struct Block {
     id: u32,
     end_stream: bool,
-    fragment: BytesMut,
+    /// The HEADERS frame's fragment, as received; joined with each CONTINUATION's.
+    fragment: Bytes,
 }
 
 /// The connection's task: writes what calls queued, reads and dispatches what the server sent.
@@ -592,15 +593,13 @@ impl Driver {
                             }
                             fragment.advance(5);
                         }
-                        Block {
-                            id,
-                            end_stream: flags & frame::END_STREAM != 0,
-                            fragment: BytesMut::from(&fragment[..]),
-                        }
+                        Block { id, end_stream: flags & frame::END_STREAM != 0, fragment }
                     }
                     _ => {
                         let mut block = self.block.take().ok_or("a CONTINUATION frame without a header block")?;
-                        block.fragment.extend_from_slice(&payload);
+                        let mut joined = BytesMut::from(&block.fragment[..]);
+                        joined.extend_from_slice(&payload);
+                        block.fragment = joined.freeze();
                         block
                     }
                 };
@@ -675,29 +674,29 @@ impl Driver {
 /// A complete header block: the answer's headers, or its trailers. Every block is decoded, a
 /// cancelled stream's too: HPACK's table is the connection's.
 fn decode_block(decoder: &mut fluke_hpack::Decoder<'static>, state: &mut State, block: Block) -> Result<(), String> {
-    let mut fields: Vec<(Bytes, Bytes)> = Vec::new();
+    let (mut status, mut grpc_status, mut grpc_message) = (None, None, None);
     decoder
-        .decode_with_cb(&block.fragment, |name, value| {
-            if matches!(&*name, b":status" | b"grpc-status" | b"grpc-message") {
-                fields.push((Bytes::copy_from_slice(&name), Bytes::copy_from_slice(&value)));
-            }
+        .decode_with_cb(&block.fragment, |name, value| match &*name {
+            b":status" => status = Some(std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok()).unwrap_or(0)),
+            b"grpc-status" => grpc_status = Some(Bytes::copy_from_slice(&value)),
+            b"grpc-message" => grpc_message = Some(Bytes::copy_from_slice(&value)),
+            _ => {}
         })
         .map_err(|e| format!("cannot decode the server's headers: {e:?}"))?;
     let Some(stream) = state.streams.get_mut(&block.id) else { return Ok(()) };
     if stream.end.is_some() {
         return Ok(());
     }
-    for (name, value) in fields {
-        match &name[..] {
-            b":status" if !stream.headers_seen => {
-                stream.answer.status = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-            }
-            b"grpc-status" => stream.answer.grpc_status = Some(value),
-            b"grpc-message" => stream.answer.grpc_message = Some(value),
-            _ => {}
-        }
-    }
     let trailers = stream.headers_seen;
+    if let Some(status) = status.filter(|_| !trailers) {
+        stream.answer.status = status;
+    }
+    if grpc_status.is_some() {
+        stream.answer.grpc_status = grpc_status;
+    }
+    if grpc_message.is_some() {
+        stream.answer.grpc_message = grpc_message;
+    }
     stream.headers_seen = true;
     if block.end_stream || trailers {
         state.end(block.id, Ok(()));
@@ -763,18 +762,18 @@ fn literal_indexed_name(block: &mut BytesMut, index: u8, value: &[u8]) {
 
 /// An HPACK string literal, not Huffman-coded.
 fn string(block: &mut BytesMut, value: &[u8]) {
-    integer(block, 7, 0, value.len());
+    integer(block, 7, value.len());
     block.put_slice(value);
 }
 
-/// An HPACK integer with an `bits`-bit prefix, `flags` in the first byte's other bits.
-fn integer(block: &mut BytesMut, bits: u8, flags: u8, mut value: usize) {
+/// An HPACK integer with a `bits`-bit prefix (the first byte's other bits clear: no Huffman).
+fn integer(block: &mut BytesMut, bits: u8, mut value: usize) {
     let max = (1usize << bits) - 1;
     if value < max {
-        block.put_u8(flags | value as u8);
+        block.put_u8(value as u8);
         return;
     }
-    block.put_u8(flags | max as u8);
+    block.put_u8(max as u8);
     value -= max;
     while value >= 128 {
         block.put_u8((value % 128) as u8 | 0x80);

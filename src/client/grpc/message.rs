@@ -65,13 +65,16 @@ pub fn prefix(compressed: bool, length: usize) -> ClientResult<Bytes> {
 pub fn message(body: &Bytes, tail: Bytes, compression: GrpcCompression) -> ClientResult<Message> {
     use std::io::Read;
     let level = flate2::Compression::default();
-    let whole = body.clone().chain(tail.clone()).reader();
     let mut compressed = Vec::new();
     let read = match compression {
         GrpcCompression::None => return Ok(Message::new(prefix(false, body.len() + tail.len())?, body.clone(), tail)),
-        GrpcCompression::Gzip => flate2::read::GzEncoder::new(whole, level).read_to_end(&mut compressed),
+        GrpcCompression::Gzip => {
+            flate2::read::GzEncoder::new(body.clone().chain(tail).reader(), level).read_to_end(&mut compressed)
+        }
         // zlib's format, as gRPC (and tonic) mean by deflate.
-        GrpcCompression::Deflate => flate2::read::ZlibEncoder::new(whole, level).read_to_end(&mut compressed),
+        GrpcCompression::Deflate => {
+            flate2::read::ZlibEncoder::new(body.clone().chain(tail).reader(), level).read_to_end(&mut compressed)
+        }
     };
     read.expect("compressing from memory to memory");
     Ok(Message::new(prefix(true, compressed.len())?, compressed.into(), Bytes::new()))
