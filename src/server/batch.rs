@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
+use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::batch_policy::BatchPolicy;
@@ -67,8 +68,14 @@ impl Shared {
     }
 }
 
-/// Runs one batch and records its statistics; returns each request's answer, in order.
-pub(super) fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> Vec<ServerResult<Answer>> {
+/// Each request's answer, in batch order. Most batches hold one request (always so when the
+/// model does not batch), which needs no allocation.
+pub(super) type Answers = SmallVec<[ServerResult<Answer>; 1]>;
+
+/// Runs one batch and records its statistics; returns each request's answer, in order. The
+/// requests' input tensors and the model's outputs are moved into the answers where they can be,
+/// so the batch's requests are spent.
+pub(super) fn execute(shared: &Shared, batch: &mut [Pending], dequeued: Instant) -> Answers {
     execute_batch(shared, batch, dequeued, &|| vec![])
 }
 
@@ -76,14 +83,14 @@ pub(super) fn execute(shared: &Shared, batch: &[Pending], dequeued: Instant) -> 
 /// built during compute_input. Fillers are executed but neither answered nor counted.
 pub(super) fn execute_batch(
     shared: &Shared,
-    batch: &[Pending],
+    batch: &mut [Pending],
     dequeued: Instant,
     extra_inputs: &dyn Fn() -> Vec<Tensor>,
-) -> Vec<ServerResult<Answer>> {
+) -> Answers {
     if shared.decoupled {
         // One request per execution: a filler has nothing to answer.
         return batch
-            .iter()
+            .iter_mut()
             .map(|p| match p.filler {
                 true => Err(ServerError::internal("an empty sequence slot has no answer")),
                 false => execute_decoupled(shared, p, dequeued),
@@ -100,7 +107,7 @@ pub(super) fn execute_batch(
     });
     let t_infer = Instant::now();
     let outputs = gathered.and_then(|inputs| {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| shared.model.execute(&inputs))) {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| shared.model.execute_owned(inputs))) {
             Ok(Ok(outputs)) => check_output_count(shared, outputs),
             Ok(Err(e)) => Err(model_error(shared, e)),
             Err(_) => Err(ServerError::internal(format!("model '{}' panicked during execution", shared.name))),
@@ -108,7 +115,7 @@ pub(super) fn execute_batch(
     });
     let t_output = Instant::now();
 
-    let outputs = match outputs {
+    let mut outputs = match outputs {
         Ok(outputs) => outputs,
         Err(e) => {
             let done = Instant::now();
@@ -120,13 +127,18 @@ pub(super) fn execute_batch(
     };
 
     let mut offset = 0;
-    let results: Vec<_> = batch
-        .iter()
+    let sole = batch.len() == 1;
+    let results: Answers = batch
+        .iter_mut()
         .map(|p| {
             let n = p.request.batch_size;
-            let response = scatter(shared, &p.request, &outputs, offset, n, total, batching);
+            let part = match (batching && total > 1, sole) {
+                (true, _) => Part::Items { offset, n, total },
+                (false, true) => Part::Sole,
+                (false, false) => Part::Shared,
+            };
             offset += n;
-            response.map(Answer::Single)
+            scatter(shared, &mut p.request, &mut outputs, part).map(Answer::Single)
         })
         .collect();
     let done = Instant::now();
@@ -182,11 +194,11 @@ fn model_error(shared: &Shared, e: ModelError) -> ServerError {
 
 /// One request of a decoupled model: its outputs are computed now, each response scattered like
 /// a batch of one, and the schedule goes back to the front end.
-fn execute_decoupled(shared: &Shared, p: &Pending, dequeued: Instant) -> ServerResult<Answer> {
+fn execute_decoupled(shared: &Shared, p: &mut Pending, dequeued: Instant) -> ServerResult<Answer> {
     let n = p.request.batch_size;
     let batching = shared.policy.max_batch_size > 0;
     let t_input = Instant::now();
-    let gathered = gather_inputs(&shared.config, std::slice::from_ref(p), n, batching);
+    let gathered = gather_inputs(&shared.config, std::slice::from_mut(p), n, batching);
     let t_infer = Instant::now();
     let planned = gathered.and_then(|inputs| {
         match std::panic::catch_unwind(AssertUnwindSafe(|| shared.model.execute_decoupled(&inputs))) {
@@ -199,8 +211,8 @@ fn execute_decoupled(shared: &Shared, p: &Pending, dequeued: Instant) -> ServerR
     let answer = planned.and_then(|plan| {
         let mut responses = Vec::with_capacity(plan.responses.len());
         for r in plan.responses {
-            let outputs = check_output_count(shared, r.outputs)?;
-            responses.push((r.after, scatter(shared, &p.request, &outputs, 0, n, n, batching)?));
+            let mut outputs = check_output_count(shared, r.outputs)?;
+            responses.push((r.after, scatter(shared, &mut p.request, &mut outputs, Part::Shared)?));
         }
         Ok(DecoupledResponses {
             model_name: shared.name.clone(),
@@ -222,21 +234,28 @@ fn execute_decoupled(shared: &Shared, p: &Pending, dequeued: Instant) -> ServerR
     answer.map(Answer::Decoupled)
 }
 
-/// compute_input: one tensor per config input holding the whole batch.
-fn gather_inputs(config: &ModelConfig, batch: &[Pending], total: usize, batching: bool) -> ServerResult<Vec<Tensor>> {
+/// compute_input: one tensor per config input holding the whole batch. A lone request's inline
+/// inputs are moved into the batch, not copied.
+fn gather_inputs(
+    config: &ModelConfig,
+    batch: &mut [Pending],
+    total: usize,
+    batching: bool,
+) -> ServerResult<Vec<Tensor>> {
+    let sole = batch.len() == 1;
     let mut tensors = Vec::with_capacity(config.input.len());
     for (i, spec) in config.input.iter().enumerate() {
         let dtype = DataType::from_config_enum(spec.data_type).expect("config validated at load");
-        let first = &batch[0].request.inputs[i];
-        let mut shape = first.shape.clone();
+        let first = &mut batch[0].request.inputs[i];
+        let mut shape = if sole { std::mem::take(&mut first.shape) } else { first.shape.clone() };
         if batching {
             shape[0] = total as i64;
         }
-        let data = match (&first.bytes, batch.len()) {
-            (InputBytes::Raw(b), 1) => b.clone(),
+        let data = match (&mut first.bytes, sole) {
+            (InputBytes::Raw(b), true) => std::mem::take(b),
             _ => {
                 let mut buf = Vec::with_capacity(batch.iter().map(|p| p.request.inputs[i].bytes.len()).sum());
-                for p in batch {
+                for p in batch.iter() {
                     p.request.inputs[i].bytes.gather_into(&mut buf)?;
                 }
                 Bytes::from(buf)
@@ -247,37 +266,54 @@ fn gather_inputs(config: &ModelConfig, batch: &[Pending], total: usize, batching
     Ok(tensors)
 }
 
-/// compute_output for one request: its slice of each requested output, as bytes or into shm.
+/// Which part of a batch's outputs one response takes.
+#[derive(Clone, Copy)]
+enum Part {
+    /// `n` items from `offset`, of a batch of `total` items.
+    Items { offset: usize, n: usize, total: usize },
+    /// All of it, for the batch's only response: moved into the response.
+    Sole,
+    /// All of it, shared with other responses (each of a decoupled model's): copied.
+    Shared,
+}
+
+/// compute_output for one request: its part of each requested output, as bytes or into shm.
+/// A response that is its request's only one takes the request's names and id; a sole response
+/// also takes the outputs it is the last to name.
 fn scatter(
     shared: &Shared,
-    request: &AdmittedRequest,
-    outputs: &[Tensor],
-    offset: usize,
-    n: usize,
-    total: usize,
-    batching: bool,
+    request: &mut AdmittedRequest,
+    outputs: &mut [Tensor],
+    part: Part,
 ) -> ServerResult<InferResponse> {
+    let only_response = !matches!(part, Part::Shared);
     let mut result = Vec::with_capacity(request.outputs.len());
-    for plan in &request.outputs {
-        let spec = &shared.config.output[plan.config_index];
-        let tensor = &outputs[plan.config_index];
-        let (shape, data) = if batching && total > 1 {
-            let per_item = tensor.data.len() / total;
-            let mut shape = tensor.shape.clone();
-            if let Some(first) = shape.first_mut() {
-                *first = n as i64;
+    for i in 0..request.outputs.len() {
+        let config_index = request.outputs[i].config_index;
+        let named_again = request.outputs[i + 1..].iter().any(|p| p.config_index == config_index);
+        let spec = &shared.config.output[config_index];
+        let tensor = &mut outputs[config_index];
+        let dtype = tensor.dtype;
+        let (shape, data) = match part {
+            Part::Items { offset, n, total } => {
+                let per_item = tensor.data.len() / total;
+                let mut shape = tensor.shape.clone();
+                if let Some(first) = shape.first_mut() {
+                    *first = n as i64;
+                }
+                (shape, tensor.data.slice(offset * per_item..(offset + n) * per_item))
             }
-            (shape, tensor.data.slice(offset * per_item..(offset + n) * per_item))
-        } else {
-            (tensor.shape.clone(), tensor.data.clone())
+            Part::Sole if !named_again => (std::mem::take(&mut tensor.shape), std::mem::take(&mut tensor.data)),
+            Part::Sole | Part::Shared => (tensor.shape.clone(), tensor.data.clone()),
         };
+        let plan = &mut request.outputs[i];
         let data = plan.place(&spec.name, data)?;
-        result.push(OutputTensor { name: spec.name.clone(), datatype: tensor.dtype, shape, data });
+        let name = only_response.then(|| plan.name.take()).flatten().unwrap_or_else(|| spec.name.clone());
+        result.push(OutputTensor { name, datatype: dtype, shape, data });
     }
-    Ok(InferResponse {
-        model_name: shared.name.clone(),
-        model_version: MODEL_VERSION.to_string(),
-        id: request.id.clone(),
-        outputs: result,
-    })
+    let (model_name, id) = match only_response {
+        true => (std::mem::take(&mut request.model_name), std::mem::take(&mut request.id)),
+        false => (shared.name.clone(), request.id.clone()),
+    };
+    Ok(InferResponse { model_name, model_version: MODEL_VERSION.to_string(), id, outputs: result })
 }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use super::access::RestrictedApi;
 use super::config;
 use super::error::{ServerError, ServerResult};
-use super::infer::{admit, Answer, InferRequest, InferResponse, Limits};
+use super::infer::{admit, AdmittedRequest, Answer, InferRequest, InferResponse, Limits};
 use super::listen::TlsFiles;
 use super::llm::{LlmEngine, RequestLog};
 use super::repository::{IndexEntry, LoadedModel, ModelRepository, Runner, MODEL_VERSION};
+use super::scheduler::Inline;
 use super::shm::SharedMemoryManager;
 use super::stats::ModelStats;
 use super::trace::TraceSettings;
@@ -193,9 +194,24 @@ impl InferenceServer {
         let received = Instant::now();
         let limits = Limits { max_tensor_elements: self.options.max_tensor_elements };
         let admitted = admit(&model.config, request, &self.shm, &limits, received)?;
+        // A request an idle instance runs at once is answered here, with nothing to wait for
+        // and so no timeout. The rest waits in a boxed future: this one stays small, and it is
+        // moved through every caller's future on the common path.
+        let admitted = match &model.runner {
+            Runner::Scheduler(scheduler) => match scheduler.try_inline(admitted) {
+                Inline::Answered(answer) => return answer,
+                Inline::Declined(admitted) => admitted,
+            },
+            _ => admitted,
+        };
+        Box::pin(self.wait_for_answer(model, admitted)).await
+    }
+
+    /// A request that waits (queued, or running other models' steps), within `request_timeout`.
+    async fn wait_for_answer(&self, model: &LoadedModel, admitted: AdmittedRequest) -> ServerResult<Answer> {
         let run = async {
             match &model.runner {
-                Runner::Scheduler(scheduler) => scheduler.infer(admitted).await,
+                Runner::Scheduler(scheduler) => scheduler.enqueue(admitted).await,
                 Runner::Ensemble(ensemble) => ensemble
                     .run(admitted, &model.stats, |step, context| self.step(step, context))
                     .await

@@ -179,6 +179,9 @@ pub struct AdmittedInput {
 /// An output to return, in the order the client asked for them.
 pub struct OutputPlan {
     pub config_index: usize,
+    /// The output's name as the client sent it, for the response to reuse; `None` when the
+    /// client named no outputs.
+    pub name: Option<String>,
     pub shm: Option<(Arc<Region>, u64, u64)>,
 }
 
@@ -206,6 +209,8 @@ pub const MODEL_VERSION: &str = "1";
 
 /// A request that passed every check and is ready to queue (for [`MODEL_VERSION`] of its model).
 pub struct AdmittedRequest {
+    /// The model's name as the client sent it, for the response to reuse.
+    pub model_name: String,
     pub id: String,
     /// Batch dimension of this request (1 when the model does not batch).
     pub batch_size: usize,
@@ -393,7 +398,7 @@ pub fn admit(
 
     let mut outputs = Vec::new();
     if request.outputs.is_empty() {
-        outputs.extend((0..config.output.len()).map(|config_index| OutputPlan { config_index, shm: None }));
+        outputs.extend((0..config.output.len()).map(|config_index| OutputPlan { config_index, name: None, shm: None }));
     }
     for wanted in request.outputs {
         let Some(config_index) = config.output.iter().position(|o| o.name == wanted.name) else {
@@ -410,10 +415,11 @@ pub fn admit(
                 Some((region, r.offset, r.byte_size))
             }
         };
-        outputs.push(OutputPlan { config_index, shm });
+        outputs.push(OutputPlan { config_index, name: Some(wanted.name), shm });
     }
 
     Ok(AdmittedRequest {
+        model_name: request.model_name,
         id: request.id,
         batch_size: batch_size.unwrap_or(1),
         inputs,

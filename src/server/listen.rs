@@ -455,10 +455,11 @@ impl Guard {
             self.max_connections
         ))
     }
+}
 
-    fn timed_out(&self, limit: Duration) -> ServerError {
-        ServerError::timeout(format!("the request did not complete within the server's timeout of {limit:?}"))
-    }
+/// A request the guard's timeout ended.
+fn timed_out(limit: Duration) -> ServerError {
+    ServerError::timeout(format!("the request did not complete within the server's timeout of {limit:?}"))
 }
 
 /// The HTTP guard, as axum middleware: over-limit connections get 503 and are closed,
@@ -482,7 +483,7 @@ pub async fn guard_http(guard: axum::extract::State<Arc<Guard>>, request: Reques
         None => next.run(request).await,
         Some(limit) => match tokio::time::timeout(limit, next.run(request)).await {
             Ok(response) => response,
-            Err(_) => guard.timed_out(limit).into_response(),
+            Err(_) => timed_out(limit).into_response(),
         },
     }
 }
@@ -516,17 +517,14 @@ where
 {
     type Response = GrpcResponse;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<GrpcResponse, S::Error>> + Send>>;
+    type Future = GuardedCall<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: axum::http::Request<tonic::body::Body>) -> Self::Future {
-        let refuse = |e: ServerError| -> Self::Future {
-            let status: tonic::Status = e.into();
-            Box::pin(std::future::ready(Ok(status.into_http())))
-        };
+        let refuse = |e: ServerError| GuardedCall::Refused { response: Some(tonic::Status::from(e).into_http()) };
         if request.extensions().get::<ConnInfo>().is_some_and(|c| c.over_limit) {
             return refuse(self.guard.over_limit());
         }
@@ -544,16 +542,40 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let call = inner.call(request);
         match self.guard.request_timeout.filter(|_| !streaming) {
-            None => Box::pin(call),
-            Some(limit) => {
-                let guard = self.guard.clone();
-                Box::pin(async move {
-                    match tokio::time::timeout(limit, call).await {
-                        Ok(result) => result,
-                        Err(_) => Ok(tonic::Status::from(guard.timed_out(limit)).into_http()),
-                    }
-                })
+            None => GuardedCall::Untimed { call },
+            Some(limit) => GuardedCall::Timed { call: tokio::time::timeout(limit, call), limit },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A gRPC call through the guard: refused at once, or the service's own call, within the
+    /// request timeout where one applies. A plain enum, not a boxed future: every call makes one.
+    #[project = GuardedCallProjection]
+    pub enum GuardedCall<F> {
+        Refused { response: Option<GrpcResponse> },
+        Untimed { #[pin] call: F },
+        Timed { #[pin] call: tokio::time::Timeout<F>, limit: Duration },
+    }
+}
+
+impl<F, E> Future for GuardedCall<F>
+where
+    F: Future<Output = Result<GrpcResponse, E>>,
+{
+    type Output = Result<GrpcResponse, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            GuardedCallProjection::Refused { response } => {
+                Poll::Ready(Ok(response.take().expect("a refused call is polled to completion once")))
             }
+            GuardedCallProjection::Untimed { call } => call.poll(cx),
+            GuardedCallProjection::Timed { call, limit } => match call.poll(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Ok(result)) => Poll::Ready(result),
+                Poll::Ready(Err(_)) => Poll::Ready(Ok(tonic::Status::from(timed_out(*limit)).into_http())),
+            },
         }
     }
 }

@@ -35,6 +35,14 @@ impl Drop for InlineInstance<'_> {
     }
 }
 
+/// What [`Scheduler::try_inline`] did with a request.
+pub enum Inline {
+    /// Ran on the calling thread: its answer.
+    Answered(ServerResult<Answer>),
+    /// Cannot run at once: the request, to be queued.
+    Declined(AdmittedRequest),
+}
+
 /// A model's scheduler. Dropping it stops the instances; queued requests get an error.
 pub struct Scheduler {
     shared: Arc<Shared>,
@@ -82,11 +90,40 @@ impl Scheduler {
         Ok(Scheduler { shared, instances, sequencer: None })
     }
 
-    /// Queues an admitted request and waits for its response. When an instance is idle, nothing
-    /// is queued and `decide` would execute this request alone right now, it runs here instead
-    /// (if the model allows it): the same batch of one, without waking an instance thread and
-    /// waiting for its reply.
+    /// Runs `request` on the calling thread when an idle instance may take it alone right now:
+    /// the model allows it, nothing is queued, and `decide` would execute this request alone at
+    /// once. That is the same batch of one an instance thread would run, without waking the
+    /// thread and waiting for its reply. Otherwise the request is handed back, to queue.
+    pub fn try_inline(&self, request: AdmittedRequest) -> Inline {
+        let shared = &*self.shared;
+        if !shared.inline || self.sequencer.is_some() {
+            return Inline::Declined(request);
+        }
+        let now = Instant::now();
+        let mut q = shared.queue.lock();
+        if q.stopped || q.idle == 0 || !q.items.is_empty() || !runs_alone_now(&shared.policy, &request, now) {
+            return Inline::Declined(request);
+        }
+        q.idle -= 1;
+        drop(q);
+        let _instance = InlineInstance(shared);
+        // Never queued: enqueued and dequeued are the same instant.
+        let mut pending = Pending { request, enqueued: now, reply: None, filler: false };
+        let mut results = execute(shared, std::slice::from_mut(&mut pending), now);
+        Inline::Answered(results.pop().expect("one result per request"))
+    }
+
+    /// Runs an admitted request: inline when [`try_inline`](Self::try_inline) can, else queued
+    /// for an instance, waiting for its response.
     pub async fn infer(&self, request: AdmittedRequest) -> ServerResult<Answer> {
+        match self.try_inline(request) {
+            Inline::Answered(answer) => answer,
+            Inline::Declined(request) => self.enqueue(request).await,
+        }
+    }
+
+    /// Queues a request for the instances (or the sequence batcher) and waits for its response.
+    pub async fn enqueue(&self, request: AdmittedRequest) -> ServerResult<Answer> {
         let shared = &*self.shared;
         if let Some(sequencer) = &self.sequencer {
             let rx = sequencer.enqueue(shared, request)?;
@@ -97,14 +134,6 @@ impl Scheduler {
             let mut q = shared.queue.lock();
             if q.stopped {
                 return Err(ServerError::unavailable(format!("model '{}' is unloading", shared.name)));
-            }
-            if shared.inline && q.idle > 0 && q.items.is_empty() && runs_alone_now(&shared.policy, &request, enqueued) {
-                q.idle -= 1;
-                drop(q);
-                let _instance = InlineInstance(shared);
-                let pending = Pending { request, enqueued, reply: None, filler: false };
-                let mut results = execute(shared, std::slice::from_ref(&pending), Instant::now());
-                return results.pop().expect("one result per request");
             }
             let (reply, rx) = oneshot::channel();
             q.items.push_back(Pending { request, enqueued, reply: Some(reply), filler: false });
@@ -150,7 +179,7 @@ impl Drop for Scheduler {
 
 fn instance_loop(shared: &Shared) {
     loop {
-        let (batch, dequeued) = {
+        let (mut batch, dequeued) = {
             let mut q = shared.queue.lock();
             loop {
                 if q.stopped {
@@ -201,7 +230,7 @@ fn instance_loop(shared: &Shared) {
         };
         // Let another idle instance look at what is left.
         shared.wake.notify_one();
-        let results = execute(shared, &batch, dequeued);
+        let results = execute(shared, &mut batch, dequeued);
         shared.release_instance();
         // Statistics are recorded by now, replies go second: a client that reads statistics
         // right after its response sees its own request counted.
@@ -319,10 +348,11 @@ mod tests {
     fn request() -> AdmittedRequest {
         use crate::server::infer::{AdmittedInput, OutputPlan};
         AdmittedRequest {
+            model_name: String::new(),
             id: "r".into(),
             batch_size: 1,
             inputs: vec![AdmittedInput { shape: vec![1, 1], bytes: InputBytes::Raw(Bytes::from(vec![0u8; 4])) }],
-            outputs: vec![OutputPlan { config_index: 0, shm: None }],
+            outputs: vec![OutputPlan { config_index: 0, name: None, shm: None }],
             received: Instant::now(),
             sequence: None,
             also_record: None,
@@ -342,6 +372,30 @@ mod tests {
         let snap = stats.snapshot("m", "1");
         assert_eq!((snap.inference_count, snap.execution_count), (1, 1));
         assert_eq!(snap.inference_stats.unwrap().queue.unwrap().count, 1);
+    }
+
+    #[test]
+    fn a_lone_answer_takes_its_requests_names_and_buffers_and_answers_an_output_named_twice_twice() {
+        use crate::server::infer::{OutputData, OutputPlan};
+        let (s, _, _) = scheduler(true, "dynamic_batching { max_queue_delay_microseconds: 0 }");
+        let mut r = request();
+        r.model_name = "m".into();
+        let input = Bytes::from(7.5f32.to_le_bytes().to_vec());
+        r.inputs[0].bytes = InputBytes::Raw(input.clone());
+        let named = |name: &str| OutputPlan { config_index: 0, name: Some(name.into()), shm: None };
+        r.outputs = vec![named("O"), named("O")];
+        let Answer::Single(response) = block_on(s.infer(r)).unwrap() else { panic!("one response") };
+        assert_eq!((response.model_name.as_str(), response.model_version.as_str()), ("m", "1"));
+        assert_eq!(response.outputs.len(), 2);
+        for output in &response.outputs {
+            assert_eq!((output.name.as_str(), output.shape.as_slice()), ("O", &[1i64, 1][..]));
+            let OutputData::Raw(data) = &output.data else { panic!("inline bytes") };
+            assert_eq!(
+                (data.as_ref(), data.as_ptr()),
+                (input.as_ref(), input.as_ptr()),
+                "the input's buffer, not a copy"
+            );
+        }
     }
 
     #[test]

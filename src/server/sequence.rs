@@ -304,6 +304,7 @@ fn filler(shared: &Shared, template: &AdmittedRequest, now: Instant) -> Pending 
         })
         .collect();
     let request = AdmittedRequest {
+        model_name: shared.name.clone(),
         id: String::new(),
         batch_size: 1,
         inputs,
@@ -318,7 +319,7 @@ fn filler(shared: &Shared, template: &AdmittedRequest, now: Instant) -> Pending 
 fn instance_loop(shared: &Shared, sequencer: &Sequencer, instance: usize) {
     let batching = shared.config.max_batch_size > 0;
     loop {
-        let (batch, items, handles, dequeued) = {
+        let (mut batch, items, handles, dequeued) = {
             let mut st = sequencer.state.lock();
             let chosen = loop {
                 if st.stopped {
@@ -387,7 +388,7 @@ fn instance_loop(shared: &Shared, sequencer: &Sequencer, instance: usize) {
         };
         sequencer.wake.notify_all();
         let extra = || sequencer.control_tensors(&items, batching);
-        let results = execute_batch(shared, &batch, dequeued, &extra);
+        let results = execute_batch(shared, &mut batch, dequeued, &extra);
         {
             let mut st = sequencer.state.lock();
             let now = Instant::now();
@@ -459,13 +460,14 @@ mod tests {
 
     fn request(id: u64, start: bool, end: bool, x: i32) -> AdmittedRequest {
         AdmittedRequest {
+            model_name: String::new(),
             id: format!("{id}"),
             batch_size: 1,
             inputs: vec![AdmittedInput {
                 shape: vec![1, 1],
                 bytes: InputBytes::Raw(Bytes::from(x.to_le_bytes().to_vec())),
             }],
-            outputs: vec![OutputPlan { config_index: 0, shm: None }],
+            outputs: vec![OutputPlan { config_index: 0, name: None, shm: None }],
             received: Instant::now(),
             sequence: Some(SequenceFlags { id: CorrelationId::Number(id), start, end }),
             also_record: None,

@@ -31,11 +31,42 @@ impl IdentityModel {
 
 impl Model for IdentityModel {
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError> {
-        // `Bytes` clones share the buffer: the output is the input, with no copy.
-        Ok(inputs[..self.0.min(inputs.len())].to_vec())
+        self.execute_owned(inputs.to_vec())
+    }
+
+    /// The outputs are the inputs themselves: same vector, shapes and buffers, nothing copied.
+    fn execute_owned(&self, mut inputs: Vec<Tensor>) -> Result<Vec<Tensor>, ModelError> {
+        inputs.truncate(self.0);
+        Ok(inputs)
     }
 
     fn runs_inline(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_are_the_inputs_buffers_and_extra_inputs_are_dropped() {
+        let config = crate::server::config::parse_pbtxt(
+            r#"backend: "identity" max_batch_size: 4
+               input [ { name: "I" data_type: TYPE_FP32 dims: [ 2 ] } ]
+               output [ { name: "O" data_type: TYPE_FP32 dims: [ 2 ] } ]"#,
+            "id",
+        )
+        .unwrap();
+        let model = IdentityModel::new(&config).unwrap();
+        // A sequence model's control input follows the config's inputs: not an output.
+        let inputs = vec![Tensor::from_f32(vec![1, 2], &[1.0, 2.0]), Tensor::from_i32(vec![1, 1], &[1])];
+        let buffer = inputs[0].data.as_ptr();
+        let borrowed = model.execute(&inputs).unwrap();
+        let owned = model.execute_owned(inputs).unwrap();
+        assert_eq!(borrowed, owned);
+        assert_eq!(owned.len(), 1);
+        assert_eq!((owned[0].shape.as_slice(), owned[0].to_f32()), (&[1i64, 2][..], vec![1.0, 2.0]));
+        assert_eq!(owned[0].data.as_ptr(), buffer, "no copy");
     }
 }

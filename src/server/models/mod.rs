@@ -77,6 +77,12 @@ pub trait Model: Send + Sync {
     /// dimension first when the model batches. Returns outputs in the config's output order.
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, ModelError>;
 
+    /// [`execute`](Self::execute) on inputs the batcher gives away. A model whose outputs can
+    /// reuse its inputs' buffers overrides it; the batcher always calls this one.
+    fn execute_owned(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>, ModelError> {
+        self.execute(&inputs)
+    }
+
     /// True when `execute` takes a few µs at most and never blocks, so an idle instance may run
     /// a lone request on the thread that received it instead of waking its instance thread.
     /// Heavy or sleeping models keep the default: they must not stall the network threads.
