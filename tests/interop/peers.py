@@ -284,6 +284,11 @@ TRITON_SLEEP_MS = 20
 # loose stability bound, so perf_analyzer reports instead of giving up on noise.
 QUICK = ["--measurement-mode", "count_windows", "--measurement-request-count", "50",
          "-s", "100", "-r", "10"]
+# For a fast model at high concurrency. perf_analyzer's per-window bookkeeping is quadratic in the
+# window's requests (it erases each counted timestamp from a vector, one at a time), and a count
+# window lasts at least a second: at tens of thousands of requests per second its windows grew
+# while it worked through them, and a sweep never finished. Short time windows bound that work.
+SHORT_TIME_WINDOWS = ["--measurement-interval", "300", "-s", "100", "-r", "10"]
 
 
 class PeerRunError(AssertionError):

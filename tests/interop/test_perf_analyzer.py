@@ -12,7 +12,7 @@ import pytest
 
 import subprocess
 
-from peers import (DELAY_US, HERE, QUICK, PeerRunError, TlsFiles, http_status, pa_bin, read_pa_csv, run_pa,
+from peers import (DELAY_US, HERE, QUICK, SHORT_TIME_WINDOWS, PeerRunError, TlsFiles, http_status, pa_bin, read_pa_csv, run_pa,
                    run_tool, start_perfbench)
 
 SERVER_STAGES = ["Server Queue", "Server Compute Input", "Server Compute Infer",
@@ -43,7 +43,7 @@ def assert_measured(rows, concurrencies, server_share=True):
 def test_identity_concurrency_sweep(perfbench_zoo, tmp_path, protocol):
     rows, _ = run_pa(
         perfbench_zoo, "identity", protocol, tmp_path / "pa.csv",
-        ["--shape", "INPUT0:16", "--concurrency-range", "1:8:1", *QUICK],
+        ["--shape", "INPUT0:16", "--concurrency-range", "1:8:1", *SHORT_TIME_WINDOWS],
     )
     assert_measured(rows, list(range(1, 9)), server_share=False)
 
@@ -54,7 +54,7 @@ def test_identity_system_shared_memory(perfbench_zoo, tmp_path, protocol):
     rows, _ = run_pa(
         perfbench_zoo, "identity", protocol, tmp_path / "pa.csv",
         ["--shape", "INPUT0:16", "--shared-memory", "system",
-         "--output-shared-memory-size", "64", "--concurrency-range", "1:8:7", *QUICK],
+         "--output-shared-memory-size", "64", "--concurrency-range", "1:8:7", *SHORT_TIME_WINDOWS],
     )
     assert_measured(rows, [1, 8])
     # perf_analyzer unregisters its regions when it exits.
