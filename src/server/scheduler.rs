@@ -6,7 +6,9 @@
 //! for `max_queue_delay_microseconds`, then sends the largest preferred prefix, or all of it.
 //! Stage times are taken here, where the work happens, with monotonic clocks:
 //! queue = enqueue → dequeue; compute_input = gathering inputs into the batch buffers;
-//! compute_infer = `Model::execute`; compute_output = scattering outputs into responses or regions.
+//! compute_infer = `Model::execute_owned`; compute_output = scattering outputs into responses or
+//! regions. A lone request that an idle instance would execute alone at once runs on the calling
+//! thread instead (`Scheduler::try_inline`, for models that allow it), in the same way.
 //! A decoupled model runs one request per execution and answers with a schedule of responses
 //! (`Model::execute_decoupled`), which the front end plays out; the instance is free at once.
 
