@@ -290,7 +290,6 @@ fn scatter(
     let mut result = Vec::with_capacity(request.outputs.len());
     for i in 0..request.outputs.len() {
         let config_index = request.outputs[i].config_index;
-        let named_again = request.outputs[i + 1..].iter().any(|p| p.config_index == config_index);
         let spec = &shared.config.output[config_index];
         let tensor = &mut outputs[config_index];
         let dtype = tensor.dtype;
@@ -303,7 +302,10 @@ fn scatter(
                 }
                 (shape, tensor.data.slice(offset * per_item..(offset + n) * per_item))
             }
-            Part::Sole if !named_again => (std::mem::take(&mut tensor.shape), std::mem::take(&mut tensor.data)),
+            // The last plan to name this output takes it; an earlier one copies.
+            Part::Sole if request.outputs[i + 1..].iter().all(|p| p.config_index != config_index) => {
+                (std::mem::take(&mut tensor.shape), std::mem::take(&mut tensor.data))
+            }
             Part::Sole | Part::Shared => (tensor.shape.clone(), tensor.data.clone()),
         };
         let plan = &mut request.outputs[i];
