@@ -65,6 +65,32 @@ impl Tokenizer {
     pub fn count(&self, text: &str) -> usize {
         self.encode(text).len()
     }
+
+    /// The text of token ids (bytes that end mid-character read as U+FFFD); `Err` holds the
+    /// first id outside the vocabulary.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, u32> {
+        match &self.inner {
+            Inner::Tiktoken(bpe) => {
+                bpe.decode_bytes(ids).map(|b| String::from_utf8_lossy(&b).into_owned()).map_err(|e| e.token)
+            }
+            Inner::HuggingFace(t) => {
+                if let Some(&unknown) = ids.iter().find(|&&id| t.id_to_token(id).is_none()) {
+                    return Err(unknown);
+                }
+                // Every id is known, so decoding cannot fail but for a bug in its decoder.
+                Ok(t.decode(ids, false).unwrap_or_default())
+            }
+        }
+    }
+
+    /// One token's vocabulary entry, as Hugging Face's `convert_ids_to_tokens` shows it (a
+    /// BPE piece's bytes read lossily); `None` outside the vocabulary.
+    pub fn token_str(&self, id: u32) -> Option<String> {
+        match &self.inner {
+            Inner::Tiktoken(bpe) => bpe.decode_bytes(&[id]).ok().map(|b| String::from_utf8_lossy(&b).into_owned()),
+            Inner::HuggingFace(t) => t.id_to_token(id),
+        }
+    }
 }
 
 fn open_json(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerError> {
@@ -108,5 +134,19 @@ mod tests {
         std::fs::write(dir.path().join("tokenizer.json"), json).unwrap();
         let t = Tokenizer::open(dir.path().to_str().unwrap()).unwrap();
         assert_eq!(t.encode("a b zz a"), [1, 2, 0, 1]);
+        assert_eq!(t.token_str(2).as_deref(), Some("b"));
+        assert_eq!(t.decode(&[1, 9]), Err(9));
+    }
+
+    #[test]
+    fn decode_inverts_encode_and_names_an_unknown_id() {
+        let t = Tokenizer::open("cl100k_base").unwrap();
+        let text = "Tokens, then text again: caf\u{e9} \u{1f600}!";
+        let ids = t.encode(text);
+        assert_eq!(t.decode(&ids).unwrap(), text);
+        let pieces: String = ids.iter().map(|&id| t.token_str(id).unwrap()).collect();
+        assert!(pieces.starts_with("Tokens, then"), "{pieces}");
+        assert_eq!(t.decode(&[ids[0], u32::MAX]), Err(u32::MAX));
+        assert_eq!(t.token_str(u32::MAX), None);
     }
 }

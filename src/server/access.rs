@@ -61,6 +61,11 @@ impl ApiGroup {
             ["v2", "models", "stats"] => ApiGroup::Statistics,
             ["v1", "models"] => ApiGroup::Metadata,
             ["v1", "chat", "completions"] | ["v1", "completions" | "embeddings"] => ApiGroup::Inference,
+            // vLLM's own routes (server/vllm.rs, server/rerank.rs).
+            ["health" | "ping"] => ApiGroup::Health,
+            ["version"] => ApiGroup::Metadata,
+            ["metrics"] => ApiGroup::Statistics,
+            ["tokenize" | "detokenize" | "rerank"] | ["v1" | "v2", "rerank"] => ApiGroup::Inference,
             ["v2", "models", _, rest @ ..] => {
                 // Drop an optional `versions/{v}`, then the last segment names the endpoint.
                 let rest = match rest {
@@ -249,6 +254,14 @@ mod tests {
         assert_eq!(g("/v2/repository/models/m/load"), Some(ApiGroup::ModelRepository));
         assert_eq!(g("/v2/systemsharedmemory/region/r/register"), Some(ApiGroup::SharedMemory));
         assert_eq!(g("/v2/cudasharedmemory/status"), Some(ApiGroup::SharedMemory));
+        assert_eq!(g("/health"), Some(ApiGroup::Health));
+        assert_eq!(g("/ping"), Some(ApiGroup::Health));
+        assert_eq!(g("/version"), Some(ApiGroup::Metadata));
+        assert_eq!(g("/metrics"), Some(ApiGroup::Statistics));
+        for path in ["/tokenize", "/detokenize", "/rerank", "/v1/rerank", "/v2/rerank"] {
+            assert_eq!(g(path), Some(ApiGroup::Inference), "{path}");
+        }
+        assert_eq!(g("/v3/rerank"), None);
         assert_eq!(g("/nope"), None);
     }
 

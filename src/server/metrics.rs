@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use parking_lot::Mutex;
@@ -64,17 +64,28 @@ pub struct MetricsState {
     last_cpu: Mutex<Option<CpuTicks>>,
 }
 
+impl MetricsState {
+    /// One per listener that serves `/metrics`, so each one's CPU figure spans its own scrapes.
+    pub fn new(core: Arc<InferenceServer>) -> Arc<MetricsState> {
+        Arc::new(MetricsState { core, last_cpu: Mutex::new(None) })
+    }
+}
+
 /// The metrics router (`GET /metrics`).
 pub fn router(core: Arc<InferenceServer>) -> Router {
-    let state = Arc::new(MetricsState { core, last_cpu: Mutex::new(None) });
     Router::new()
         .route("/metrics", get(metrics))
         .fallback(|| async { ServerError::not_found("Not Found") })
-        .with_state(state)
+        .with_state(MetricsState::new(core))
 }
 
-async fn metrics(State(state): State<Arc<MetricsState>>) -> impl IntoResponse {
-    ([(CONTENT_TYPE, "text/plain; charset=utf-8")], render(&state))
+async fn metrics(State(state): State<Arc<MetricsState>>) -> Response {
+    scrape(&state)
+}
+
+/// A `GET /metrics` answer: the exposition text, on the metrics port and the API port alike.
+pub fn scrape(state: &MetricsState) -> Response {
+    ([(CONTENT_TYPE, "text/plain; charset=utf-8")], render(state)).into_response()
 }
 
 struct Family {

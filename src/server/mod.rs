@@ -22,12 +22,14 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod repository;
+pub mod rerank;
 pub mod scheduler;
 pub mod sequence;
 pub mod serve;
 pub mod shm;
 pub mod stats;
 pub mod trace;
+pub mod vllm;
 
 pub use self::core::{InferenceServer, ServerOptions};
 pub use error::{ErrorKind, ServerError, ServerResult};

@@ -46,7 +46,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn invalid_request(message: impl Into<String>, param: Option<&'static str>) -> ApiError {
+    pub(super) fn invalid_request(message: impl Into<String>, param: Option<&'static str>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
@@ -94,10 +94,10 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(super) type ApiResult<T> = Result<T, ApiError>;
 
 /// The generative model a request names; OpenAI's 404 when there is none.
-fn engine(core: &InferenceServer, model: &str) -> ApiResult<Arc<LlmEngine>> {
+pub(super) fn engine(core: &InferenceServer, model: &str) -> ApiResult<Arc<LlmEngine>> {
     core.llm(model, "").map_err(|e| match e.kind {
         ErrorKind::NotFound => ApiError {
             status: StatusCode::NOT_FOUND,
@@ -158,7 +158,7 @@ struct ChatRequest {
 }
 
 #[derive(Deserialize)]
-struct Message {
+pub(super) struct Message {
     content: Option<Content>,
 }
 
@@ -191,12 +191,12 @@ enum Prompt {
 }
 
 /// Parses a JSON body with OpenAI's 400 for anything malformed.
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> ApiResult<T> {
+pub(super) fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> ApiResult<T> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid_request(format!("We could not parse the JSON body of your request: {e}"), None))
 }
 
-async fn body_of(core: &InferenceServer, request: Request) -> ApiResult<(HeaderMap, Bytes)> {
+pub(super) async fn body_of(core: &InferenceServer, request: Request) -> ApiResult<(HeaderMap, Bytes)> {
     let (parts, body) = request.into_parts();
     let bytes = axum::body::to_bytes(body, core.options.max_request_bytes).await.map_err(|_| {
         ApiError::invalid_request(
@@ -392,7 +392,7 @@ async fn run(core: &InferenceServer, request: Request, flavor: Flavor, arrival_n
 }
 
 /// The prompt of a chat: the messages' text, one per line (the twin applies no chat template).
-fn chat_prompt(messages: &[Message]) -> ApiResult<String> {
+pub(super) fn chat_prompt(messages: &[Message]) -> ApiResult<String> {
     if messages.is_empty() {
         return Err(ApiError::invalid_request(
             "Invalid 'messages': empty array. Expected an array with minimum length 1.",

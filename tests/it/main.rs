@@ -31,5 +31,6 @@ mod server_http;
 mod server_llm;
 mod server_sequence;
 mod server_tls;
+mod server_vllm;
 mod shard;
 mod sweep;

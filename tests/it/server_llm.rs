@@ -17,7 +17,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 /// An `llm` model config with these extra parameters (`key=value` pairs).
-fn llm_config(params: &[(&str, &str)]) -> String {
+pub(crate) fn llm_config(params: &[(&str, &str)]) -> String {
     let mut text = String::from(
         r#"backend: "llm" max_batch_size: 0
            model_transaction_policy { decoupled: true }
