@@ -61,6 +61,7 @@ impl ApiGroup {
             ["v2", "models", "stats"] => ApiGroup::Statistics,
             ["v1", "models"] => ApiGroup::Metadata,
             ["v1", "chat", "completions"] | ["v1", "completions" | "embeddings"] => ApiGroup::Inference,
+            ["v1", "messages" | "responses"] => ApiGroup::Inference,
             ["v2", "models", _, rest @ ..] => {
                 // Drop an optional `versions/{v}`, then the last segment names the endpoint.
                 let rest = match rest {
@@ -249,6 +250,8 @@ mod tests {
         assert_eq!(g("/v2/repository/models/m/load"), Some(ApiGroup::ModelRepository));
         assert_eq!(g("/v2/systemsharedmemory/region/r/register"), Some(ApiGroup::SharedMemory));
         assert_eq!(g("/v2/cudasharedmemory/status"), Some(ApiGroup::SharedMemory));
+        assert_eq!(g("/v1/messages"), Some(ApiGroup::Inference));
+        assert_eq!(g("/v1/responses"), Some(ApiGroup::Inference));
         assert_eq!(g("/nope"), None);
     }
 

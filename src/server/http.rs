@@ -135,6 +135,8 @@ fn routes(core: Arc<InferenceServer>) -> Router {
         .route("/v2/cudasharedmemory/unregister", post(ok))
         .route("/v2/cudasharedmemory/region/{r}/unregister", post(ok))
         .merge(super::openai::routes())
+        .merge(super::anthropic::routes())
+        .merge(super::responses::routes())
         .merge(super::generate::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
