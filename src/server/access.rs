@@ -66,6 +66,7 @@ impl ApiGroup {
             ["version"] => ApiGroup::Metadata,
             ["metrics"] => ApiGroup::Statistics,
             ["tokenize" | "detokenize" | "rerank"] | ["v1" | "v2", "rerank"] => ApiGroup::Inference,
+            ["v1", "messages" | "responses"] => ApiGroup::Inference,
             ["v2", "models", _, rest @ ..] => {
                 // Drop an optional `versions/{v}`, then the last segment names the endpoint.
                 let rest = match rest {
@@ -262,6 +263,8 @@ mod tests {
             assert_eq!(g(path), Some(ApiGroup::Inference), "{path}");
         }
         assert_eq!(g("/v3/rerank"), None);
+        assert_eq!(g("/v1/messages"), Some(ApiGroup::Inference));
+        assert_eq!(g("/v1/responses"), Some(ApiGroup::Inference));
         assert_eq!(g("/nope"), None);
     }
 

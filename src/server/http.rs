@@ -137,6 +137,8 @@ fn routes(core: Arc<InferenceServer>) -> Router {
         .merge(super::openai::routes())
         .merge(super::vllm::routes(&core))
         .merge(super::rerank::routes())
+        .merge(super::anthropic::routes())
+        .merge(super::responses::routes())
         .merge(super::generate::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -2,6 +2,7 @@
 //! real dynamic batcher, statistics and shared memory, served over HTTP, gRPC and Prometheus.
 
 pub mod access;
+pub mod anthropic;
 pub mod authority;
 pub mod batch;
 pub mod batch_policy;
@@ -18,11 +19,13 @@ pub mod http_json;
 pub mod infer;
 pub mod listen;
 pub mod llm;
+pub mod llm_http;
 pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod repository;
 pub mod rerank;
+pub mod responses;
 pub mod scheduler;
 pub mod sequence;
 pub mod serve;

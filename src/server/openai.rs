@@ -23,6 +23,7 @@ use super::core::InferenceServer;
 use super::error::{ErrorKind, ServerError};
 use super::listen::ReceivedAt;
 use super::llm::{Event, Events, Finish, GenerateError, GenerateParams, Generation, LlmEngine, Refusal};
+use super::llm_http::{collect, read_body, unix_seconds};
 
 type Core = State<Arc<InferenceServer>>;
 
@@ -110,10 +111,6 @@ pub(super) fn engine(core: &InferenceServer, model: &str) -> ApiResult<Arc<LlmEn
     })
 }
 
-fn unix_seconds() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
 async fn models(State(core): Core) -> Json<Value> {
     let created = unix_seconds();
     let data: Vec<Value> = core
@@ -197,14 +194,7 @@ pub(super) fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> ApiResult<T> {
 }
 
 pub(super) async fn body_of(core: &InferenceServer, request: Request) -> ApiResult<(HeaderMap, Bytes)> {
-    let (parts, body) = request.into_parts();
-    let bytes = axum::body::to_bytes(body, core.options.max_request_bytes).await.map_err(|_| {
-        ApiError::invalid_request(
-            format!("the request body exceeds the server's limit of {} bytes", core.options.max_request_bytes),
-            None,
-        )
-    })?;
-    Ok((parts.headers, bytes))
+    read_body(core, request).await.map_err(|e| ApiError::invalid_request(e.message(), None))
 }
 
 /// Checks the shared fields into the engine's parameters.
@@ -298,6 +288,16 @@ impl Reply {
         }
     }
 
+    /// A reasoning token's choice, as vLLM's reasoning parsers stream it: the text in
+    /// `reasoning`, and again in `reasoning_content`, the name vLLM keeps for older clients.
+    fn reasoning_choice(&self, text: &str, first: bool) -> Value {
+        let delta = match first {
+            true => json!({ "role": "assistant", "reasoning": text, "reasoning_content": text }),
+            false => json!({ "reasoning": text, "reasoning_content": text }),
+        };
+        json!({ "index": 0, "delta": delta, "logprobs": null, "finish_reason": null })
+    }
+
     fn chunk(&self, choices: Vec<Value>, usage: Option<Value>) -> Bytes {
         let object = match self.flavor {
             Flavor::Chat => "chat.completion.chunk",
@@ -320,11 +320,15 @@ pub fn sse(value: &Value) -> Bytes {
 }
 
 fn usage(finish: &Finish) -> Value {
-    json!({
+    let mut usage = json!({
         "prompt_tokens": finish.prompt_tokens,
         "completion_tokens": finish.completion_tokens,
         "total_tokens": finish.prompt_tokens + finish.completion_tokens,
-    })
+    });
+    if finish.reasoning_tokens > 0 {
+        usage["completion_tokens_details"] = json!({ "reasoning_tokens": finish.reasoning_tokens });
+    }
+    usage
 }
 
 /// A fresh response id.
@@ -422,39 +426,44 @@ pub(super) fn chat_prompt(messages: &[Message]) -> ApiResult<String> {
     Ok(texts.join("\n"))
 }
 
-/// Collects the whole answer into one body.
-async fn whole(engine: Arc<LlmEngine>, mut generation: Generation, reply: Reply) -> ApiResult<Response> {
-    let mut text = String::new();
-    while let Some(event) = generation.events.recv().await {
-        match event {
-            Event::Token { index, .. } => text.push_str(engine.piece(generation.text_start, index)),
-            Event::Done(finish) => {
-                let (object, choice) = match reply.flavor {
-                    Flavor::Chat => (
-                        "chat.completion",
-                        json!({ "index": 0, "message": { "role": "assistant", "content": text },
-                                "logprobs": null, "finish_reason": finish.reason.as_str() }),
-                    ),
-                    Flavor::Completion => (
-                        "text_completion",
-                        json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": finish.reason.as_str() }),
-                    ),
-                };
-                let body = json!({ "id": reply.id, "object": object, "created": reply.created, "model": reply.model,
-                                   "choices": [choice], "usage": usage(&finish) });
-                return Ok(Json(body).into_response());
+/// Collects the whole answer into one body. A chat puts a reasoning model's reasoning in the
+/// message's `reasoning` (and `reasoning_content`); a completion's text holds both.
+async fn whole(engine: Arc<LlmEngine>, generation: Generation, reply: Reply) -> ApiResult<Response> {
+    let Some(answer) = collect(&engine, generation).await else {
+        return Err(ServerError::unavailable("the batcher stopped before the request finished").into());
+    };
+    let finish = &answer.finish;
+    let (object, choice) = match reply.flavor {
+        Flavor::Chat => {
+            let mut message = json!({ "role": "assistant", "content": answer.text });
+            if finish.reasoning_tokens > 0 {
+                message["reasoning"] = json!(answer.reasoning);
+                message["reasoning_content"] = json!(answer.reasoning);
             }
+            let choice = json!({ "index": 0, "message": message, "logprobs": null,
+                                 "finish_reason": finish.reason.as_str() });
+            ("chat.completion", choice)
         }
-    }
-    Err(ServerError::unavailable("the batcher stopped before the request finished").into())
+        Flavor::Completion => {
+            let text = answer.reasoning + &answer.text;
+            let choice = json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": finish.reason.as_str() });
+            ("text_completion", choice)
+        }
+    };
+    let body = json!({ "id": reply.id, "object": object, "created": reply.created, "model": reply.model,
+                       "choices": [choice], "usage": usage(finish) });
+    Ok(Json(body).into_response())
 }
 
 /// Streams the answer as Server-Sent Events, one chunk per token, then `data: [DONE]`.
 fn stream(engine: Arc<LlmEngine>, generation: Generation, reply: Reply) -> Response {
-    let Generation { text_start, events, .. } = generation;
+    let Generation { text_start, reasoning_tokens, events, .. } = generation;
     let state = Streaming {
         first: Template::new(&reply, true),
         rest: Template::new(&reply, false),
+        reasoning_first: Template::cut(&reply.chunk(vec![reply.reasoning_choice(MARKER, true)], None)),
+        reasoning_rest: Template::cut(&reply.chunk(vec![reply.reasoning_choice(MARKER, false)], None)),
+        reasoning_tokens: if reply.flavor == Flavor::Chat { reasoning_tokens } else { 0 },
         events,
         reply,
         engine,
@@ -465,7 +474,12 @@ fn stream(engine: Arc<LlmEngine>, generation: Generation, reply: Reply) -> Respo
         let mut s = state?;
         let bytes = match s.events.recv().await {
             Some(Event::Token { index, .. }) => {
-                let template = if s.sent_any { &s.rest } else { &s.first };
+                let template = match (index < s.reasoning_tokens, s.sent_any) {
+                    (true, false) => &s.reasoning_first,
+                    (true, true) => &s.reasoning_rest,
+                    (false, false) => &s.first,
+                    (false, true) => &s.rest,
+                };
                 s.sent_any = true;
                 template.render(s.engine.piece(s.text_start, index))
             }
@@ -497,15 +511,18 @@ struct Streaming {
     /// The token chunks, rendered once per request (no JSON tree per token).
     first: Template,
     rest: Template,
+    /// A reasoning model's reasoning chunks, and how many tokens of a chat are reasoning.
+    reasoning_first: Template,
+    reasoning_rest: Template,
+    reasoning_tokens: usize,
     sent_any: bool,
 }
 
-/// A token chunk's event around its text: the bytes before the text's JSON string and after it,
-/// cut from the chunk [`Reply::chunk`] renders with a marker for the text, so a filled template
-/// is the same bytes.
+/// A token chunk's event around its text: the bytes between the places the text's JSON string
+/// goes, cut from the chunk [`Reply::chunk`] renders with a marker for the text, so a filled
+/// template is the same bytes.
 struct Template {
-    head: Vec<u8>,
-    tail: Vec<u8>,
+    parts: Vec<Vec<u8>>,
 }
 
 /// Stands for the text while a template is rendered (corpus words hold no control character).
@@ -513,17 +530,36 @@ const MARKER: &str = "\u{1}text\u{1}";
 
 impl Template {
     fn new(reply: &Reply, first: bool) -> Template {
-        let event = reply.chunk(vec![reply.choice(Some(MARKER), first, None)], None);
+        Template::cut(&reply.chunk(vec![reply.choice(Some(MARKER), first, None)], None))
+    }
+
+    /// Cuts an event rendered with [`MARKER`] for the text at each marker.
+    fn cut(event: &[u8]) -> Template {
         let marker = serde_json::to_vec(MARKER).expect("a string serializes");
-        let at = event.windows(marker.len()).position(|w| w == marker).expect("the chunk holds the marker");
-        Template { head: event[..at].to_vec(), tail: event[at + marker.len()..].to_vec() }
+        let mut parts = Vec::new();
+        let mut rest = event;
+        while let Some(at) = rest.windows(marker.len()).position(|w| w == marker) {
+            parts.push(rest[..at].to_vec());
+            rest = &rest[at + marker.len()..];
+        }
+        assert!(!parts.is_empty(), "the chunk holds the marker");
+        parts.push(rest.to_vec());
+        Template { parts }
     }
 
     fn render(&self, text: &str) -> Bytes {
-        let mut out = Vec::with_capacity(self.head.len() + text.len() + 2 + self.tail.len());
-        out.extend_from_slice(&self.head);
+        let holes = self.parts.len() - 1;
+        let mut out = Vec::with_capacity(self.parts.iter().map(Vec::len).sum::<usize>() + holes * (text.len() + 2));
+        out.extend_from_slice(&self.parts[0]);
+        let start = out.len();
         serde_json::to_writer(&mut out, text).expect("a string serializes");
-        out.extend_from_slice(&self.tail);
+        let quoted = start..out.len();
+        for (i, part) in self.parts[1..].iter().enumerate() {
+            if i > 0 {
+                out.extend_from_within(quoted.clone());
+            }
+            out.extend_from_slice(part);
+        }
         out.into()
     }
 }
@@ -606,6 +642,23 @@ mod tests {
                         assert_eq!(template.render(text), expected, "{text:?}");
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_filled_reasoning_template_carries_the_text_in_both_fields() {
+        let reply =
+            Reply { flavor: Flavor::Chat, id: "c-1".into(), model: "m".into(), created: 7, include_usage: true };
+        for first in [true, false] {
+            let template = Template::cut(&reply.chunk(vec![reply.reasoning_choice(MARKER, first)], None));
+            for text in [" word", " \"quoted\" \\ \u{e9}\n"] {
+                let expected = reply.chunk(vec![reply.reasoning_choice(text, first)], None);
+                assert_eq!(template.render(text), expected, "{text:?}");
+                let event: Value = serde_json::from_slice(&expected[6..]).unwrap();
+                let delta = &event["choices"][0]["delta"];
+                assert_eq!((&delta["reasoning"], &delta["reasoning_content"]), (&json!(text), &json!(text)));
+                assert_eq!(delta.get("role").is_some(), first);
             }
         }
     }

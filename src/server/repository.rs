@@ -28,6 +28,7 @@ pub const ZOO: &[(&str, &str)] = &[
     ("optional", include_str!("zoo/optional.pbtxt")),
     ("repeat", include_str!("zoo/repeat.pbtxt")),
     ("llm", include_str!("zoo/llm.pbtxt")),
+    ("llm_reasoning", include_str!("zoo/llm_reasoning.pbtxt")),
     ("accumulate", include_str!("zoo/accumulate.pbtxt")),
     ("delay", include_str!("zoo/delay.pbtxt")),
     ("bert", include_str!("zoo/bert.pbtxt")),

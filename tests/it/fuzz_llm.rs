@@ -41,6 +41,8 @@ const ROUTES: &[&str] = &[
     "/v1/completions",
     "/v1/embeddings",
     "/v1/models",
+    "/v1/messages",
+    "/v1/responses",
     "/v2/models/llm/generate",
     "/v2/models/llm/generate_stream",
     "/v2/models/llm/versions/1/generate_stream",
@@ -66,6 +68,10 @@ const FIELDS: &[&str] = &[
     "sampling_parameters",
     "exclude_input_in_output",
     "encoding_format",
+    "system",
+    "instructions",
+    "max_output_tokens",
+    "stop_sequences",
 ];
 
 fn text() -> impl Strategy<Value = Value> {
@@ -88,10 +94,12 @@ fn field_value(field: &'static str) -> BoxedStrategy<Value> {
         )
         .prop_map(Value::Array)
         .boxed(),
-        "prompt" | "input" | "text_input" => {
+        "prompt" | "input" | "text_input" | "system" | "instructions" => {
             prop_oneof![text(), prop::collection::vec(text(), 0..3).prop_map(Value::Array)].boxed()
         }
-        "max_tokens" | "max_completion_tokens" | "min_tokens" | "n" => (-2i64..40).prop_map(Value::from).boxed(),
+        "max_tokens" | "max_completion_tokens" | "max_output_tokens" | "min_tokens" | "n" => {
+            (-2i64..40).prop_map(Value::from).boxed()
+        }
         "stream_options" => any::<bool>().prop_map(|b| json!({"include_usage": b})).boxed(),
         "sampling_parameters" => (-2i64..40, any::<bool>())
             .prop_map(|(n, eos)| Value::from(json!({"max_tokens": n, "ignore_eos": eos}).to_string()))

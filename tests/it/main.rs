@@ -29,6 +29,7 @@ mod server_grpc;
 mod server_guard;
 mod server_http;
 mod server_llm;
+mod server_llm_apis;
 mod server_sequence;
 mod server_tls;
 mod server_vllm;

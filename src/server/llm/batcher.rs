@@ -27,6 +27,8 @@ pub struct Submission {
     /// Tokens to generate (0: prefill only, as for embeddings).
     pub target: usize,
     pub reason: FinishReason,
+    /// The first this many generated tokens are reasoning.
+    pub reasoning_tokens: usize,
     pub arrival_ns: u64,
     pub events: UnboundedSender<Event>,
     /// When the front end read the first token (0: not yet); see [`super::Events`].
@@ -304,6 +306,7 @@ impl Batcher {
                 chunk_ns: std::mem::take(&mut seq.chunk_ns),
                 prompt_tokens: seq.sub.prompt_len,
                 completion_tokens: seq.generated,
+                reasoning_tokens: seq.generated.min(seq.sub.reasoning_tokens),
                 cached_tokens: seq.cached_tokens,
                 preemptions: seq.preemptions,
                 finish_reason: reason.as_str(),
@@ -314,6 +317,7 @@ impl Batcher {
             prompt_tokens: seq.sub.prompt_len,
             completion_tokens: seq.generated,
             cached_tokens: seq.cached_tokens,
+            reasoning_tokens: seq.generated.min(seq.sub.reasoning_tokens),
         }));
     }
 
@@ -362,6 +366,7 @@ mod tests {
             hashes: vec![],
             target,
             reason: FinishReason::Length,
+            reasoning_tokens: 2,
             arrival_ns: 0,
             events,
             first_read_ns: Default::default(),
@@ -415,7 +420,8 @@ mod tests {
                     reason: FinishReason::Length,
                     prompt_tokens: 40,
                     completion_tokens: 3,
-                    cached_tokens: 0
+                    cached_tokens: 0,
+                    reasoning_tokens: 2,
                 })
             )
         );

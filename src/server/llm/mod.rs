@@ -79,6 +79,8 @@ pub struct Finish {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub cached_tokens: usize,
+    /// How many of `completion_tokens` were reasoning (the first ones; 0 for a plain model).
+    pub reasoning_tokens: usize,
 }
 
 /// The config's `parameters`, checked.
@@ -92,6 +94,9 @@ pub struct LlmSettings {
     pub mean_output_tokens: f64,
     pub embedding_dim: usize,
     pub tokenizer: String,
+    /// Tokens a reasoning model thinks before it answers: the first this many generated tokens
+    /// of every request are reasoning (0: a plain model).
+    pub reasoning_tokens: usize,
 }
 
 impl LlmSettings {
@@ -113,6 +118,7 @@ impl LlmSettings {
             mean_output_tokens: config::parameter_or(c, "mean_output_tokens", 128.0)?,
             embedding_dim: config::parameter_or(c, "embedding_dim", 384)?,
             tokenizer: config::parameter(c, "tokenizer").unwrap_or(DEFAULT_TOKENIZER).to_string(),
+            reasoning_tokens: config::parameter_or(c, "reasoning_tokens", 0)?,
         };
         let name = &c.name;
         let costs = [settings.cost.step_us, settings.cost.decode_us_per_seq, settings.cost.prefill_us_per_token];
@@ -129,6 +135,9 @@ impl LlmSettings {
         ];
         if let Some((key, _)) = counts.iter().find(|(_, v)| !(1..=100_000_000).contains(v)) {
             return Err(ServerError::invalid_arg(format!("model '{name}': parameter '{key}' must be 1 to 100000000")));
+        }
+        if settings.reasoning_tokens > 100_000_000 {
+            return Err(ServerError::invalid_arg(format!("model '{name}': reasoning_tokens must be 0 to 100000000")));
         }
         if !(settings.mean_output_tokens.is_finite() && settings.mean_output_tokens >= 1.0) {
             return Err(ServerError::invalid_arg(format!("model '{name}': mean_output_tokens must be at least 1")));
@@ -177,7 +186,16 @@ impl From<GenerateError> for ServerError {
 pub struct Generation {
     pub prompt_tokens: usize,
     pub text_start: usize,
+    /// The generated tokens below this index are reasoning, the rest the answer.
+    pub reasoning_tokens: usize,
     pub events: Events,
+}
+
+impl Generation {
+    /// Whether the `index`th generated token is reasoning rather than answer.
+    pub fn is_reasoning(&self, index: usize) -> bool {
+        index < self.reasoning_tokens
+    }
 }
 
 /// A request's events as its front end reads them. Reading the first token stamps the time
@@ -256,8 +274,9 @@ impl LlmEngine {
             Plan::Embed => (0, FinishReason::Stop),
             Plan::Generate { max_tokens } if params.ignore_eos => (max_tokens, FinishReason::Length),
             Plan::Generate { max_tokens } => {
+                // A reasoning model thinks first, then answers at its usual length.
                 let natural = rand_distr::Exp::new(1.0 / self.settings.mean_output_tokens)
-                    .map(|d| 1 + d.sample(&mut rng) as usize)
+                    .map(|d| self.settings.reasoning_tokens + 1 + d.sample(&mut rng) as usize)
                     .unwrap_or(max_tokens)
                     .max(params.min_tokens);
                 if natural >= max_tokens {
@@ -275,6 +294,7 @@ impl LlmEngine {
             hashes: kv::block_hashes(&tokens, self.settings.block_size),
             target,
             reason,
+            reasoning_tokens: self.settings.reasoning_tokens,
             arrival_ns: params.arrival_ns,
             events,
             first_read_ns: first_read_ns.clone(),
@@ -282,7 +302,12 @@ impl LlmEngine {
         };
         let stopped = |_| GenerateError::Server(ServerError::unavailable("the batcher has stopped"));
         started.submit.send(submission).map_err(stopped)?;
-        Ok(Generation { prompt_tokens: tokens.len(), text_start, events: Events { receiver, first_read_ns } })
+        Ok(Generation {
+            prompt_tokens: tokens.len(),
+            text_start,
+            reasoning_tokens: self.settings.reasoning_tokens,
+            events: Events { receiver, first_read_ns },
+        })
     }
 
     /// Checks lengths against the context and the cache. `max_tokens` 0 means an embedding.

@@ -36,11 +36,19 @@ pub struct RequestRecord {
     pub finish_ns: u64,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// The first this many of `completion_tokens` were reasoning (a reasoning model's only:
+    /// `chunk_ns[reasoning_tokens]` is its first answer token).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: usize,
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: usize,
     pub preemptions: u32,
     /// `stop`, `length`, or `abort` (the client went away).
     pub finish_reason: &'static str,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// An open `--record-requests` file.
@@ -84,6 +92,7 @@ mod tests {
             finish_ns: 4,
             prompt_tokens: 5,
             completion_tokens: 2,
+            reasoning_tokens: 0,
             cached_tokens: 0,
             preemptions: 0,
             finish_reason: "length",
