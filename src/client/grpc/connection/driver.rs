@@ -21,7 +21,6 @@ use crate::client::connect::Io;
 /// At most this many slices per vectored write.
 const MAX_SLICES: usize = 64;
 
-
 /// A header block being gathered across CONTINUATION frames.
 pub(super) struct Block {
     id: u32,

@@ -32,7 +32,6 @@ pub const PROTOCOL_ERROR: u32 = 0x1;
 pub const REFUSED_STREAM: u32 = 0x7;
 pub const CANCEL: u32 = 0x8;
 
-
 /// A DATA or HEADERS payload without its padding.
 pub fn unpadded(flags: u8, mut payload: Bytes) -> Result<Bytes, String> {
     if flags & PADDED == 0 {

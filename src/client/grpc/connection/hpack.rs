@@ -3,7 +3,6 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-
 /// A request's header block, the same bytes on every call: each field a literal that HPACK's
 /// dynamic table never keeps (`:method: POST` and `:scheme` from the static table).
 pub fn header_block(https: bool, authority: &str, path: &str, fields: &[(&str, &[u8])]) -> Bytes {
@@ -50,7 +49,6 @@ fn integer(block: &mut BytesMut, bits: u8, mut value: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
 
     #[test]
     fn the_header_block_decodes_to_the_request_headers() {

@@ -8,8 +8,8 @@ use std::time::Instant;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::frame::{self, DEFAULT_WINDOW, MAX_FRAME, NO_ERROR, PREFACE};
-use crate::client::grpc::message::Message;
 use super::{Answer, Broken, CONNECTION_WINDOW, STREAM_WINDOW};
+use crate::client::grpc::message::Message;
 
 /// DATA payloads shorter than this are copied next to their frame header; longer ones are
 /// written from the request's own bytes.

@@ -7,8 +7,8 @@ use h2::server::SendResponse;
 use http::{HeaderMap, Response};
 
 use super::frame::MAX_FRAME;
-use crate::client::grpc::message::Message;
 use super::{header_block, Answer, Broken, Connection};
+use crate::client::grpc::message::Message;
 
 fn block() -> Bytes {
     header_block(false, "test:1", "/inference.GRPCInferenceService/ModelInfer", &[("te", b"trailers")])
@@ -116,8 +116,7 @@ async fn calls_past_the_servers_stream_limit_wait_for_a_stream_to_end() {
     });
     // Bounded: a waiting call never woken would hang here.
     let done = tokio::time::timeout(std::time::Duration::from_secs(30), futures::future::join_all(calls));
-    let bodies: Vec<Bytes> =
-        done.await.expect("waiting calls were woken").into_iter().map(Result::unwrap).collect();
+    let bodies: Vec<Bytes> = done.await.expect("waiting calls were woken").into_iter().map(Result::unwrap).collect();
     assert_eq!(bodies, (1..=4u8).map(|i| Bytes::from(vec![i])).collect::<Vec<_>>());
     assert_eq!(c.shared.lock().live, 0);
 }
@@ -196,3 +195,4 @@ async fn a_dropped_call_resets_its_stream_and_the_connection_goes_on() {
     assert_eq!(resets.recv().await.unwrap(), Some(h2::Reason::CANCEL));
     let (answer, _) = c.call(&block(), message(vec![5; 3])).await;
     assert_eq!(answer.unwrap().body, vec![5u8; 3]);
+}
