@@ -19,15 +19,15 @@ pub const GROUPS: &[(&str, &[&str])] = &[
 /// no quoting).
 pub const EXAMPLES: &[(&str, &str)] = &[
     ("profile", "perfbench profile -m identity --shape INPUT0:16 -u localhost:8001 -i grpc --concurrency-range 1:4"),
-    ("offline", "perfbench offline -m identity --shape INPUT0:16 -b 1,4,16"),
+    ("offline", "perfbench offline -m identity --shape INPUT0:16 --batch-sizes 1,4,16"),
     ("online", "perfbench online -m delay --concurrency 1..8"),
     ("run", "perfbench run scenarios/fastpitch.toml --profile quick"),
-    ("llm", "perfbench llm -m twin --endpoint-type chat --concurrency 4 --request-count 40"),
+    ("llm", "perfbench llm -m llm --endpoint-type chat --concurrency 4 --request-count 40"),
     ("report", "perfbench report results/run/report.csv -o results/run"),
     ("compare", "perfbench compare results/before results/after --baseline results/before"),
     ("gate", "perfbench gate --baseline results/before/report.csv --current results/after/report.csv"),
     ("merge", "perfbench merge results/shard-0 results/shard-1 --out results/merged"),
-    ("search", "perfbench search -m identity --shape INPUT0:16 --latency-budget-ms 5"),
+    ("search", "perfbench search -m identity --shape INPUT0:16 --latency-budget p99=20ms"),
     ("serve", "perfbench serve --http-port 8000 --grpc-port 8001 --metrics-port 8002"),
 ];
 
@@ -68,6 +68,8 @@ fn listing(command: &clap::Command) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
     fn subcommands() -> Vec<String> {

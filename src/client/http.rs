@@ -16,7 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
-use super::connect::{Dialer, CONNECT_TIMEOUT};
+use super::connect::{Dialer, Wire, CONNECT_TIMEOUT};
 use super::tls::TlsOptions;
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, RequestSpec,

@@ -167,6 +167,7 @@ impl Unit {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::results::row::{Interval, LoadPoint};
 
     #[test]
     fn reads_perf_analyzer_csv_without_avg_and_sums_the_stages() {
