@@ -4,6 +4,7 @@
 //! argv is parsed.
 
 pub mod common;
+pub mod help;
 pub mod llm;
 pub mod pa_compat;
 pub mod pa_openai;
@@ -16,7 +17,7 @@ pub mod tls;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 use crate::plan::scenario::Scenario;
 use crate::plan::settings::default_out;
@@ -157,7 +158,7 @@ impl RunArgs {
 pub fn main() -> ExitCode {
     // reqwest is built without a crypto provider of its own: install ring's once, first.
     crate::proto::install_crypto_provider();
-    let cli = match Cli::try_parse_from(argv_as_invoked(std::env::args_os())) {
+    let cli = match parse(argv_as_invoked(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help/version to stdout with exit 0; a usage error is one line.
@@ -178,6 +179,17 @@ pub fn main() -> ExitCode {
     run(cli.command, &cli.shard)
 }
 
+/// The command line parsed with the help that `help::command` lays out (grouped by job, with
+/// an example per subcommand).
+fn parse<I, T>(argv: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut matches = help::command().try_get_matches_from(argv)?;
+    Cli::from_arg_matches_mut(&mut matches)
+}
+
 /// The command line, with `profile` put after the program name when it was invoked as
 /// `perf_analyzer` (a symlink), so tools that run perf_analyzer from `PATH` (genai-perf) run us.
 pub fn argv_as_invoked(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
@@ -196,7 +208,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::try_parse_from(argv).map_err(|e| usage_error(&e))?;
+    let cli = parse(argv).map_err(|e| usage_error(&e))?;
     let plan = match cli.command {
         Command::Profile(args) => args.plan(),
         Command::Offline(args) => args.plan(),

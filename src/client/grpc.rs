@@ -23,7 +23,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use super::connect::{Dialer, CONNECT_TIMEOUT};
+use super::connect::{Dialer, Wire, CONNECT_TIMEOUT};
 use super::tls::{https_url, GrpcCompression, TlsOptions};
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, CorrelationId, InferClient, InferResult,
@@ -62,6 +62,8 @@ pub struct GrpcClient {
     compression: GrpcCompression,
     /// Unary inference calls.
     unary: unary::Unary,
+    /// Opens every connection (tonic's too): explains their failures.
+    dialer: Dialer,
     /// `--request-parameter`s, added to every prepared request.
     parameters: std::collections::HashMap<String, InferParameter>,
 }
@@ -95,7 +97,7 @@ impl GrpcClient {
         let port = authority.port_u16().unwrap_or(if tls_config.is_some() { 443 } else { 80 });
         // TLS runs in our dialer rather than tonic's connector, whose verifier cannot be
         // replaced and refuses X.509 v1 certificates.
-        let dialer = Dialer::new(url, authority.host(), port, tls_config)?;
+        let dialer = Dialer::new(url, authority.host(), port, tls_config, Wire::Grpc)?;
         // tonic's own TLS is off (the URL it connects to says `http`); the origin it writes in
         // requests says `https` where TLS is on.
         let endpoint = Endpoint::from_shared(plain)
@@ -129,7 +131,7 @@ impl GrpcClient {
             &metadata,
             tls.grpc_compression.name(),
         );
-        let unary = unary::Unary::new(base.clone(), dialer, header_block, connections);
+        let unary = unary::Unary::new(base.clone(), dialer.clone(), header_block, connections);
         Ok(GrpcClient {
             base,
             channels,
@@ -139,6 +141,7 @@ impl GrpcClient {
             streams: options.streaming.then(|| stream::StreamPool::new(tls.grpc_compression.encoding())),
             compression: tls.grpc_compression,
             unary,
+            dialer,
             parameters: options
                 .request_parameters
                 .iter()
@@ -172,7 +175,7 @@ impl GrpcClient {
     /// status the server sent has none.
     fn status_error(&self, status: Status) -> ClientError {
         if std::error::Error::source(&status).is_some() && status.code() != Code::Cancelled {
-            ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&status) }
+            ClientError::Unreachable { url: self.base.clone(), reason: self.dialer.explain(&status) }
         } else {
             ClientError::Server(status.message().to_string())
         }

@@ -16,7 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
-use super::connect::{Dialer, CONNECT_TIMEOUT};
+use super::connect::{Dialer, Wire, CONNECT_TIMEOUT};
 use super::tls::TlsOptions;
 use super::{
     base_url, error_chain, ClientError, ClientResult, ConnectOptions, InferClient, InferResult, RequestSpec,
@@ -131,7 +131,7 @@ impl HttpClient {
                 )))
             }
         };
-        let dialer = Dialer::new(url, host, parsed.port_or_known_default().unwrap_or(80), tls)?;
+        let dialer = Dialer::new(url, host, parsed.port_or_known_default().unwrap_or(80), tls, Wire::Http)?;
         let host = match parsed.port() {
             Some(port) => format!("{host}:{port}"),
             None => host.to_string(),
@@ -169,7 +169,7 @@ impl HttpClient {
     async fn connect(&self) -> ClientResult<Connection> {
         match self.dialer.dial().await {
             Ok(io) => Ok(Connection::new(io)),
-            Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&e) }),
+            Err(e) => Err(ClientError::Unreachable { url: self.base.clone(), reason: self.dialer.explain(&e) }),
         }
     }
 
@@ -201,7 +201,10 @@ impl HttpClient {
                     reused = false;
                 }
                 Err(failed) => {
-                    return Err(ClientError::Unreachable { url: self.base.clone(), reason: error_chain(&failed.error) })
+                    return Err(ClientError::Unreachable {
+                        url: self.base.clone(),
+                        reason: self.dialer.explain(&failed.error),
+                    })
                 }
             }
         }
@@ -241,7 +244,7 @@ impl HttpClient {
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> ClientError {
-        ClientError::Unreachable { url: self.base.clone(), reason: error_chain(e) }
+        ClientError::Unreachable { url: self.base.clone(), reason: self.dialer.explain(e) }
     }
 
     /// Sends a request and returns the body of a 200 answer; any other status becomes the

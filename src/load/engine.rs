@@ -59,6 +59,8 @@ pub struct LoadSpec {
     pub sequences: Option<SequenceSpec>,
     /// A failed check ends the load (true), or counts as a failed request (`--validate-outputs`).
     pub check_fatal: bool,
+    /// Requests in flight with none answered for this long end the load (`--stall-timeout`).
+    pub stall_limit: Duration,
 }
 
 impl LoadSpec {
@@ -70,6 +72,7 @@ impl LoadSpec {
             log_requests: false,
             sequences: None,
             check_fatal: true,
+            stall_limit: STALL_TIMEOUT,
         }
     }
 }
@@ -116,6 +119,7 @@ struct Shared {
     /// with an error: a request timed out with no answer for as long ends the load.
     began: Instant,
     last_answer_us: AtomicU64,
+    stall_limit: Duration,
 }
 
 impl Shared {
@@ -296,6 +300,7 @@ impl RunningLoad {
             sequences,
             began: Instant::now(),
             last_answer_us: AtomicU64::new(0),
+            stall_limit: spec.stall_limit,
         });
         let mut load = RunningLoad { shared: shared.clone(), workers: Vec::new(), dispatcher: None };
         match &spec.mode {
@@ -377,7 +382,8 @@ impl RunningLoad {
     }
 
     /// Waits until `target` requests have finished in total, the load ends, or it fails.
-    /// Requests in flight with none answered for [`STALL_TIMEOUT`] end the load with
+    /// Requests in flight with none answered for the stall limit ([`STALL_TIMEOUT`] unless
+    /// [`LoadSpec::stall_limit`] says otherwise) end the load with
     /// [`ClientError::Stalled`].
     pub async fn wait_completed(&self, target: u64) -> Result<(), ClientError> {
         self.shared.wake_at.store(target, Ordering::Release);
@@ -392,11 +398,11 @@ impl RunningLoad {
             }
             if completed != seen || self.shared.in_flight.load(Ordering::Acquire) == 0 {
                 (seen, since) = (completed, Instant::now());
-            } else if since.elapsed() >= STALL_TIMEOUT {
+            } else if since.elapsed() >= self.shared.stall_limit {
                 let in_flight = self.shared.in_flight.load(Ordering::Acquire);
                 let error = ClientError::Stalled(format!(
-                    "none of the {in_flight} requests in flight was answered in {}s",
-                    STALL_TIMEOUT.as_secs()
+                    "none of the {in_flight} requests in flight was answered in {}s (--stall-timeout)",
+                    self.shared.stall_limit.as_secs_f64()
                 ));
                 self.shared.set_fatal(error.clone());
                 return Err(error);

@@ -277,12 +277,22 @@ pub struct Call {
     /// `--request-timeout`: seconds any call waits for its answer (none: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_s: Option<f64>,
+    /// `--stall-timeout`: seconds a silent server is waited on (none: [`STALL_TIMEOUT`]).
+    ///
+    /// [`STALL_TIMEOUT`]: crate::client::STALL_TIMEOUT
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_timeout_s: Option<f64>,
 }
 
 impl Call {
     /// `--request-timeout` as a duration.
     pub fn request_timeout(&self) -> Option<std::time::Duration> {
         self.request_timeout_s.map(std::time::Duration::from_secs_f64)
+    }
+
+    /// `--stall-timeout` as a duration, [`STALL_TIMEOUT`](crate::client::STALL_TIMEOUT) unless given.
+    pub fn stall_timeout(&self) -> std::time::Duration {
+        self.stall_timeout_s.map_or(crate::client::STALL_TIMEOUT, std::time::Duration::from_secs_f64)
     }
 }
 

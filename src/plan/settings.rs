@@ -57,6 +57,11 @@ pub struct CallSettings {
     /// timeout), and when nothing is answered for that long the run ends with exit 3.
     #[arg(long = "request-timeout", value_name = "SECS")]
     pub request_timeout: Option<f64>,
+    /// Seconds the run waits on a silent server before it ends with exit 3: the start-up's
+    /// calls (metadata, config, the first request) share this one deadline, and a load ends
+    /// once its requests in flight have none answered for this long (default 120).
+    #[arg(long = "stall-timeout", value_name = "SECS")]
+    pub stall_timeout: Option<f64>,
     /// Send requests over gRPC `ModelStreamInfer` streams (needs `-i grpc`).
     #[arg(long = "streaming", num_args = 0, default_missing_value = "true")]
     pub streaming: Option<bool>,
@@ -635,6 +640,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
     let tls = s.call.tls.clone().unwrap_or_default();
     validate::check_tls(&tls)?;
     validate::check_request_timeout(s.call.request_timeout)?;
+    validate::check_stall_timeout(s.call.stall_timeout)?;
     let collect = s.call.collect_metrics.unwrap_or(false);
     validate::check_metrics(s.call.metrics_url.is_some(), collect, target)?;
     let mode: WindowKind = s.measurement.measurement_mode.unwrap_or(d.window);
@@ -660,6 +666,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             output_tensor_format: s.call.output_tensor_format.unwrap_or_default(),
             request_parameters,
             request_timeout_s: s.call.request_timeout,
+            stall_timeout_s: s.call.stall_timeout,
             metrics: collect.then(|| Metrics {
                 url: s.call.metrics_url.clone(),
                 interval_ms: s.call.metrics_interval_ms.unwrap_or(d.metrics_interval_ms).max(1),

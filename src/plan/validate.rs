@@ -327,6 +327,14 @@ pub(crate) fn check_request_timeout(seconds: Option<f64>) -> Result<(), PlanErro
     Ok(())
 }
 
+/// `--stall-timeout`, when given, is a number of seconds > 0.
+pub(crate) fn check_stall_timeout(seconds: Option<f64>) -> Result<(), PlanError> {
+    if let Some(t) = seconds.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(invalid(format!("--stall-timeout must be a number of seconds > 0, got {t}")));
+    }
+    Ok(())
+}
+
 /// The TLS flags agree (a key with its certificate, files given where asked).
 pub(crate) fn check_tls(tls: &TlsOptions) -> Result<(), PlanError> {
     tls.check().map_err(invalid)

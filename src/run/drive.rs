@@ -74,7 +74,8 @@ impl<C: InferClient> OpenSweep<C> {
         folder: FolderStart,
         context: &Context<'_>,
     ) -> Result<OpenSweep<C>, RunError> {
-        let session = Session::open(client, model, sweep.call.streaming, &sweep.bls_composing_models).await?;
+        let bls = &sweep.bls_composing_models;
+        let session = Session::open(client, model, sweep.call.streaming, bls, sweep.call.stall_timeout()).await?;
         let config = run_config(&session, sweep, context.device);
         // A shard runs its part of the sweep's request counts and sequence ids (load levels are
         // split per point).

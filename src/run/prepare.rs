@@ -118,6 +118,7 @@ pub fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
         time_bank: None,
         shard: None,
         slots: None,
+        stall_limit: sweep.call.stall_timeout(),
     })
 }
 

@@ -3,15 +3,20 @@
 //! when a batch size needs a bigger one. Each batch size gets its prepared requests from here,
 //! checked by one probe request before any load starts.
 
+use std::future::Future;
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::composing::composing_models;
 use super::RunError;
 use crate::client::shm::{has_variable_outputs, output_byte_sizes, SharedMemoryKind, ShmRegistration, ShmSet};
 use crate::client::{
-    within_stall_timeout, CorrelationId, InferClient, InferResult, InputSource, RequestSpec, SequenceFlags,
+    within_stall_timeout, ClientError, ClientResult, CorrelationId, InferClient, InferResult, InputSource, RequestSpec,
+    SequenceFlags,
 };
 use crate::input::{build_request_set, InputOptions};
 use crate::load::{ResponseCheck, SequenceSpec};
@@ -41,6 +46,62 @@ pub struct Session<C: InferClient> {
     /// `--validate-outputs`: answers that did not match, over the whole sweep.
     pub mismatches: Arc<AtomicU64>,
     shm: Option<ShmSet>,
+    /// The start-up's deadline, until the first batch's probe request is answered.
+    start_up: Option<StartUp>,
+}
+
+/// The start-up's one deadline: the server's and the model's metadata, the config(s) and the
+/// first request share the stall limit, so a server that accepts connections and never
+/// answers ends the run within it ([`ClientError::Stalled`], exit 3), naming the call it left
+/// unanswered. A call that waits shows a progress line on stderr.
+struct StartUp {
+    until: tokio::time::Instant,
+    limit: Duration,
+}
+
+/// How long a start-up call waits before its progress line shows.
+const SHOW_WAITING_AFTER: Duration = Duration::from_secs(1);
+
+impl StartUp {
+    fn new(limit: Duration) -> StartUp {
+        StartUp { until: tokio::time::Instant::now() + limit, limit }
+    }
+
+    /// `call` (`what` names it), bounded by what is left of the start-up's deadline.
+    async fn call<T>(&self, what: &str, call: impl Future<Output = ClientResult<T>>) -> ClientResult<T> {
+        let mut call = std::pin::pin!(tokio::time::timeout_at(self.until, call));
+        let answered = match tokio::time::timeout(SHOW_WAITING_AFTER, &mut call).await {
+            Ok(answered) => answered,
+            Err(_) => {
+                let waiting = waiting_line(what, self.limit);
+                let answered = call.await;
+                waiting.finish_and_clear();
+                answered
+            }
+        };
+        answered.unwrap_or_else(|_| {
+            Err(ClientError::Stalled(format!(
+                "no answer to {what} within the start-up's {}s (the stall limit; --stall-timeout sets it)",
+                self.limit.as_secs_f64()
+            )))
+        })
+    }
+}
+
+/// The line shown while a start-up call waits: a spinner on a terminal; elsewhere (a CI log,
+/// a pipe) one plain line.
+fn waiting_line(what: &str, limit: Duration) -> ProgressBar {
+    let text =
+        format!("waiting for the server to answer {what} (gives up after {}s, --stall-timeout)", limit.as_secs_f64());
+    if !std::io::stderr().is_terminal() {
+        eprintln!("perfbench: {text}");
+        return ProgressBar::hidden();
+    }
+    let line = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    line.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"));
+    line.set_message(text);
+    line.enable_steady_tick(Duration::from_millis(200));
+    line
 }
 
 /// The requests of one batch size.
@@ -63,23 +124,37 @@ impl<C: InferClient> Session<C> {
     /// Reads the server's and the model's metadata and the model config, once. `streaming`: the
     /// sweep sends over gRPC streams, which a decoupled model needs. `bls`: the models a BLS
     /// model calls, reported as its composing models.
-    pub async fn open(client: C, model: &Model, streaming: bool, bls: &[ModelRef]) -> Result<Session<C>, RunError> {
+    /// Its calls and the first batch's probe request share one deadline, `stall_limit`.
+    pub async fn open(
+        client: C,
+        model: &Model,
+        streaming: bool,
+        bls: &[ModelRef],
+        stall_limit: Duration,
+    ) -> Result<Session<C>, RunError> {
         let (name, version) = (model.name.as_str(), model.version.as_str());
-        let info = client.server_metadata().await.map_err(RunError::client)?;
-        let meta = client
-            .model_metadata(name, version)
+        let start_up = StartUp::new(stall_limit);
+        let info =
+            start_up.call("the server metadata request", client.server_metadata()).await.map_err(RunError::client)?;
+        let meta = start_up
+            .call("the model metadata request", client.model_metadata(name, version))
             .await
             .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
-        let config = client
-            .model_config(name, version)
+        let config = start_up
+            .call("the model config request", client.model_config(name, version))
             .await
             .map_err(|e| RunError::client(e).context(format!("model '{name}'")))?;
-        let composing = {
-            let client = &client;
-            composing_models(&config, bls, |step, version| async move { client.model_config(&step, &version).await })
-                .await
-                .map_err(|e| RunError::client(e).context(format!("composing models of '{name}'")))?
-        };
+        let composing =
+            {
+                let client = &client;
+                let configs = composing_models(&config, bls, |step, version| async move {
+                    client.model_config(&step, &version).await
+                });
+                start_up
+                    .call("the composing models' config requests", configs)
+                    .await
+                    .map_err(|e| RunError::client(e).context(format!("composing models of '{name}'")))?
+            };
         let sequence = matches!(config.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_)));
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         if decoupled && !streaming {
@@ -101,6 +176,7 @@ impl<C: InferClient> Session<C> {
             server_stats: info.extensions.iter().any(|e| e == "statistics"),
             composing,
             shm: None,
+            start_up: Some(start_up),
         })
     }
 
@@ -235,6 +311,8 @@ impl<C: InferClient> Session<C> {
             end: true,
         });
         let answer = self.probe_step(&prepared[0], probe_sequence.as_ref()).await?;
+        // The start-up ends with the first answer: later batches' probes have their own limit.
+        self.start_up = None;
         if let Some(check) = &check {
             let sum = sums.as_ref().map(|s| s[0].as_slice());
             check(0, sum, &answer).map_err(|reason| RunError::bad_input(anyhow::anyhow!(reason)))?;
@@ -271,10 +349,11 @@ impl<C: InferClient> Session<C> {
         sequence: Option<&SequenceFlags>,
     ) -> Result<crate::client::InferResult, RunError> {
         tracing::debug!("probe request sent");
-        let answer = within_stall_timeout("the first request", async {
-            self.client.infer_step(request, sequence, true).await.0
-        })
-        .await;
+        let probe = async { self.client.infer_step(request, sequence, true).await.0 };
+        let answer = match &self.start_up {
+            Some(start_up) => start_up.call("the first inference request", probe).await,
+            None => within_stall_timeout("the first request", probe).await,
+        };
         tracing::debug!(ok = answer.is_ok(), "probe answered");
         answer.map_err(|e| RunError::client(e).context("the server rejected the first request"))
     }

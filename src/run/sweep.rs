@@ -114,6 +114,8 @@ pub struct LoadPlan {
     pub shard: Option<(u64, u64)>,
     /// `--start-at`: each point starts on its slot of the run's clock grid.
     pub slots: Option<SweepSlots>,
+    /// `--stall-timeout`: a load whose requests in flight have none answered this long ends.
+    pub stall_limit: Duration,
 }
 
 /// What a sweep talks to.
@@ -189,6 +191,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             log_requests: self.plan.log_requests,
             sequences: self.target.sequences.clone(),
             check_fatal: self.target.check_fatal,
+            stall_limit: self.plan.stall_limit,
         }
     }
 

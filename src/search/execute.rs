@@ -327,8 +327,9 @@ impl<C: InferClient> Points<C> {
             return Ok(Points::Generative { url: server.url.to_string(), dir });
         }
         let client = server.client()?;
-        let mut session =
-            Session::open(client, &plan.model, plan.sweep.call.streaming, &plan.sweep.bls_composing_models).await?;
+        let call = &plan.sweep.call;
+        let bls = &plan.sweep.bls_composing_models;
+        let mut session = Session::open(client, &plan.model, call.streaming, bls, call.stall_timeout()).await?;
         match target(plan, &mut session).await {
             Ok(target) => Ok(Points::Tensor { session: Box::new(session), target: Box::new(target) }),
             Err(e) => {

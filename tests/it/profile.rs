@@ -133,6 +133,38 @@ fn an_unreachable_server_is_reported() {
     assert_fails(&["profile", "-m", "identity", "-u", "127.0.0.1:1", "-i", "grpc"], 3, "unreachable");
 }
 
+/// A server that accepts connections and never answers: the start-up's calls share one
+/// deadline (`--stall-timeout`), and the run ends with exit 3 naming the call left unanswered,
+/// after a progress line saying what it waits for.
+#[test]
+fn a_silent_server_ends_the_start_up_within_the_stall_limit() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts and keeps every connection, reading what comes and answering nothing.
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut sink = [0u8; 4096];
+                while matches!(std::io::Read::read(&mut stream, &mut sink), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let url = format!("127.0.0.1:{port}");
+    for protocol in ["http", "grpc"] {
+        let args = ["profile", "-m", "identity", "--shape", "INPUT0:16", "-u", &url, "-i", protocol];
+        let started = std::time::Instant::now();
+        let out = perfbench(&[&args[..], &["--stall-timeout", "2"]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(3), "{protocol}: {err}");
+        assert!(err.contains("no answer to the server metadata request"), "{protocol}: {err}");
+        assert!(err.contains("--stall-timeout"), "{protocol}: {err}");
+        assert!(err.contains("waiting for the server to answer the server metadata request"), "{protocol}: {err}");
+        // Generous: the limit is 2 s; without one shared deadline it was minutes.
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "{protocol}: {:?}", started.elapsed());
+    }
+}
+
 #[test]
 fn csv_and_summary_come_out_in_perf_analyzer_shape() {
     let dir = tempfile::tempdir().unwrap();

@@ -42,6 +42,13 @@ impl Pki {
         };
         leaf(vec!["localhost".into()], ExtendedKeyUsagePurpose::ServerAuth, "server");
         leaf(vec!["client".into()], ExtendedKeyUsagePurpose::ClientAuth, "client");
+        // A client certificate from a CA the server does not trust.
+        let mut params = CertificateParams::new(vec!["stranger".to_string()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &other).unwrap();
+        std::fs::write(dir.path().join("stranger.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("stranger.key"), key.serialize_pem()).unwrap();
         std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
         std::fs::write(dir.path().join("other-ca.pem"), other.pem()).unwrap();
         Pki { dir }
@@ -150,6 +157,99 @@ async fn https_and_grpc_over_tls_with_the_ca() {
     https(&http, pki.https("ca.pem")).await.expect("the server goes on after failed handshakes");
     grpcs(&grpc, pki.grpc("ca.pem"), GrpcCompression::None).await.expect("and over gRPC");
     server.shutdown().await;
+}
+
+/// Asserts a failure names its cause, its peer (`at`: host:port) and the flag that fixes it.
+fn names(e: &str, cause: &str, at: &str, flag: &str) {
+    one_line(e, &cause.to_lowercase());
+    assert!(e.contains(at), "the peer {at} expected in: {e}");
+    assert!(e.contains(flag), "the flag {flag} expected in: {e}");
+}
+
+/// Each TLS failure names its cause (unknown CA, hostname mismatch, certificate required, bad
+/// client certificate, not TLS at all), the peer and the flag that fixes it, on both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_failures_name_their_cause_peer_and_flag() {
+    let pki = Pki::new();
+    let server = start(&pki, false).await;
+    let (http_port, grpc_port) = (server.http_addr.port(), server.grpc_addr.port());
+    let (http, grpc) = (localhost(server.http_addr), format!("localhost:{grpc_port}"));
+    let at = |port: u16| format!("localhost:{port}");
+    let e = https(&http, pki.https("other-ca.pem")).await.unwrap_err();
+    names(&e, "unknown CA", &at(http_port), "--ssl-https-ca-certificates-file");
+    let e = grpcs(&grpc, pki.grpc("other-ca.pem"), GrpcCompression::None).await.unwrap_err();
+    names(&e, "unknown CA", &at(grpc_port), "--ssl-grpc-root-certifications-file");
+    // The certificate names localhost, not 127.0.0.1.
+    let e = https(&format!("https://127.0.0.1:{http_port}"), pki.https("ca.pem")).await.unwrap_err();
+    names(&e, "hostname mismatch", &format!("127.0.0.1:{http_port}"), "--ssl-https-verify-host 0");
+    let e = grpcs(&format!("127.0.0.1:{grpc_port}"), pki.grpc("ca.pem"), GrpcCompression::None).await.unwrap_err();
+    names(&e, "hostname mismatch", &format!("127.0.0.1:{grpc_port}"), "-u");
+    server.shutdown().await;
+
+    // Mutual TLS: no client certificate, or one from a CA the server does not trust.
+    let server = start(&pki, true).await;
+    let (http_port, grpc_port) = (server.http_addr.port(), server.grpc_addr.port());
+    let (http, grpc) = (localhost(server.http_addr), format!("localhost:{grpc_port}"));
+    let e = https(&http, pki.https("ca.pem")).await.unwrap_err();
+    names(&e, "certificate required", &at(http_port), "--ssl-https-client-certificate-file");
+    let e = grpcs(&grpc, pki.grpc("ca.pem"), GrpcCompression::None).await.unwrap_err();
+    names(&e, "certificate required", &at(grpc_port), "--ssl-grpc-certificate-chain-file");
+    let stranger = GrpcTls {
+        private_key: Some(pki.path("stranger.key")),
+        cert_chain: Some(pki.path("stranger.pem")),
+        ..pki.grpc("ca.pem")
+    };
+    let e = grpcs(&grpc, stranger, GrpcCompression::None).await.unwrap_err();
+    names(&e, "does not trust our client certificate", &at(grpc_port), "--ssl-grpc-certificate-chain-file");
+    // The server's own certificate, made for servers only, presented by a client.
+    let wrong = HttpsTls {
+        client_cert: Some(pki.path("server.pem")),
+        client_key: Some(pki.path("server.key")),
+        ..pki.https("ca.pem")
+    };
+    let e = https(&http, wrong).await.unwrap_err();
+    names(&e, "bad certificate", &at(http_port), "--ssl-https-client-certificate-file");
+    server.shutdown().await;
+
+    // TLS to a server that speaks plain text.
+    let plain = serve::start(ServeConfig::default()).await.unwrap();
+    let grpc_port = plain.grpc_addr.port();
+    let e = grpcs(&format!("localhost:{grpc_port}"), pki.grpc("ca.pem"), GrpcCompression::None).await.unwrap_err();
+    names(&e, "does not speak TLS", &at(grpc_port), "--ssl-grpc-use-ssl");
+    plain.shutdown().await;
+}
+
+/// The case through the binary: a gRPC client whose certificate the server does not
+/// trust ends with exit 3 and a message naming the cause and the flags, not `transport error`.
+#[test]
+fn profile_with_an_untrusted_client_certificate_names_the_cause() {
+    let pki = Pki::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = runtime.block_on(start(&pki, true));
+    let grpc = format!("localhost:{}", server.grpc_addr.port());
+    let (ca, key, chain) = (pki.path("ca.pem"), pki.path("stranger.key"), pki.path("stranger.pem"));
+    let out = perfbench(&[
+        "profile",
+        "-m",
+        "identity",
+        "--shape",
+        "INPUT0:4",
+        "-u",
+        &grpc,
+        "-i",
+        "grpc",
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        ca.to_str().unwrap(),
+        "--ssl-grpc-private-key-file",
+        key.to_str().unwrap(),
+        "--ssl-grpc-certificate-chain-file",
+        chain.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    names(&err, "does not trust our client certificate", &grpc, "--ssl-grpc-certificate-chain-file");
+    runtime.block_on(server.shutdown());
 }
 
 /// perf_analyzer's `--ssl-https-verify-peer 0` and `--ssl-https-verify-host 0`, curl's meanings.

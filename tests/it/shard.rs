@@ -284,6 +284,28 @@ fn mpirun_ranks_are_shards_and_rank_0_merges_by_itself() {
     }
 }
 
+/// The manifests run the image the Containerfile builds, and say how to build it.
+#[test]
+fn the_kubernetes_recipes_name_the_containerfiles_image() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let recipe = std::fs::read_to_string(root.join("Containerfile")).unwrap();
+    let tag = recipe
+        .lines()
+        .find_map(|l| l.split_once("docker build -f Containerfile -t ").map(|(_, rest)| rest.split_whitespace().next()))
+        .flatten()
+        .expect("the Containerfile says how to build and tag its image");
+    for file in ["shards-job.yaml", "merge-job.yaml"] {
+        let text = std::fs::read_to_string(root.join("deploy/k8s").join(file)).unwrap();
+        let images: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("image:"))
+            .map(|i| i.split('#').next().unwrap().trim())
+            .collect();
+        assert!(!images.is_empty() && images.iter().all(|i| *i == tag), "{file}: {images:?}, not {tag}");
+        assert!(text.contains("Containerfile") && text.contains("docker build"), "{file} says how to build the image");
+    }
+}
+
 /// The manifests' Job kinds, shard counts and commands, from the parsed YAML.
 #[test]
 fn the_kubernetes_indexed_job_parses_and_its_indexes_are_the_shards() {

@@ -14,7 +14,7 @@ use super::connection::{self, Broken, Connection};
 use super::message::{unprefixed, Message};
 
 use crate::client::connect::Dialer;
-use crate::client::{error_chain, ClientError, ClientResult};
+use crate::client::{ClientError, ClientResult};
 
 /// An answer's message (without its prefix), when the request went out and when the message
 /// was complete.
@@ -121,7 +121,7 @@ impl Unary {
         if let Some(found) = reuse(slot) {
             return Ok(found);
         }
-        let io = self.dialer.dial().await.map_err(|e| self.unreachable(error_chain(&e)))?;
+        let io = self.dialer.dial().await.map_err(|e| self.unreachable(self.dialer.explain(&e)))?;
         let connection = Arc::new(Connection::start(io));
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         *slot.live.lock() = Some((generation, connection.clone()));

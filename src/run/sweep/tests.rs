@@ -132,6 +132,7 @@ fn target(fake: FakeClient) -> Target<FakeClient> {
 
 fn plan(points: SweepPoints) -> LoadPlan {
     LoadPlan {
+        stall_limit: crate::client::STALL_TIMEOUT,
         points,
         latency_threshold_us: None,
         binary_search: false,
