@@ -309,10 +309,42 @@ impl PaCompat {
         }
     }
 
+    /// What perf_analyzer 2.50 checks first of an OpenAI line's load, in its order and words:
+    /// the intervals file exists, streaming is refused over HTTP (this kind speaks nothing else; a payload asks for a
+    /// stream with `"stream": true`), and the periodic concurrency mode needs streaming and an
+    /// export file, so it never runs with this kind.
+    fn check_openai_load(&self, s: &Settings) -> Result<(), PlanError> {
+        if s.load.request_intervals.as_ref().is_some_and(|path| !path.is_file()) {
+            return Err(invalid("Failed to parse --request-intervals. The value must be a valid file path"));
+        }
+        let streaming = s.call.streaming == Some(true);
+        if streaming && s.call.protocol != Some(Protocol::Grpc) {
+            return Err(invalid(
+                "Streaming is only allowed with gRPC protocol and Triton C API. (The OpenAI service kind streams \
+                 when a payload asks for it: \"stream\": true.)",
+            ));
+        }
+        if let Some(range) = &self.periodic_concurrency_range {
+            check_periodic(range, self.request_period.as_deref())?;
+            if !streaming {
+                return Err(invalid("The --periodic-concurrency-range option requires bi-directional gRPC streaming."));
+            }
+            if s.output.profile_export_file.is_none() {
+                return Err(invalid(
+                    "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// perf_analyzer 2.50's checks of the flags, in its order and words, then these flags mapped
     /// onto `s` (the sections as the command line gave them). `model_repository`: whether
     /// `--model-repository` was given.
     pub fn apply(&self, s: &mut Settings, model_repository: bool) -> Result<(), PlanError> {
+        if self.service_kind == "openai" {
+            self.check_openai_load(s)?;
+        }
         let input_data = self.input_data(s);
         // perf_analyzer's "user data": files and folders, as opposed to zero or random.
         let user_data = input_data.iter().any(|d| d != "zero" && d != "random");

@@ -292,6 +292,23 @@ mod tests {
             ("-m m --service-kind torchserve", "--input-data should be provided with a json file"),
             ("-m m --service-kind triton_c_api", "--model-repository should not be empty"),
             ("-m m --service-kind openai --input-data d.json", "Must supply --endpoint for OpenAI service kind."),
+            // Streaming over HTTP comes first, before the kind's own checks (no -a here).
+            (
+                "-m m --service-kind openai --streaming",
+                "Streaming is only allowed with gRPC protocol and Triton C API.",
+            ),
+            (
+                "-m m --service-kind openai --input-data d.json --endpoint e -a --periodic-concurrency-range 1:2",
+                "The --periodic-concurrency-range option requires bi-directional gRPC streaming.",
+            ),
+            (
+                "-m m --service-kind openai -u h:1 -i grpc --streaming --periodic-concurrency-range 1:2",
+                "Must provide --profile-export-file when using the --periodic-concurrency-range option.",
+            ),
+            (
+                "-m m --service-kind openai --request-intervals no_such_file",
+                "Failed to parse --request-intervals. The value must be a valid file path",
+            ),
             ("-m m --service-kind bogus", "Failed to parse --service-kind. Unsupported type provided: 'bogus'."),
             ("-m m --concurrency-range 4:0", "needs -l"),
             ("-m m -i udp", "Failed to parse -i (protocol)"),

@@ -13,6 +13,7 @@ pub mod export;
 pub mod inputs;
 pub mod kserve;
 pub mod metrics;
+pub mod pa_data;
 pub mod pa_openai;
 pub mod pacing;
 pub mod runner;

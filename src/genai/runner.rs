@@ -403,16 +403,7 @@ pub async fn run(
     match schedule {
         Schedule::Concurrency(n) => closed_loop(&runner, &conversations, n, &budget, &next, false, &out).await,
         Schedule::Rate { per_second, poisson } => {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let exp = Exp::new(per_second).expect("a positive rate");
-            let (mut k, mut offset) = (0u64, 0.0f64);
-            let times = std::iter::from_fn(move || {
-                // Constant: the k-th at k / rate (no drift); Poisson: exponential gaps.
-                let at = if poisson { offset } else { k as f64 / per_second };
-                k += 1;
-                offset += exp.sample(&mut rng);
-                Some(Duration::from_secs_f64(at))
-            });
+            let times = rate_offsets(per_second, poisson, seed);
             open_loop(&runner, &conversations, times, &budget, &next, &out).await
         }
         Schedule::Trace => {
@@ -426,6 +417,20 @@ pub async fn run(
         r.index = i;
     }
     records
+}
+
+/// An open loop's offsets at `per_second`: the k-th at k / rate (no drift), or Poisson arrivals
+/// (exponential gaps from `seed`).
+pub(super) fn rate_offsets(per_second: f64, poisson: bool, seed: u64) -> impl Iterator<Item = Duration> + Send {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let exp = Exp::new(per_second).expect("a positive rate");
+    let (mut k, mut offset) = (0u64, 0.0f64);
+    std::iter::from_fn(move || {
+        let at = if poisson { offset } else { k as f64 / per_second };
+        k += 1;
+        offset += exp.sample(&mut rng);
+        Some(Duration::from_secs_f64(at))
+    })
 }
 
 async fn closed_loop(
@@ -483,7 +488,23 @@ async fn open_loop(
             true
         })
     };
-    let pacing = Arc::new(Pacing::new(Instant::now(), times, launch));
+    paced(runner, Instant::now(), times, launch).await;
+    let tasks = std::mem::take(&mut *tasks.lock());
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+/// Runs an open loop's schedule (offsets from `origin`) to its end: each request is launched by
+/// a pacer thread or by a stream's event handler, whichever sees it due first (see `pacing`).
+/// Returns once `launch` has refused one or the offsets are spent; the requests may still run.
+pub(super) async fn paced(
+    runner: &Runner,
+    origin: Instant,
+    times: impl Iterator<Item = Duration> + Send + 'static,
+    launch: pacing::Launch,
+) {
+    let pacing = Arc::new(Pacing::new(origin, times, launch));
     *runner.pacing.write() = Some(pacing.clone());
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -500,10 +521,6 @@ async fn open_loop(
     // Nothing is left to launch: the handlers stop looking (and the runner stops holding the
     // launcher, which holds the runner).
     *runner.pacing.write() = None;
-    let tasks = std::mem::take(&mut *tasks.lock());
-    for task in tasks {
-        let _ = task.await;
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,10 @@ Stages:
   profile  perf_analyzer vs `perfbench profile`, both against Triton
   serve    perf_analyzer against `perfbench serve` (bundled zoo) vs perf_analyzer against Triton
 
+A line tagged `on=serve` needs a route Triton lacks (the OpenAI service kind's): in the profile
+stage both tools run it against `perfbench serve` (its zoo includes the `llm` twin), and the serve
+stage leaves it out (it would compare perf_analyzer with itself).
+
 Verdicts: ok (exit 0), fail (non-zero) or hang (killed after LINE_TIMEOUT_S).
 Messages: perf_analyzer's reason is its first error line on stderr, with its framing stripped
 (`error:`, `Thread [0] had error:`, `Failed to init manager inputs:`, ... see `pa_reason`), cut
@@ -54,7 +58,7 @@ STAGE_BUDGET_S = 1200
 
 # The zoo models the serve stage loads (the same names and signatures as tests/interop/models).
 ZOO_MODELS = ["identity", "identity_bytes", "identity_fp16", "identity_nobatch", "var_shape", "add_sub", "accumulate",
-              "optional", "repeat", "ensemble", "bls"]
+              "optional", "repeat", "ensemble", "bls", "llm"]
 
 NOISE = ("stable measurement", "no valid requests recorded")
 
@@ -71,6 +75,11 @@ class Line:
     @property
     def serve_differs(self):
         return self.tags.get("serve-differs")
+
+    @property
+    def on_serve(self):
+        """Both tools run it against `perfbench serve` (see the module's notes)."""
+        return self.tags.get("on") == "serve"
 
 
 def load_corpus(path=CORPUS):
@@ -406,9 +415,10 @@ class Corpus:
         """perf_analyzer against Triton, run once per line (`again`: once more, when it failed on
         noise and the other side disagrees)."""
         if line.id not in self.reference or again:
-            outcome = self._run("pa", line, self.triton)
+            server = self.serve if line.on_serve else self.triton
+            outcome = self._run("pa", line, server)
             if outcome.noisy():
-                outcome = self._run("pa", line, self.triton)
+                outcome = self._run("pa", line, server)
             self.reference[line.id] = outcome
         return self.reference[line.id]
 
@@ -418,20 +428,20 @@ class Corpus:
         stage = Stage(name, title, budget_s=budget_s)
         t0 = time.monotonic()
         for line in self.lines:
+            if name == "serve" and line.on_serve:
+                continue
             row = Row(line)
             stage.rows.append(row)
             if time.monotonic() - t0 > budget_s:
                 row.note = "not run: stage budget spent"
                 continue
             row.reference = self.reference_of(line)
-            if name == "profile":
-                row.other = self._run("perfbench", line, self.triton)
-            else:
-                row.other = self._run("pa", line, self.serve)
+            tool = "perfbench" if name == "profile" else "pa"
+            server = self.serve if name == "serve" or line.on_serve else self.triton
+            row.other = self._run(tool, line, server)
             # A verdict that rests on measurement noise is measured once more before it counts.
             if row.reference.ok != row.other.ok and row.other.noisy():
-                tool = "perfbench" if name == "profile" else "pa"
-                row.other = self._run(tool, line, self.triton if name == "profile" else self.serve)
+                row.other = self._run(tool, line, server)
             if row.reference.ok != row.other.ok and row.reference.noisy():
                 row.reference = self.reference_of(line, again=True)
             # A hang is a verdict of its own: killing a tool is not the same as its failing.
@@ -537,7 +547,7 @@ def main(argv=None):
         started.append(triton)
         print(f"triton ready on {triton.http_url} in {time.monotonic() - t0:.0f} s (log {triton.log_path})")
         serve = None
-        if opts.stage in ("serve", "both"):
+        if opts.stage in ("serve", "both") or any(line.on_serve for line in lines):
             t0 = time.monotonic()
             serve = peers.start_perfbench(work, ZOO_MODELS)
             started.append(serve)

@@ -17,6 +17,7 @@ mod input;
 mod large_run;
 mod llm_client;
 mod llm_prefix;
+mod pa_openai;
 mod plan;
 mod profile;
 mod proxy;

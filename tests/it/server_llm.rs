@@ -43,7 +43,7 @@ pub(crate) struct Llm {
 }
 
 impl Llm {
-    async fn start(params: &[(&str, &str)]) -> Llm {
+    pub(crate) async fn start(params: &[(&str, &str)]) -> Llm {
         Llm::with_config(&llm_config(params)).await
     }
 
