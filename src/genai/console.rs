@@ -9,13 +9,19 @@ use super::Outcome;
 use crate::report::html::{render_page, HtmlTable, InlinePlot, Page, REPORT_HTML};
 use crate::report::plot::tokens::{render_token_plots, token_svgs, TokenPoint};
 
-/// Rows of the table, in AIPerf's console order.
-const ORDER: [&str; 6] = [
+/// Rows of the table, in AIPerf's console order (a reasoning run's rows beside their kin; a
+/// row the run lacks is left out).
+const ORDER: [&str; 11] = [
     "time_to_first_token",
+    "time_to_first_output_token",
     "request_latency",
     "inter_token_latency",
+    "reasoning_inter_token_latency",
+    "output_inter_token_latency",
     "output_token_throughput_per_user",
     "output_sequence_length",
+    "reasoning_token_count",
+    "output_token_count",
     "input_sequence_length",
 ];
 
@@ -39,6 +45,7 @@ pub fn token_point(label: &str, summary: &Summary) -> Option<TokenPoint> {
         total_tokens_per_s: *total,
         user_tokens_per_s: user,
         ttft_ms: stats("time_to_first_token").map(three),
+        ttfot_ms: stats("time_to_first_output_token").map(three),
         itl_ms: stats("inter_token_latency").map(three),
     })
 }

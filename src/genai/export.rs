@@ -35,6 +35,11 @@ struct StoredRecord {
     end_ns: u128,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reasoning_tokens: Option<u64>,
+    /// Which of `chunks` were reasoning events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    reasoning_chunks: Vec<usize>,
     token_source: Option<super::metrics::TokenSource>,
     error: Option<(super::metrics::ErrorKind, String)>,
     request_id: String,
@@ -72,6 +77,8 @@ pub fn write_records(
                 end_ns: ns(r.end),
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
+                reasoning_tokens: r.reasoning_tokens,
+                reasoning_chunks: r.chunks.iter().enumerate().filter(|(_, c)| c.reasoning).map(|(i, _)| i).collect(),
                 token_source: r.token_source,
                 error: r.error.clone(),
                 request_id: r.request_id.clone(),
@@ -93,22 +100,35 @@ pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, s
     let records = stored
         .records
         .into_iter()
-        .map(|r| Record {
-            index: r.index,
-            conversation: r.conversation,
-            turn: r.turn,
-            start: at(r.start_ns),
-            launched: at(r.launched_ns),
-            intended: r.intended_ns.map(at),
-            chunks: r.chunks.into_iter().map(|(ns, tokens)| super::metrics::Chunk { at: at(ns), tokens }).collect(),
-            end: at(r.end_ns),
-            input_tokens: r.input_tokens,
-            output_tokens: r.output_tokens,
-            token_source: r.token_source,
-            error: r.error,
-            request_id: r.request_id,
-            warmup: r.warmup,
-            handling_lag: std::time::Duration::from_nanos(r.handling_lag_ns),
+        .map(|r| {
+            let mut chunks: Vec<super::metrics::Chunk> = r
+                .chunks
+                .into_iter()
+                .map(|(ns, tokens)| super::metrics::Chunk { at: at(ns), tokens, reasoning: false })
+                .collect();
+            for i in r.reasoning_chunks {
+                if let Some(chunk) = chunks.get_mut(i) {
+                    chunk.reasoning = true;
+                }
+            }
+            Record {
+                index: r.index,
+                conversation: r.conversation,
+                turn: r.turn,
+                start: at(r.start_ns),
+                launched: at(r.launched_ns),
+                intended: r.intended_ns.map(at),
+                chunks,
+                end: at(r.end_ns),
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                reasoning_tokens: r.reasoning_tokens,
+                token_source: r.token_source,
+                error: r.error,
+                request_id: r.request_id,
+                warmup: r.warmup,
+                handling_lag: std::time::Duration::from_nanos(r.handling_lag_ns),
+            }
         })
         .collect();
     Ok((records, stored.client))
@@ -262,9 +282,19 @@ pub fn record_line(record: &Record, run: &RunInfo) -> Value {
         ("output_token_throughput_per_user", "tokens/sec/user"),
         ("output_sequence_length", "tokens"),
         ("input_sequence_length", "tokens"),
+        ("reasoning_token_count", "tokens"),
+        ("output_token_count", "tokens"),
+        ("reasoning_inter_token_latency", "ms"),
+        ("output_inter_token_latency", "ms"),
     ] {
         if let Some(value) = display_value(record, tag) {
             metrics.insert(tag.into(), json!({"value": value, "unit": unit}));
+        }
+    }
+    // A reasoning answer's first answer token (the same instant as TTFT for any other).
+    if record.reasoned() {
+        if let Some(value) = display_value(record, "time_to_first_output_token") {
+            metrics.insert("time_to_first_output_token".into(), json!({"value": value, "unit": "ms"}));
         }
     }
     let icl: Vec<f64> = record.inter_chunk().map(|ns| ns / 1e6).collect();
@@ -333,6 +363,38 @@ mod tests {
         assert!(system.starts_with("Metric,Value\n"));
         assert!(system.contains("\nRequest Count,2.00\n"), "{system}");
         assert!(system.contains("\nOutput Token Throughput (tokens/sec),100.00\n"), "{system}");
+    }
+
+    #[test]
+    fn a_reasoning_answer_has_aiperfs_reasoning_names_in_every_file_and_keeps_its_phases() {
+        use super::super::metrics::tests::reasoning_record;
+        let t0 = Instant::now();
+        let records = vec![reasoning_record(t0, &[10, 12, 14], &[20, 25, 30], 3)];
+        let summary = summarize(&records, None, true);
+        let text = csv(&summary);
+        assert!(text.contains("\nTime to First Output Token (ms),20.00,"), "{text}");
+        assert!(text.contains("\nReasoning Token Count (tokens),3.00,"), "{text}");
+        assert!(text.contains("\nOutput Inter Token Latency (ms),5.00,"), "{text}");
+        assert!(text.contains("\nTotal Reasoning Tokens (tokens),3.00\n"), "{text}");
+        let run = RunInfo::now(json!({}));
+        let whole = json(&summary, &run, t0, t0);
+        assert_eq!(whole["time_to_first_output_token"]["avg"], json!(20.0));
+        assert_eq!(whole["reasoning_token_count"]["unit"], "tokens");
+        let line = record_line(&records[0], &run);
+        assert_eq!(line["metrics"]["time_to_first_output_token"], json!({"value": 20.0, "unit": "ms"}));
+        assert_eq!(line["metrics"]["reasoning_inter_token_latency"], json!({"value": 2.0, "unit": "ms"}));
+        assert_eq!(line["metrics"]["output_token_count"]["value"], json!(3.0));
+        // records.json keeps which events were reasoning, so a resumed run sums the same.
+        let dir = tempfile::tempdir().unwrap();
+        write_records(dir.path(), &records, &Default::default(), &run).unwrap();
+        let (back, _) = read_records(dir.path(), &run).unwrap();
+        assert_eq!(back[0].reasoning_tokens, Some(3));
+        let phases: Vec<bool> = back[0].chunks.iter().map(|c| c.reasoning).collect();
+        assert_eq!(phases, vec![true, true, true, false, false, false]);
+        // An answer without reasoning writes none of these.
+        let plain = record_line(&record(t0, 0, &[(10, 1), (20, 1)], 2), &run);
+        assert!(plain["metrics"].get("time_to_first_output_token").is_none(), "{plain}");
+        assert!(plain["metrics"].get("reasoning_token_count").is_none(), "{plain}");
     }
 
     #[test]

@@ -26,6 +26,15 @@ pub struct Turn {
     pub text: String,
     /// `max_tokens` to ask for (`None`: the server decides).
     pub max_tokens: Option<u32>,
+    /// A rankings request's passages, ranked against `text` (the query); empty otherwise.
+    pub passages: Vec<String>,
+}
+
+impl Turn {
+    /// A prompt turn (no passages).
+    pub fn new(text: impl Into<String>, max_tokens: Option<u32>) -> Turn {
+        Turn { text: text.into(), max_tokens, passages: Vec::new() }
+    }
 }
 
 /// A session: its turns go one after another, each with the answers before it.
@@ -110,7 +119,28 @@ impl Synthetic {
             .map(|_| {
                 let text = self.prompt(input.sample(&mut rng), &mut rng);
                 let max_tokens = output.map(|o| o.sample(&mut rng) as u32);
-                Conversation { turns: vec![Turn { text, max_tokens }], at: None }
+                Conversation { turns: vec![Turn::new(text, max_tokens)], at: None }
+            })
+            .collect()
+    }
+
+    /// `count` rankings requests (AIPerf's synthetic rankings): a query of `query` tokens and
+    /// `passages` passages of `passage` tokens each.
+    pub fn rankings(
+        &self,
+        count: usize,
+        query: Length,
+        passages: Length,
+        passage: Length,
+        seed: u64,
+    ) -> Vec<Conversation> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..count)
+            .map(|_| {
+                let n = passages.sample(&mut rng);
+                let text = self.prompt(query.sample(&mut rng), &mut rng);
+                let passages = (0..n).map(|_| self.prompt(passage.sample(&mut rng), &mut rng)).collect();
+                Conversation { turns: vec![Turn { text, max_tokens: None, passages }], at: None }
             })
             .collect()
     }
@@ -160,7 +190,7 @@ pub fn mooncake(text: &str, synthetic: &Synthetic) -> anyhow::Result<Vec<Convers
             }
         }
         out.push(Conversation {
-            turns: vec![Turn { text: prompt, max_tokens: line.output_length }],
+            turns: vec![Turn::new(prompt, line.output_length)],
             at: line.timestamp.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0)),
         });
     }
@@ -195,7 +225,7 @@ fn turn(value: &Value, default_max: Option<u32>) -> Option<Turn> {
         Value::String(s) => s.clone(),
         _ => ["text", "prompt", "content", "value"].iter().find_map(|k| value.get(*k).and_then(Value::as_str))?.into(),
     };
-    Some(Turn { text, max_tokens: max_tokens(value).or(default_max) })
+    Some(Turn::new(text, max_tokens(value).or(default_max)))
 }
 
 fn conversation(value: &Value) -> anyhow::Result<Conversation> {
@@ -245,6 +275,22 @@ pub(crate) mod tests {
 
     const TEXT: &str = "the quick brown fox jumps over the lazy dog while a cat sleeps in warm sun and \
         birds sing of rain to come over hills and rivers far away from any town";
+
+    #[test]
+    fn rankings_requests_are_a_query_and_its_passages_of_the_asked_lengths() {
+        let words = Words;
+        let synthetic = Synthetic::new(&words, TEXT).unwrap();
+        let fixed = |mean| Length { mean, stddev: 0.0 };
+        let requests = synthetic.rankings(3, fixed(8.0), fixed(4.0), fixed(20.0), 5);
+        assert_eq!(requests, synthetic.rankings(3, fixed(8.0), fixed(4.0), fixed(20.0), 5), "seeded");
+        for c in &requests {
+            let turn = &c.turns[0];
+            assert_eq!((words.count(&turn.text), turn.max_tokens), (8, None));
+            assert_eq!(turn.passages.len(), 4);
+            assert!(turn.passages.iter().all(|p| words.count(p) == 20));
+        }
+        assert_ne!(requests[0].turns[0].passages[0], requests[0].turns[0].passages[1]);
+    }
 
     #[test]
     fn synthetic_prompts_have_the_asked_length_and_are_seeded() {
@@ -299,7 +345,7 @@ pub(crate) mod tests {
 {"conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"}, {"from": "human", "value": "q2"}]}
 "#;
         let got = jsonl(text).unwrap();
-        assert_eq!(got[0].turns, vec![Turn { text: "hello".into(), max_tokens: Some(12) }]);
+        assert_eq!(got[0].turns, vec![Turn::new("hello", Some(12))]);
         assert_eq!(got[1].turns.len(), 2);
         assert_eq!(got[1].turns[1].max_tokens, Some(3));
         assert_eq!(got[1].at, Some(Duration::from_millis(100)));

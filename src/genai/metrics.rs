@@ -9,6 +9,15 @@
 //! - goodput = requests within every `--goodput` SLO / duration; good request fraction = good /
 //!   (valid + errors).
 //!
+//! A reasoning model streams reasoning tokens before its answer. OSL counts both (AIPerf's);
+//! a run where any request reasoned also gets AIPerf's `time_to_first_output_token` (TTFOT:
+//! to the first answer event, where TTFT is to the first event of either kind),
+//! `reasoning_token_count` and `output_token_count` (answer tokens = OSL − reasoning), and,
+//! beyond AIPerf, the ITL within each phase: `reasoning_inter_token_latency` = (last reasoning
+//! event − first) / (reasoning tokens − 1), `output_inter_token_latency` likewise over the
+//! answer events and tokens. The reasoning tokens are the server's
+//! (`completion_tokens_details.reasoning_tokens`) when it says, else the client tokenizer's.
+//!
 //! Statistics are exact over the per-request values (numpy's linear percentiles, population
 //! standard deviation). Beyond AIPerf, every gap between events is also kept in HDR histograms,
 //! once per gap and once per token (a gap after an event of k tokens counts k times, gap/k each),
@@ -43,6 +52,8 @@ impl TokenSource {
 pub struct Chunk {
     pub at: Instant,
     pub tokens: u32,
+    /// It carried reasoning and no answer text (a reasoning-phase event).
+    pub reasoning: bool,
 }
 
 /// Why a request failed.
@@ -88,7 +99,10 @@ pub struct Record {
     /// The end of the reply (the last byte, or the error).
     pub end: Instant,
     pub input_tokens: Option<u64>,
+    /// All generated tokens, reasoning included (AIPerf's OSL).
     pub output_tokens: Option<u64>,
+    /// The reasoning tokens among them (`None`: the answer had no reasoning to count).
+    pub reasoning_tokens: Option<u64>,
     pub token_source: Option<TokenSource>,
     pub error: Option<(ErrorKind, String)>,
     pub request_id: String,
@@ -112,12 +126,43 @@ impl Record {
             end: start,
             input_tokens: None,
             output_tokens: None,
+            reasoning_tokens: None,
             token_source: None,
             error: None,
             request_id: String::new(),
             warmup: false,
             handling_lag: Duration::ZERO,
         }
+    }
+
+    /// Whether the model reasoned before answering (reasoning events, or reasoning tokens the
+    /// server counted).
+    pub fn reasoned(&self) -> bool {
+        self.reasoning_tokens.is_some_and(|n| n > 0) || self.chunks.iter().any(|c| c.reasoning)
+    }
+    /// TTFOT in ns: to the first answer event.
+    pub fn ttfot(&self) -> Option<f64> {
+        self.chunks.iter().find(|c| !c.reasoning).map(|c| self.since_start(c.at))
+    }
+    /// Answer tokens: OSL less the reasoning tokens.
+    pub fn answer_tokens(&self) -> Option<u64> {
+        Some(self.output_tokens?.saturating_sub(self.reasoning_tokens.unwrap_or(0)))
+    }
+    /// ITL within one phase in ns: its events' span over its tokens less one.
+    fn phase_itl(&self, reasoning: bool, tokens: Option<u64>) -> Option<f64> {
+        let tokens = tokens?;
+        let mut phase = self.chunks.iter().filter(|c| c.reasoning == reasoning);
+        let first = phase.next()?;
+        let last = phase.last().unwrap_or(first);
+        (tokens >= 2).then(|| last.at.saturating_duration_since(first.at).as_nanos() as f64 / (tokens - 1) as f64)
+    }
+    /// ITL over the reasoning events, in ns.
+    pub fn reasoning_itl(&self) -> Option<f64> {
+        self.phase_itl(true, self.reasoning_tokens)
+    }
+    /// ITL over the answer events, in ns.
+    pub fn output_itl(&self) -> Option<f64> {
+        self.phase_itl(false, self.answer_tokens())
     }
 
     pub fn ok(&self) -> bool {
@@ -190,6 +235,12 @@ pub fn display_value(record: &Record, tag: &str) -> Option<f64> {
         "output_token_throughput_per_user" => record.itl().filter(|v| *v > 0.0).map(|ns| 1e9 / ns),
         "output_sequence_length" => record.output_tokens.map(|n| n as f64),
         "input_sequence_length" => record.input_tokens.map(|n| n as f64),
+        "time_to_first_output_token" => record.ttfot().map(ms),
+        // The reasoning metrics, for a request that reasoned.
+        "reasoning_token_count" if record.reasoned() => record.reasoning_tokens.map(|n| n as f64),
+        "output_token_count" if record.reasoned() => record.answer_tokens().map(|n| n as f64),
+        "reasoning_inter_token_latency" if record.reasoned() => record.reasoning_itl().map(ms),
+        "output_inter_token_latency" if record.reasoned() => record.output_itl().map(ms),
         _ => None,
     }
 }
@@ -340,6 +391,21 @@ pub fn summarize(records: &[Record], slos: Option<&Slos>, streaming: bool) -> Su
     }
     distribution("output_sequence_length", "Output Sequence Length", "tokens", each("output_sequence_length"));
     distribution("input_sequence_length", "Input Sequence Length", "tokens", each("input_sequence_length"));
+    // A reasoning model's phases, only when a request reasoned (other runs' files stay as they were).
+    let reasoned = valid.iter().any(|r| r.reasoned());
+    if reasoned && streaming {
+        for (tag, header) in [
+            ("time_to_first_output_token", "Time to First Output Token"),
+            ("reasoning_inter_token_latency", "Reasoning Inter Token Latency"),
+            ("output_inter_token_latency", "Output Inter Token Latency"),
+        ] {
+            distribution(tag, header, "ms", each(tag));
+        }
+    }
+    if reasoned {
+        distribution("reasoning_token_count", "Reasoning Token Count", "tokens", each("reasoning_token_count"));
+        distribution("output_token_count", "Output Token Count", "tokens", each("output_token_count"));
+    }
 
     let first_start = measured.iter().map(|r| r.start).min();
     let last_response = valid.iter().filter_map(|r| r.chunks.last().map(|c| c.at)).max();
@@ -361,6 +427,10 @@ pub fn summarize(records: &[Record], slos: Option<&Slos>, streaming: bool) -> Su
     single("benchmark_duration", "Benchmark Duration", "sec", seconds);
     single("total_osl", "Total Output Sequence Length", "tokens", total_osl as f64);
     single("total_isl", "Total Input Sequence Length", "tokens", total_isl as f64);
+    if reasoned {
+        let total: u64 = valid.iter().filter_map(|r| r.reasoning_tokens).sum();
+        single("total_reasoning_tokens", "Total Reasoning Tokens", "tokens", total as f64);
+    }
     if let Some(slos) = slos {
         let good = valid.iter().filter(|r| slos.good(r)).count();
         single("good_request_count", "Good Request Count", "requests", good as f64);
@@ -414,10 +484,11 @@ pub(crate) mod tests {
             start: at(start_ms),
             launched: at(start_ms),
             intended: None,
-            chunks: chunks_ms.iter().map(|&(ms, tokens)| Chunk { at: at(ms), tokens }).collect(),
+            chunks: chunks_ms.iter().map(|&(ms, tokens)| Chunk { at: at(ms), tokens, reasoning: false }).collect(),
             end: at(chunks_ms.last().map_or(start_ms, |c| c.0)),
             input_tokens: Some(100),
             output_tokens: Some(osl),
+            reasoning_tokens: None,
             token_source: Some(TokenSource::ServerUsage),
             error: None,
             request_id: String::new(),
@@ -468,6 +539,70 @@ pub(crate) mod tests {
         assert_eq!(summary.gaps.per_chunk.len(), 5);
         assert_eq!(summary.gaps.per_token.len(), 7);
         assert_eq!(summary.gaps.per_token.max(), summary.gaps.per_token.highest_equivalent(10_000));
+    }
+
+    /// A reasoning answer: reasoning events at `reasoning_ms`, answer events at `answer_ms`, one
+    /// token each, the reasoning tokens as the server counted them.
+    pub fn reasoning_record(t0: Instant, reasoning_ms: &[u64], answer_ms: &[u64], reasoning_tokens: u64) -> Record {
+        let mut chunks: Vec<(u64, u32)> = reasoning_ms.iter().chain(answer_ms).map(|&ms| (ms, 1)).collect();
+        chunks.sort();
+        let osl = reasoning_tokens + answer_ms.len() as u64;
+        let mut r = record(t0, 0, &chunks, osl);
+        for chunk in &mut r.chunks {
+            chunk.reasoning = reasoning_ms.iter().any(|&ms| chunk.at == t0 + Duration::from_millis(ms));
+        }
+        r.reasoning_tokens = Some(reasoning_tokens);
+        r
+    }
+
+    #[test]
+    fn a_reasoning_answer_gets_ttfot_its_counts_and_the_itl_of_each_phase() {
+        let t0 = Instant::now();
+        // Three reasoning tokens 2 ms apart from 10 ms, then three answer tokens 5 ms apart from 20 ms.
+        let r = reasoning_record(t0, &[10, 12, 14], &[20, 25, 30], 3);
+        let summary = summarize(&[r], None, true);
+        assert_eq!(dist(&summary, "time_to_first_token").avg, 10.0, "TTFT: the first event of either kind");
+        assert_eq!(dist(&summary, "time_to_first_output_token").avg, 20.0, "TTFOT: the first answer event");
+        assert_eq!(dist(&summary, "reasoning_inter_token_latency").avg, 2.0);
+        assert_eq!(dist(&summary, "output_inter_token_latency").avg, 5.0);
+        assert_eq!(dist(&summary, "inter_token_latency").avg, 4.0, "(30 − 10) / (6 − 1) over both phases");
+        assert_eq!(dist(&summary, "output_sequence_length").avg, 6.0, "OSL counts both phases");
+        assert_eq!(dist(&summary, "reasoning_token_count").avg, 3.0);
+        assert_eq!(dist(&summary, "output_token_count").avg, 3.0);
+        assert_eq!(single(&summary, "total_reasoning_tokens"), 3.0);
+        // The server may count more reasoning tokens than it sent events: its count is the ITL's.
+        let mut packed = reasoning_record(t0, &[10, 14], &[20, 30], 5);
+        packed.chunks[1].tokens = 4;
+        let summary = summarize(&[packed], None, true);
+        assert_eq!(dist(&summary, "reasoning_inter_token_latency").avg, 1.0, "(14 − 10) / (5 − 1)");
+        assert_eq!(dist(&summary, "output_inter_token_latency").avg, 10.0);
+    }
+
+    #[test]
+    fn a_run_without_reasoning_has_no_reasoning_metrics() {
+        let t0 = Instant::now();
+        let mut plain = record(t0, 0, &[(10, 1), (20, 1)], 2);
+        plain.reasoning_tokens = Some(0);
+        let summary = summarize(&[plain.clone()], None, true);
+        for tag in [
+            "time_to_first_output_token",
+            "reasoning_token_count",
+            "output_token_count",
+            "reasoning_inter_token_latency",
+            "output_inter_token_latency",
+            "total_reasoning_tokens",
+        ] {
+            assert_eq!(summary.get(tag), None, "{tag}");
+        }
+        // Beside one that reasoned, it is an answer whose first token is its first output token.
+        let summary = summarize(&[plain, reasoning_record(t0, &[5], &[30, 40], 1)], None, true);
+        let ttfot = dist(&summary, "time_to_first_output_token");
+        assert_eq!((ttfot.min, ttfot.max), (10.0, 30.0));
+        assert_eq!(dist(&summary, "reasoning_token_count").count, 1, "counted for the one that reasoned");
+        // Not streamed: counts, but no event timing.
+        let summary = summarize(&[reasoning_record(t0, &[5], &[30, 40], 1)], None, false);
+        assert_eq!(summary.get("time_to_first_output_token"), None);
+        assert_eq!(dist(&summary, "reasoning_token_count").avg, 1.0);
     }
 
     #[test]

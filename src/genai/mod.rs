@@ -42,6 +42,8 @@ pub enum Prompts {
     Synthetic { input: Length, count: usize },
     /// `--input-file`: JSONL prompts or a mooncake trace.
     File(PathBuf),
+    /// `--endpoint-type cohere-rankings`: `count` synthetic queries, each with its passages.
+    Rankings { count: usize, query: Length, passages: Length, passage: Length },
 }
 
 /// One `perfbench llm` run, resolved from its flags.
@@ -114,12 +116,16 @@ impl LlmConfig {
         let requests = g.request_count.map(|n| n as usize);
         let warmup = g.warmup_request_count as usize;
         let length = |l: TokenLength| Length { mean: l.mean, stddev: l.stddev };
-        let prompts = match &g.input_file {
-            Some(path) => Prompts::File(path.clone()),
-            None => Prompts::Synthetic {
-                input: length(g.input_tokens),
-                count: g.num_dataset_entries.unwrap_or(requests.map_or(100, |n| n + warmup)),
+        let count = g.num_dataset_entries.unwrap_or(requests.map_or(100, |n| n + warmup));
+        let prompts = match (&g.input_file, &g.rankings) {
+            (Some(path), _) => Prompts::File(path.clone()),
+            (None, Some(r)) => Prompts::Rankings {
+                count,
+                query: length(r.query_tokens),
+                passages: length(r.passages),
+                passage: length(r.passage_tokens),
             },
+            (None, None) => Prompts::Synthetic { input: length(g.input_tokens), count },
         };
         Ok(LlmConfig {
             model: model.to_string(),
@@ -163,6 +169,9 @@ pub fn conversations(config: &LlmConfig, tokenizer: &dyn Tokenizer) -> anyhow::R
             synthetic.conversations(*count, *input, config.output_tokens, config.seed)
         }
         Prompts::File(path) => inputs::read_file(path, &synthetic)?,
+        Prompts::Rankings { count, query, passages, passage } => {
+            synthetic.rankings(*count, *query, *passages, *passage, config.seed)
+        }
     };
     // `--output-tokens-mean` also sets turns that name no length of their own.
     if let (Some(output), Prompts::File(_)) = (config.output_tokens, &config.prompts) {

@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
-use super::endpoint::{self, BodyOptions, EndpointType, Message, Piece};
+use super::endpoint::{self, BodyOptions, EndpointType, Message, Piece, DOCUMENT_ROLE};
 use super::inputs::{Conversation, Tokenizer};
 use super::kserve;
 use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
@@ -78,6 +78,11 @@ impl Runner {
             );
         }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in target.endpoint.default_headers() {
+            if !headers.contains_key(*name) {
+                headers.insert(*name, HeaderValue::from_static(value));
+            }
+        }
         let http = Http::new(&target.url, headers, concurrency.max(1))?;
         let grpc = match target.endpoint {
             EndpointType::Kserve => Some(kserve::client(&target.url, concurrency, &target.headers)?),
@@ -136,8 +141,8 @@ impl Runner {
         match outcome {
             Ok(events) => {
                 for (at, text) in events {
-                    record.chunks.push(Chunk { at, tokens: 0 });
-                    texts.push(text);
+                    record.chunks.push(Chunk { at, tokens: 0, reasoning: false });
+                    texts.push(ChunkText { answer: text, reasoning: String::new() });
                 }
                 if record.chunks.is_empty() {
                     record.error = Some((ErrorKind::Protocol, "the answer carried no generated text".into()));
@@ -160,38 +165,45 @@ impl Runner {
         let endpoint = self.target.endpoint;
         let mut record = Record::started(Instant::now(), intended);
         record.request_id = new_request_id();
-        let mut texts: Vec<String> = Vec::new();
+        let mut texts: Vec<ChunkText> = Vec::new();
         let mut usage = None;
         let outcome = self.exchange(body, endpoint, &mut record, &mut texts, &mut usage, &mut raw).await;
         record.end = Instant::now();
         if let Err(error) = outcome {
             record.error = Some(error);
-        } else if record.chunks.is_empty() && endpoint.produces_tokens() {
-            record.error = Some((ErrorKind::Protocol, "the answer carried no generated text".into()));
+        } else if record.chunks.is_empty() {
+            let what = if endpoint.produces_tokens() { "generated text" } else { "results" };
+            record.error = Some((ErrorKind::Protocol, format!("the answer carried no {what}")));
         }
         self.count_tokens(record, texts, usage, prompt_tokens)
     }
 
-    /// Tokens, after the last byte: the server's usage when it sent one, else ours.
+    /// Tokens, after the last byte: the server's usage when it sent one, else ours. Returns
+    /// the record and its answer (the reasoning left out: the next turn's history).
     fn count_tokens(
         &self,
         mut record: Record,
-        texts: Vec<String>,
+        texts: Vec<ChunkText>,
         usage: Option<endpoint::Usage>,
         prompt_tokens: impl FnOnce() -> u64,
     ) -> (Record, String) {
         let endpoint = self.target.endpoint;
         let tokenizer = &self.target.tokenizer;
-        for (chunk, text) in record.chunks.iter_mut().zip(&texts) {
-            chunk.tokens = tokenizer.count(text).max(1) as u32;
+        let counts: Vec<(u64, u64)> =
+            texts.iter().map(|t| (tokenizer.count(&t.answer) as u64, tokenizer.count(&t.reasoning) as u64)).collect();
+        for (chunk, (answer, reasoning)) in record.chunks.iter_mut().zip(&counts) {
+            chunk.tokens = (answer + reasoning).max(1) as u32;
         }
+        let client_reasoning =
+            texts.iter().any(|t| !t.reasoning.is_empty()).then(|| counts.iter().map(|c| c.1).sum::<u64>());
         match usage {
-            Some(endpoint::Usage { prompt_tokens: p, completion_tokens: Some(c) }) => {
+            Some(endpoint::Usage { prompt_tokens: p, completion_tokens: Some(c), reasoning_tokens }) => {
                 record.output_tokens = Some(c);
+                record.reasoning_tokens = reasoning_tokens.or(client_reasoning);
                 record.input_tokens = Some(p.unwrap_or_else(prompt_tokens));
                 record.token_source = Some(TokenSource::ServerUsage);
             }
-            Some(endpoint::Usage { prompt_tokens: Some(p), completion_tokens: None })
+            Some(endpoint::Usage { prompt_tokens: Some(p), completion_tokens: None, .. })
                 if !endpoint.produces_tokens() =>
             {
                 record.input_tokens = Some(p);
@@ -200,12 +212,13 @@ impl Runner {
             _ => {
                 record.input_tokens = Some(prompt_tokens());
                 if endpoint.produces_tokens() {
-                    record.output_tokens = Some(texts.iter().map(|t| tokenizer.count(t) as u64).sum());
+                    record.output_tokens = Some(counts.iter().map(|(a, r)| a + r).sum());
+                    record.reasoning_tokens = client_reasoning;
                 }
                 record.token_source = Some(TokenSource::ClientTokenizer);
             }
         }
-        (record, texts.concat())
+        (record, texts.into_iter().map(|t| t.answer).collect())
     }
 
     async fn exchange(
@@ -213,7 +226,7 @@ impl Runner {
         body: Vec<u8>,
         endpoint: EndpointType,
         record: &mut Record,
-        texts: &mut Vec<String>,
+        texts: &mut Vec<ChunkText>,
         usage: &mut Option<endpoint::Usage>,
         raw: &mut Option<&mut Vec<(Instant, String)>>,
     ) -> Result<(), (ErrorKind, String)> {
@@ -236,20 +249,19 @@ impl Runner {
         let mut reader = SseReader::new();
         let mut events: Vec<SseEvent> = Vec::new();
         let mut whole = Vec::new();
-        let mut take = |event_data: &str, at: Instant, record: &mut Record| -> Result<bool, (ErrorKind, String)> {
-            let piece: Piece = endpoint::parse(endpoint, event_data);
+        let mut take = |event: Option<&str>, data: &str, at: Instant, record: &mut Record| {
+            let piece: Piece = endpoint::parse(endpoint, event, data);
             if let Some(message) = piece.error {
                 return Err((ErrorKind::Server, message));
             }
-            if piece.usage.is_some() {
-                *usage = piece.usage;
+            if let Some(later) = piece.usage {
+                *usage = Some(usage.unwrap_or_default().merged(later));
             }
-            if let Some(text) = piece.text {
-                record.chunks.push(Chunk { at, tokens: 0 });
-                texts.push(text);
-            } else if piece.embedding {
-                record.chunks.push(Chunk { at, tokens: 0 });
-                texts.push(String::new());
+            if piece.has_text() || piece.untimed_answer {
+                let reasoning = piece.text.is_none() && piece.reasoning.is_some();
+                record.chunks.push(Chunk { at, tokens: 0, reasoning });
+                let (answer, reasoning) = (piece.text.unwrap_or_default(), piece.reasoning.unwrap_or_default());
+                texts.push(ChunkText { answer, reasoning });
             }
             Ok(piece.done)
         };
@@ -275,7 +287,7 @@ impl Runner {
                 if let Some(raw) = raw.as_deref_mut() {
                     raw.push((event.at, event.data.clone()));
                 }
-                let finished = take(&event.data, event.at, record)?;
+                let finished = take(event.event.as_deref(), &event.data, event.at, record)?;
                 // The handler's own lag counts from the read: the wait before it is the wake-up.
                 self.handled(read_at, record);
                 if finished {
@@ -294,7 +306,7 @@ impl Runner {
         let at = arrived.unwrap_or_else(Instant::now);
         if !status.is_success() {
             let text = String::from_utf8_lossy(&whole);
-            let message = match endpoint::parse(endpoint, &text).error {
+            let message = match endpoint::parse(endpoint, None, &text).error {
                 Some(message) => message,
                 None => text.chars().take(200).collect(),
             };
@@ -306,7 +318,7 @@ impl Runner {
                 if let Some(raw) = raw.as_deref_mut() {
                     raw.push((event.at, event.data.clone()));
                 }
-                let done = take(&event.data, event.at, record)?;
+                let done = take(event.event.as_deref(), &event.data, event.at, record)?;
                 self.handled(Instant::now(), record);
                 if done {
                     break;
@@ -317,7 +329,7 @@ impl Runner {
             if let Some(raw) = raw.as_deref_mut() {
                 raw.push((at, text.to_string()));
             }
-            take(&text, at, record)?;
+            take(None, &text, at, record)?;
         }
         Ok(())
     }
@@ -338,6 +350,8 @@ impl Runner {
                 return;
             }
             messages.push(Message { role: "user", content: step.text.clone() });
+            // A rankings query's passages (none for the other endpoints).
+            messages.extend(step.passages.iter().map(|p| Message { role: DOCUMENT_ROLE, content: p.clone() }));
             let intended = if turn == 0 { first_intended } else { None };
             let (mut record, reply) = self.send(&messages, step.max_tokens, intended).await;
             record.conversation = index;
@@ -351,6 +365,13 @@ impl Runner {
             messages.push(Message { role: "assistant", content: reply });
         }
     }
+}
+
+/// What one content response said: its answer text and its reasoning text (either may be
+/// empty), kept until the tokens are counted after the last byte.
+struct ChunkText {
+    answer: String,
+    reasoning: String,
 }
 
 /// AIPerf's habit: every request names itself (`x-request-id`, or `ModelInferRequest.id` over
@@ -616,7 +637,7 @@ mod tests {
     #[tokio::test]
     async fn closed_loop_sends_the_count_and_multi_turn_sessions_carry_history() {
         let runner = Arc::new(runner(sse_server(true).await));
-        let turns = vec![Turn { text: "q1".into(), max_tokens: Some(4) }, Turn { text: "q2".into(), max_tokens: None }];
+        let turns = vec![Turn::new("q1", Some(4)), Turn::new("q2", None)];
         let conversations = Arc::new(vec![Conversation { turns, at: None }]);
         let amount = Amount { requests: Some(5), duration: None, warmup: 2 };
         let records = run(runner, conversations, Schedule::Concurrency(2), amount, 1).await;
@@ -629,7 +650,7 @@ mod tests {
     #[tokio::test]
     async fn open_loop_keeps_its_schedule_and_each_request_its_intended_instant() {
         let runner = Arc::new(runner(sse_server(true).await));
-        let turns = vec![Turn { text: "q".into(), max_tokens: None }];
+        let turns = vec![Turn::new("q", None)];
         let conversations = Arc::new(vec![Conversation { turns, at: None }]);
         let amount = Amount { requests: Some(6), duration: None, warmup: 0 };
         let schedule = Schedule::Rate { per_second: 100.0, poisson: false };

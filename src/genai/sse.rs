@@ -1,15 +1,18 @@
 //! Server-Sent Events, read as they arrive: bytes go in as the network delivers them, whole
 //! events come out, each stamped with the instant of the read that completed it. An event split
 //! over several reads is one event (at its last read); several events packed in one read are
-//! several events (at that read). Only `data:` fields matter for inference streams; comments
-//! (`:`), `event:`, `id:` and `retry:` lines are read and ignored.
+//! several events (at that read). An event keeps its `data` and its `event:` name (Anthropic's
+//! and the Responses API's streams name each event); comments (`:`), `id:` and `retry:` lines
+//! are read and ignored.
 
 use std::time::Instant;
 
-/// One complete event: its `data` lines joined by `\n`, and when its last byte arrived.
+/// One complete event: its `data` lines joined by `\n`, its `event:` name if it had one, and
+/// when its last byte arrived.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SseEvent {
     pub data: String,
+    pub event: Option<String>,
     pub at: Instant,
 }
 
@@ -21,6 +24,8 @@ pub struct SseReader {
     line: Vec<u8>,
     /// `data` of the event being built; `None` until a `data` field arrives.
     data: Option<String>,
+    /// `event` of the event being built.
+    event: Option<String>,
     /// The last byte seen was a CR: a following LF belongs to the same line end.
     after_cr: bool,
 }
@@ -63,16 +68,20 @@ impl SseReader {
             let line = std::mem::take(&mut self.line);
             self.end_line(&line, at, out);
         }
+        self.dispatch(at, out);
+    }
+
+    /// A blank line (or the end) ends the event: one with data goes out, with its name.
+    fn dispatch(&mut self, at: Instant, out: &mut Vec<SseEvent>) {
+        let event = self.event.take();
         if let Some(data) = self.data.take() {
-            out.push(SseEvent { data, at });
+            out.push(SseEvent { data, event, at });
         }
     }
 
     fn end_line(&mut self, line: &[u8], at: Instant, out: &mut Vec<SseEvent>) {
         if line.is_empty() {
-            if let Some(data) = self.data.take() {
-                out.push(SseEvent { data, at });
-            }
+            self.dispatch(at, out);
             return;
         }
         if line[0] == b':' {
@@ -85,7 +94,9 @@ impl SseReader {
             }
             None => (line, &[][..]),
         };
-        if field == b"data" {
+        if field == b"event" {
+            self.event = Some(String::from_utf8_lossy(value).into_owned());
+        } else if field == b"data" {
             let value = String::from_utf8_lossy(value);
             match &mut self.data {
                 Some(data) => {
@@ -136,6 +147,19 @@ mod tests {
     fn comments_and_other_fields_are_ignored_and_data_lines_join() {
         let got = read(&[b": ping\n\nevent: msg\nid: 7\ndata: one\ndata:two\n\n"]);
         assert_eq!(got, vec![("one\ntwo".into(), 0)]);
+    }
+
+    #[test]
+    fn an_event_keeps_its_own_name_and_the_next_starts_without_one() {
+        let mut reader = SseReader::new();
+        let mut out = Vec::new();
+        let at = Instant::now();
+        let stream =
+            b"event: ping\ndata: {}\n\nevent: lost\n\ndata: {\"a\":1}\n\nevent: message_stop\r\ndata: {}\r\n\r\n";
+        reader.feed(stream, at, &mut out);
+        let names: Vec<Option<&str>> = out.iter().map(|e| e.event.as_deref()).collect();
+        assert_eq!(names, vec![Some("ping"), None, Some("message_stop")], "a name without data goes with nothing");
+        assert_eq!(out[1].data, "{\"a\":1}");
     }
 
     #[test]

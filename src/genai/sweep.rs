@@ -19,7 +19,7 @@ use super::metrics::{MetricValue, Stats, Summary};
 use super::runner::Schedule;
 use super::{profile, LlmConfig, Outcome};
 use crate::report::html::{render_page, HtmlTable, Page, REPORT_HTML};
-use crate::results::csv::{REQUEST_RATE_COLUMN, TOKEN_COLUMNS};
+use crate::results::csv::{REASONING_COLUMNS, REQUEST_RATE_COLUMN, TOKEN_COLUMNS};
 use crate::results::TokenFigures;
 
 /// The request columns before the token columns, after the load column.
@@ -145,6 +145,8 @@ struct Figures {
     requests: f64,
     failed: f64,
     tokens: TokenFigures,
+    /// [`REASONING_COLUMNS`]' figures: NaN for a level whose model did not reason.
+    reasoning: [f64; 6],
     cpu_pct: f64,
     send_lag_p99_us: f64,
 }
@@ -184,6 +186,14 @@ impl Figures {
                 output_tokens_per_s: single("output_token_throughput"),
                 output_tokens_per_s_per_user_p50: stat("output_token_throughput_per_user", |s| s.p50),
             },
+            reasoning: [
+                us("time_to_first_output_token", |s| s.avg),
+                us("time_to_first_output_token", |s| s.p50),
+                us("time_to_first_output_token", |s| s.p99),
+                us("reasoning_inter_token_latency", |s| s.p50),
+                us("output_inter_token_latency", |s| s.p50),
+                stat("reasoning_token_count", |s| s.avg),
+            ],
             cpu_pct: level.outcome.client.cpu_fraction * 100.0,
             send_lag_p99_us: level.outcome.client.send_lag_p99_us,
         }
@@ -214,10 +224,16 @@ fn load_column(levels: &[Level]) -> &'static str {
     }
 }
 
+/// Whether any level's model reasoned (its summary has reasoning counts).
+fn reasoned(levels: &[Level]) -> bool {
+    levels.iter().any(|l| l.outcome.summary.get("reasoning_token_count").is_some())
+}
+
 /// report.csv: perfbench's names, latencies in µs.
 fn csv(levels: &[Level]) -> String {
+    let reasoning: &[&str] = if reasoned(levels) { &REASONING_COLUMNS } else { &[] };
     let mut headers = vec![load_column(levels)];
-    headers.extend(REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(&CLIENT_COLUMNS));
+    headers.extend(REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(reasoning).chain(&CLIENT_COLUMNS));
     let mut out = headers.join(",");
     out.push('\n');
     for level in levels {
@@ -226,6 +242,9 @@ fn csv(levels: &[Level]) -> String {
         cells.extend(f.latency_us.iter().map(|v| cell(*v, 3)));
         cells.extend([cell(f.requests, 0), cell(f.failed, 0)]);
         cells.extend(f.tokens.values().iter().map(|v| cell(*v, 3)));
+        if !reasoning.is_empty() {
+            cells.extend(f.reasoning.iter().map(|v| cell(*v, 3)));
+        }
         cells.extend([cell(f.cpu_pct, 3), cell(f.send_lag_p99_us, 3)]);
         cells.push(limited(level).into());
         out.push_str(&cells.join(","));
@@ -250,10 +269,22 @@ const TABLE_HEADERS: [&str; 12] = [
     "client_limited",
 ];
 
-fn table_row(level: &Level) -> Vec<String> {
+/// The tables' reasoning columns, after `ttft_p99_ms`, when a level's model reasoned.
+const REASONING_TABLE_HEADERS: [&str; 2] = ["ttfot_p50_ms", "ttfot_p99_ms"];
+
+fn table_headers(reasoning: bool) -> Vec<&'static str> {
+    let mut headers = TABLE_HEADERS.to_vec();
+    if reasoning {
+        let at = headers.iter().position(|h| *h == "ttft_p99_ms").expect("a TTFT column") + 1;
+        headers.splice(at..at, REASONING_TABLE_HEADERS);
+    }
+    headers
+}
+
+fn table_row(level: &Level, reasoning: bool) -> Vec<String> {
     let f = Figures::of(level);
     let ms = |us: f64| cell(us / 1000.0, 3);
-    vec![
+    let mut row = vec![
         level.label(),
         cell(f.requests, 0),
         cell(f.failed, 0),
@@ -266,7 +297,11 @@ fn table_row(level: &Level) -> Vec<String> {
         cell(f.tokens.output_tokens_per_s_per_user_p50, 2),
         cell(f.requests_per_s, 2),
         limited(level).into(),
-    ]
+    ];
+    if reasoning {
+        row.splice(5..5, [ms(f.reasoning[1]), ms(f.reasoning[2])]);
+    }
+    row
 }
 
 fn notes(levels: &[Level]) -> Vec<String> {
@@ -286,9 +321,11 @@ fn notes(levels: &[Level]) -> Vec<String> {
 /// Writes report.csv, report.md and report.html (with the token plots, also as PNG and SVG).
 pub fn write_reports(dir: &Path, levels: &[Level], title: &str) -> anyhow::Result<()> {
     std::fs::write(dir.join("report.csv"), csv(levels))?;
-    let rows: Vec<Vec<String>> = levels.iter().map(table_row).collect();
+    let reasoning = reasoned(levels);
+    let headers = table_headers(reasoning);
+    let rows: Vec<Vec<String>> = levels.iter().map(|l| table_row(l, reasoning)).collect();
     let notes = notes(levels);
-    let mut md = format!("# {title}\n\n| {} |\n|{}\n", TABLE_HEADERS.join(" | "), "---|".repeat(TABLE_HEADERS.len()));
+    let mut md = format!("# {title}\n\n| {} |\n|{}\n", headers.join(" | "), "---|".repeat(headers.len()));
     for row in &rows {
         let _ = writeln!(md, "| {} |", row.join(" | "));
     }
@@ -309,9 +346,9 @@ pub fn write_reports(dir: &Path, levels: &[Level], title: &str) -> anyhow::Resul
         tables: vec![HtmlTable {
             id: "llm-sweep".into(),
             caption: "One row per load level (AIPerf's metric definitions)".into(),
-            headers: TABLE_HEADERS.iter().map(|h| h.to_string()).collect(),
+            numeric: headers.iter().map(|h| *h != "client_limited" && *h != "load").collect(),
+            headers: headers.iter().map(|h| h.to_string()).collect(),
             rows,
-            numeric: TABLE_HEADERS.iter().map(|h| *h != "client_limited" && *h != "load").collect(),
             sortable: true,
             row_classes: vec![String::new(); n],
         }],

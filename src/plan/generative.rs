@@ -31,6 +31,13 @@ pub enum EndpointType {
     Generate,
     /// KServe gRPC `ModelStreamInfer` with `text_input` (Triton's vLLM backend).
     Kserve,
+    /// Anthropic Messages, `POST /v1/messages` (named SSE events; `text_delta`s are the tokens).
+    Messages,
+    /// OpenAI Responses, `POST /v1/responses` (`response.output_text.delta`s are the tokens).
+    Responses,
+    /// Cohere-shaped rerank, `POST /v2/rerank`: a query and passages, one answer, no tokens out.
+    #[serde(rename = "cohere-rankings")]
+    CohereRankings,
 }
 
 impl EndpointType {
@@ -41,6 +48,9 @@ impl EndpointType {
             EndpointType::Embeddings => "embeddings",
             EndpointType::Generate => "generate",
             EndpointType::Kserve => "kserve",
+            EndpointType::Messages => "messages",
+            EndpointType::Responses => "responses",
+            EndpointType::CohereRankings => "cohere-rankings",
         }
     }
 }
@@ -56,12 +66,17 @@ pub const DEFAULT_INPUT_TOKENS_MEAN: f64 = 550.0;
 pub const DEFAULT_BLOCK_SIZE: usize = 512;
 /// Requests measured per level when neither a count nor a duration is given (AIPerf's 10).
 pub const DEFAULT_REQUEST_COUNT: u64 = 10;
+/// AIPerf 0.13's rankings defaults (its dataset config's, which its CLI leaves in place when
+/// the flags are not given): passages per query, tokens per passage, tokens per query.
+pub const DEFAULT_RANKINGS_PASSAGES: f64 = 10.0;
+pub const DEFAULT_RANKINGS_PASSAGE_TOKENS: f64 = 128.0;
+pub const DEFAULT_RANKINGS_QUERY_TOKENS: f64 = 32.0;
 
 /// The generative section, as given: every field optional.
 #[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GenerativeSettings {
-    /// Profile a generative endpoint (chat, completions, embeddings, generate or kserve) instead
-    /// of sending tensors: TTFT, ITL and tokens/s per load level, AIPerf's files per level.
+    /// Profile a generative endpoint (chat, completions, embeddings, generate, kserve, messages,
+    /// responses or cohere-rankings) instead of sending tensors: TTFT, ITL and tokens/s per load level, AIPerf's files per level.
     #[arg(long = "endpoint-type", value_enum)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_type: Option<EndpointType>,
@@ -120,6 +135,30 @@ pub struct GenerativeSettings {
     #[arg(long = "random-seed")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub random_seed: Option<u64>,
+    /// cohere-rankings: mean passages per query [default: 10].
+    #[arg(long = "rankings-passages-mean")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rankings_passages_mean: Option<f64>,
+    /// Its standard deviation [default: 0].
+    #[arg(long = "rankings-passages-stddev")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rankings_passages_stddev: Option<f64>,
+    /// cohere-rankings: mean tokens per passage [default: 128].
+    #[arg(long = "rankings-passages-prompt-token-mean")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rankings_passages_prompt_token_mean: Option<f64>,
+    /// Its standard deviation [default: 0].
+    #[arg(long = "rankings-passages-prompt-token-stddev")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rankings_passages_prompt_token_stddev: Option<f64>,
+    /// cohere-rankings: mean tokens per query [default: 32].
+    #[arg(long = "rankings-query-prompt-token-mean")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rankings_query_prompt_token_mean: Option<f64>,
+    /// Its standard deviation [default: 0].
+    #[arg(long = "rankings-query-prompt-token-stddev")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rankings_query_prompt_token_stddev: Option<f64>,
 }
 
 /// A length distribution in tokens (AIPerf's mean/stddev pairs).
@@ -163,6 +202,21 @@ pub struct Generative {
     pub warmup_request_count: u64,
     #[serde(default)]
     pub random_seed: u64,
+    /// `--endpoint-type cohere-rankings`: what each query and its passages are made of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rankings: Option<Rankings>,
+}
+
+/// A rankings request's synthetic shape (AIPerf's `--rankings-*` flags).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rankings {
+    /// Passages per query.
+    pub passages: TokenLength,
+    /// Tokens per passage.
+    pub passage_tokens: TokenLength,
+    /// Tokens per query.
+    pub query_tokens: TokenLength,
 }
 
 impl GenerativeSettings {
@@ -211,6 +265,7 @@ pub fn resolve(
     if s.endpoint.is_some() && endpoint_type == EndpointType::Kserve {
         return Err(invalid("--endpoint names an HTTP path; --endpoint-type kserve is gRPC ModelStreamInfer"));
     }
+    let rankings = resolve_rankings(s, endpoint_type)?;
     let extra_inputs = s.extra_inputs.clone().unwrap_or_default();
     parse_extra_inputs(&extra_inputs).map_err(invalid)?;
     if let Some(goodput) = &s.goodput {
@@ -231,7 +286,57 @@ pub fn resolve(
         benchmark_duration_s: duration,
         warmup_request_count: warmup.unwrap_or(0),
         random_seed: s.random_seed.unwrap_or(0),
+        rankings,
     }))
+}
+
+/// The `--rankings-*` flags, for a rankings endpoint only (AIPerf refuses them elsewhere, and
+/// refuses `--synthetic-input-tokens-*` with one: a rankings prompt is a query and passages).
+fn resolve_rankings(s: &GenerativeSettings, endpoint_type: EndpointType) -> Result<Option<Rankings>, PlanError> {
+    let given = [
+        s.rankings_passages_mean,
+        s.rankings_passages_stddev,
+        s.rankings_passages_prompt_token_mean,
+        s.rankings_passages_prompt_token_stddev,
+        s.rankings_query_prompt_token_mean,
+        s.rankings_query_prompt_token_stddev,
+    ]
+    .iter()
+    .any(Option::is_some);
+    if endpoint_type != EndpointType::CohereRankings {
+        return match given {
+            true => Err(invalid("the --rankings-* options need --endpoint-type cohere-rankings")),
+            false => Ok(None),
+        };
+    }
+    if s.synthetic_input_tokens_mean.is_some() || s.synthetic_input_tokens_stddev.is_some() {
+        return Err(invalid(
+            "--endpoint-type cohere-rankings sizes its prompts with --rankings-query-prompt-token-mean and \
+             --rankings-passages-prompt-token-mean, not --synthetic-input-tokens-*",
+        ));
+    }
+    let length = |mean: Option<f64>, default: f64, stddev: Option<f64>| TokenLength {
+        mean: mean.unwrap_or(default),
+        stddev: stddev.unwrap_or(0.0),
+    };
+    let rankings = Rankings {
+        passages: length(s.rankings_passages_mean, DEFAULT_RANKINGS_PASSAGES, s.rankings_passages_stddev),
+        passage_tokens: length(
+            s.rankings_passages_prompt_token_mean,
+            DEFAULT_RANKINGS_PASSAGE_TOKENS,
+            s.rankings_passages_prompt_token_stddev,
+        ),
+        query_tokens: length(
+            s.rankings_query_prompt_token_mean,
+            DEFAULT_RANKINGS_QUERY_TOKENS,
+            s.rankings_query_prompt_token_stddev,
+        ),
+    };
+    let lengths = [rankings.passages, rankings.passage_tokens, rankings.query_tokens];
+    if !lengths.iter().all(|l| l.mean >= 1.0 && l.stddev >= 0.0) {
+        return Err(invalid("the --rankings-* means must be at least 1 and their stddevs at least 0"));
+    }
+    Ok(Some(rankings))
 }
 
 /// `--extra-inputs key:value` (value parsed as JSON when it is JSON) or a whole JSON object.
@@ -254,8 +359,9 @@ pub fn parse_extra_inputs(items: &[String]) -> Result<serde_json::Map<String, se
 }
 
 /// The per-request metrics an SLO may name.
-pub const SLO_METRICS: [&str; 6] = [
+pub const SLO_METRICS: [&str; 7] = [
     "time_to_first_token",
+    "time_to_first_output_token",
     "inter_token_latency",
     "request_latency",
     "output_token_throughput_per_user",
@@ -323,5 +429,49 @@ mod tests {
             assert!(err.contains(needle), "{settings:?}: {err}");
         }
         assert!(resolve(&chat, Some(0), None).unwrap_err().to_string().contains("--request-count"));
+    }
+
+    #[test]
+    fn rankings_take_aiperfs_flags_and_defaults_and_only_for_rankings() {
+        let rankings = GenerativeSettings { endpoint_type: Some(EndpointType::CohereRankings), ..Default::default() };
+        let fixed = |mean| TokenLength { mean, stddev: 0.0 };
+        let g = resolve(&rankings, None, None).unwrap().unwrap();
+        let expected = Rankings { passages: fixed(10.0), passage_tokens: fixed(128.0), query_tokens: fixed(32.0) };
+        assert_eq!(g.rankings, Some(expected));
+        let sized = GenerativeSettings {
+            rankings_passages_mean: Some(3.0),
+            rankings_passages_stddev: Some(1.0),
+            rankings_query_prompt_token_mean: Some(16.0),
+            ..rankings.clone()
+        };
+        let r = resolve(&sized, None, None).unwrap().unwrap().rankings.unwrap();
+        assert_eq!((r.passages, r.query_tokens), (TokenLength { mean: 3.0, stddev: 1.0 }, fixed(16.0)));
+        let chat = GenerativeSettings { endpoint_type: Some(EndpointType::Chat), ..Default::default() };
+        assert_eq!(resolve(&chat, None, None).unwrap().unwrap().rankings, None);
+        for (settings, needle) in [
+            (GenerativeSettings { rankings_passages_mean: Some(2.0), ..chat }, "need --endpoint-type cohere-rankings"),
+            (
+                GenerativeSettings { synthetic_input_tokens_mean: Some(9.0), ..rankings.clone() },
+                "not --synthetic-input-tokens",
+            ),
+            (GenerativeSettings { rankings_passages_mean: Some(0.0), ..rankings }, "at least 1"),
+        ] {
+            let err = resolve(&settings, None, None).unwrap_err().to_string();
+            assert!(err.contains(needle), "{settings:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_new_endpoint_types_have_aiperfs_names_on_the_command_line_and_in_a_plan() {
+        use clap::ValueEnum;
+        for (name, endpoint) in [
+            ("messages", EndpointType::Messages),
+            ("responses", EndpointType::Responses),
+            ("cohere-rankings", EndpointType::CohereRankings),
+        ] {
+            assert_eq!(EndpointType::from_str(name, false), Ok(endpoint));
+            assert_eq!(endpoint.name(), name);
+            assert_eq!(serde_json::to_value(endpoint).unwrap(), serde_json::json!(name));
+        }
     }
 }

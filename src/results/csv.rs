@@ -123,6 +123,12 @@ pub const TOKEN_COLUMNS: [&str; 8] = [
     "Output Tokens/Second/User p50",
 ];
 
+/// A generative sweep's reasoning columns (µs; tokens), after [`TOKEN_COLUMNS`], only when a
+/// level's model reasoned: the time to the first answer token, the ITL within each phase and
+/// the reasoning tokens per request. Tables read them as unknown columns (kept out of rows).
+pub const REASONING_COLUMNS: [&str; 6] =
+    ["TTFOT avg", "TTFOT p50", "TTFOT p99", "Reasoning ITL p50", "Output ITL p50", "Reasoning Tokens avg"];
+
 /// The second column of `report.csv` when the sweep was open loop.
 pub const REQUEST_RATE_COLUMN: &str = "Request Rate";
 

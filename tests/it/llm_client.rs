@@ -33,7 +33,7 @@ fn succeeds(args: &[&str]) -> String {
     stdout
 }
 
-async fn twin() -> Llm {
+pub(crate) async fn twin() -> Llm {
     Llm::with_config(LLM).await
 }
 
@@ -49,7 +49,7 @@ fn ask(text: &str) -> Vec<Message> {
 }
 
 /// The twin writes a request's record after its last token leaves: wait for `n` of them.
-async fn server_records(twin: &Llm, n: usize) -> Vec<serde_json::Value> {
+pub(crate) async fn server_records(twin: &Llm, n: usize) -> Vec<serde_json::Value> {
     for _ in 0..500 {
         let text = std::fs::read_to_string(&twin.record).unwrap_or_default();
         let records: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -16,6 +16,7 @@ mod gate_run;
 mod input;
 mod large_run;
 mod llm_client;
+mod llm_endpoints;
 mod llm_prefix;
 mod pa_openai;
 mod plan;

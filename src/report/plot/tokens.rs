@@ -1,6 +1,6 @@
 //! Generative runs' plots, one point per run or sweep level: `ttft_itl_vs_token_throughput`
 //! (TTFT and ITL p50/p90/p99 against total output tokens/s, side by side since TTFT is often
-//! ten times ITL) and `tokens_per_user_vs_token_throughput` (the serving trade-off curve: what
+//! ten times ITL; a reasoning model's time to its first answer token, TTFOT, dashed beside TTFT) and `tokens_per_user_vs_token_throughput` (the serving trade-off curve: what
 //! one stream gets against what the server delivers in all).
 
 use std::path::{Path, PathBuf};
@@ -28,6 +28,8 @@ pub struct TokenPoint {
     pub user_tokens_per_s: f64,
     /// TTFT p50, p90, p99 in ms (`None`: not streamed).
     pub ttft_ms: Option<[f64; 3]>,
+    /// A reasoning model's TTFOT p50, p90, p99 in ms (`None`: no reasoning, or not streamed).
+    pub ttfot_ms: Option<[f64; 3]>,
     /// ITL p50, p90, p99 in ms.
     pub itl_ms: Option<[f64; 3]>,
 }
@@ -55,27 +57,43 @@ impl Chart for LatencyChart<'_> {
         let (left, right) = root.split_horizontally(root.dim_in_pixel().0 / 2);
         let sorted = by_throughput(self.points);
         let x_max = headroom(sorted.iter().map(|p| p.total_tokens_per_s).fold(0.0, f64::max));
-        for (area, name, get) in [
-            (&left, "TTFT", (|p: &TokenPoint| p.ttft_ms) as fn(&TokenPoint) -> Option<[f64; 3]>),
-            (&right, "ITL", |p: &TokenPoint| p.itl_ms),
-        ] {
-            let series: Vec<(f64, [f64; 3])> =
-                sorted.iter().filter_map(|p| get(p).map(|v| (p.total_tokens_per_s, v))).collect();
-            let y_max = headroom(series.iter().map(|(_, v)| v[2]).fold(0.0, f64::max));
-            let mut chart = xy_chart(area, (x_max, y_max), "Output tokens/s (all streams)", &format!("{name} (ms)"))?;
-            for (i, (percentile, color)) in PERCENTILES.iter().zip(COLORS).enumerate() {
-                let line: Vec<(f64, f64)> = series.iter().map(|(x, v)| (*x, v[i])).collect();
-                chart
-                    .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
-                    .map_err(e)?
-                    .label(format!("{name} {percentile}"))
-                    .legend(line_legend(color, 2));
-                chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(e)?;
-            }
-            for (p, (x, v)) in sorted.iter().filter(|p| get(p).is_some()).zip(&series) {
-                let text =
-                    format!("{}: {x:.0} tokens/s, {name} p50 {:.3} p90 {:.3} p99 {:.3} ms", p.label, v[0], v[1], v[2]);
-                hover.borrow_mut().push(Hotspot::around(chart.backend_coord(&(*x, v[2])), text));
+        type Get = fn(&TokenPoint) -> Option<[f64; 3]>;
+        let ttft: Get = |p| p.ttft_ms;
+        let ttfot: Get = |p| p.ttfot_ms;
+        let itl: Get = |p| p.itl_ms;
+        let reasoning = sorted.iter().any(|p| p.ttfot_ms.is_some());
+        // Each panel: its axis name and its metrics, the first solid, a second dashed.
+        let left_panel: Vec<(&str, Get)> =
+            if reasoning { vec![("TTFT", ttft), ("TTFOT", ttfot)] } else { vec![("TTFT", ttft)] };
+        let panels =
+            [(&left, if reasoning { "TTFT / TTFOT" } else { "TTFT" }, left_panel), (&right, "ITL", vec![("ITL", itl)])];
+        for (area, axis, metrics) in panels {
+            let series_of = |get: Get| -> Vec<(&TokenPoint, f64, [f64; 3])> {
+                sorted.iter().filter_map(|p| get(p).map(|v| (*p, p.total_tokens_per_s, v))).collect()
+            };
+            let y_max =
+                headroom(metrics.iter().flat_map(|(_, get)| series_of(*get)).map(|(_, _, v)| v[2]).fold(0.0, f64::max));
+            let mut chart = xy_chart(area, (x_max, y_max), "Output tokens/s (all streams)", &format!("{axis} (ms)"))?;
+            for (k, (name, get)) in metrics.iter().enumerate() {
+                let series = series_of(*get);
+                for (i, (percentile, color)) in PERCENTILES.iter().zip(COLORS).enumerate() {
+                    let line: Vec<(f64, f64)> = series.iter().map(|(_, x, v)| (*x, v[i])).collect();
+                    let style = color.stroke_width(2);
+                    let drawn = if k == 0 {
+                        chart.draw_series(LineSeries::new(line.clone(), style)).map_err(e)?
+                    } else {
+                        chart.draw_series(DashedLineSeries::new(line.clone(), 8, 5, style)).map_err(e)?
+                    };
+                    drawn.label(format!("{name} {percentile}")).legend(line_legend(color, 2));
+                    chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(e)?;
+                }
+                for (p, x, v) in &series {
+                    let text = format!(
+                        "{}: {x:.0} tokens/s, {name} p50 {:.3} p90 {:.3} p99 {:.3} ms",
+                        p.label, v[0], v[1], v[2]
+                    );
+                    hover.borrow_mut().push(Hotspot::around(chart.backend_coord(&(*x, v[2])), text));
+                }
             }
             draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 13)?;
         }
@@ -150,6 +168,7 @@ mod tests {
                 total_tokens_per_s: total,
                 user_tokens_per_s: user,
                 ttft_ms: Some([ttft, ttft * 1.5, ttft * 2.0]),
+                ttfot_ms: None,
                 itl_ms: Some([itl, itl * 1.2, itl * 1.6]),
             })
             .collect()
@@ -171,6 +190,21 @@ mod tests {
         // Hover values name each level's percentiles.
         assert!(svgs[0].1.contains("concurrency 32: 1500 tokens/s, TTFT p50 30.000 p90 45.000 p99 60.000 ms"));
         assert!(svgs[0].1.contains("ITL p50 2.100"));
+    }
+
+    #[test]
+    fn a_reasoning_run_plots_ttfot_beside_ttft() {
+        let plain = token_svgs(&points(), "plain").unwrap();
+        assert!(!plain[0].1.contains("TTFOT"), "no reasoning, no TTFOT");
+        let mut points = points();
+        for p in &mut points {
+            p.ttfot_ms = p.ttft_ms.map(|t| t.map(|v| v * 3.0));
+        }
+        let svgs = token_svgs(&points, "reasoning").unwrap();
+        assert!(svgs[0].1.contains("concurrency 32: 1500 tokens/s, TTFOT p50 90.000 p90 135.000 p99 180.000 ms"));
+        assert!(svgs[0].1.contains("TTFT p50 30.000"), "TTFT is still there");
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(render_token_plots(dir.path(), &points, "reasoning").unwrap().len(), 4);
     }
 
     #[test]
