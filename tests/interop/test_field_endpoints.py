@@ -148,7 +148,9 @@ def test_guidellm_concurrent_run_passes_its_default_health_validation(twin, toke
 def test_guidellm_multiturn_shared_prefix_hits_the_prefix_cache(twin, tokenizer_dir, tmp_path):
     before = prometheus(twin.metrics_url)
     # 4 conversations of 3 turns, each opening with one of 2 system prompts of 64 tokens (four
-    # 16-token KV blocks): every turn after a group's first finds at least those blocks cached.
+    # 16-token KV blocks). Each later turn resends its conversation so far, whose blocks its
+    # earlier turn left in the cache: at least the system prompt's 64 tokens hit, whatever the
+    # order the two streams ran the groups' first turns in (measured: 896 of 1476 tokens).
     conversations, turns, prefix_tokens, prefix_count = 4, 3, 64, 2
     requests = conversations * turns
     benchmark, printed = _run_guidellm(
@@ -163,7 +165,7 @@ def test_guidellm_multiturn_shared_prefix_hits_the_prefix_cache(twin, tokenizer_
     hits = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0)
     queries = after["vllm:prefix_cache_queries_total"] - before.get("vllm:prefix_cache_queries_total", 0)
     print(f"guidellm multi-turn: prefix cache hits {hits:.0f} of {queries:.0f} queried tokens")
-    assert hits >= (requests - prefix_count) * prefix_tokens, (hits, queries)
+    assert hits >= conversations * (turns - 1) * prefix_tokens, (hits, queries)
 
 
 # --- AIPerf 0.13 -----------------------------------------------------------------------------------
