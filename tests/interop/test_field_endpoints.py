@@ -202,10 +202,12 @@ def test_aiperf_runs_clean_and_its_default_scrape_finds_the_vllm_series(twin, to
     scraped = list(out.rglob("server_metrics_export.json"))
     assert scraped, f"no server_metrics_export.json under {out}:\n{printed[-3000:]}"
     export = json.loads(scraped[0].read_text())
-    assert [u for u in export["endpoints_successful"] if twin.http_url in u], export["endpoints_successful"]
-    names = [n for n in export.get("metrics") or {} if n.startswith("vllm:")]
+    api_metrics = f"http://{twin.http_url}/metrics"
+    assert api_metrics in export["summary"]["endpoints_successful"], export["summary"]
+    found = {name for name, metric in export["metrics"].items()
+             if name.startswith("vllm:") and any(s["endpoint_url"] == api_metrics for s in metric["series"])}
     for series in ("vllm:generation_tokens", "vllm:prefix_cache_hits", "vllm:time_to_first_token_seconds"):
-        assert any(n.startswith(series) for n in names), (series, names)
+        assert series in found, (series, sorted(export["metrics"]))
 
 
 # --- the Anthropic and OpenAI SDKs ----------------------------------------------------------------
