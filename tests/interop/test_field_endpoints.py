@@ -119,7 +119,7 @@ def _run_guidellm(twin, tokenizer_dir, out, profile, data, requests):
         "--output", f"kind=json,path={report}",
         "--disable-console-interactive",
     ]
-    printed = run_tool(cmd, env=dict(_offline_env(), GUIDELLM__LOGGING__DISABLED="true"))
+    printed = run_tool(cmd, env=_offline_env())
     assert report.is_file(), f"guidellm wrote no {report}:\n{printed[-3000:]}"
     benchmarks = json.loads(report.read_text())["benchmarks"]
     assert len(benchmarks) == 1, [b.keys() for b in benchmarks]
