@@ -3,7 +3,9 @@
 # the openai Python client and AIPerf 0.13 against `perfbench serve`'s generative twin
 # (test_generative.py), and the peers' numbers beside ours: AIPerf against `perfbench llm`,
 # genai-perf on the real perf_analyzer (scripts/setup-peers.sh) against genai-perf on perfbench
-# (test_llm_peers.py). Arguments: the test files (default test_generative.py), then pytest's.
+# (test_llm_peers.py); the field's other peers, guidellm and inference-perf in their own
+# virtualenvs (scripts/setup-field-peers.sh), on issue 43's endpoints (test_field_endpoints.py).
+# Arguments: the test files (default test_generative.py), then pytest's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
@@ -11,6 +13,8 @@ VENV=$PEERS/aiperf-venv
 cargo build --locked --quiet
 export PERFBENCH_BIN=${PERFBENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/debug/perfbench}
 export AIPERF_BIN=$VENV/bin/aiperf
+export GUIDELLM_BIN=$PEERS/guidellm-venv/bin/guidellm
+export INFERENCE_PERF_BIN=$PEERS/inference-perf-venv/bin/inference-perf
 export PERFBENCH_PA=${PERFBENCH_PA:-$PEERS/pa.sh}
 export PYTHONUNBUFFERED=1
 tests=()

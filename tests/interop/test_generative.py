@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from peers import HERE, run_tool, start_perfbench, write_repository
+from peers import run_tool, start_perfbench, write_repository
+from twin import close_to_truth, metric_ms, read_records, train_tokenizer
 
-CORPUS = HERE.parent.parent / "src" / "server" / "llm" / "corpus.txt"
 # AIPerf reads a fixed gap above the server's own instants (its request starts before the socket
 # write, and its Python client handles each answer late): 1.1-1.7 ms on every figure on a quiet
 # machine, 10-13 ms with builds beside it, and 18 ms on chat's TTFT with four builds on two cores
@@ -36,22 +36,7 @@ REQUESTS = 8
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=3000,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=["<|endoftext|>"],
-        show_progress=False,
-    )
-    tok.train_from_iterator([CORPUS.read_text()] * 3, trainer)
-    directory = tmp_path_factory.mktemp("tokenizer")
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(directory))
-    return directory
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +73,7 @@ def llm_server(tmp_path_factory, tokenizer_dir):
 
 
 def records(server):
-    return [json.loads(line) for line in server.record.read_text().splitlines() if line.strip()]
+    return read_records(server.record)
 
 
 def hf_tokenizer(directory):
@@ -140,16 +125,6 @@ def test_openai_client_streams_chat_and_completions(llm_server, tokenizer_dir):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
 
 
-def metric_ms(record, name):
-    m = record["metrics"].get(name)
-    if m is None:
-        return None
-    value = m["value"] if isinstance(m, dict) else m
-    unit = m.get("unit", "ms") if isinstance(m, dict) else "ms"
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3}.get(unit, None)
-    return value * scale if scale is not None else value
-
-
 # Each case its own AIPerf seed, so no case's prompts share blocks with an earlier case's: a
 # prefix-cache hit skips the prefill (with one seed, completions reused chat's prompts and read
 # a 16 ms TTFT, where 13 ms of client overhead is most of it).
@@ -199,11 +174,3 @@ def test_aiperf_profiles_the_twin(llm_server, tokenizer_dir, tmp_path, endpoint,
         ttft_theirs = statistics.mean(metric_ms(t, "time_to_first_token") for t, _ in pairs)
         ttft_ours = statistics.mean((o["first_chunk_ns"] - o["arrival_ns"]) / 1e6 for _, o in pairs)
         close_to_truth("TTFT", ttft_theirs, ttft_ours)
-
-
-def close_to_truth(name, theirs, ours):
-    gap = theirs - ours
-    print(f"{name}: AIPerf {theirs:.2f} ms, server {ours:.2f} ms, gap {gap:+.2f} ms ({gap / ours:+.1%})")
-    # A client cannot see an answer before the server sent it (1 ms for the two clocks' reads).
-    assert gap >= -1.0, (name, theirs, ours)
-    assert gap <= 0.05 * ours, (name, theirs, ours)

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from peers import LOOPBACK, peers_dir, perfbench_bin, run_tool, start_perfbench, write_repository
+from twin import train_tokenizer
 
 ISL, OSL = 64, 32
 STEP_US = 20_000
-CORPUS = Path(__file__).resolve().parents[2] / "src" / "server" / "llm" / "corpus.txt"
 
 
 def _venv_bin(venv, name):
@@ -63,18 +63,7 @@ def llm_server(tmp_path_factory, tokenizer_dir):
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     """A small byte-level BPE as a Hugging Face tokenizer directory: the peers cannot download one."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=3000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|endoftext|>"], show_progress=False)
-    tok.train_from_iterator([CORPUS.read_text()] * 3, trainer)
-    out = tmp_path_factory.mktemp("tokenizer")
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(out))
-    return out
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 def _load(path):
