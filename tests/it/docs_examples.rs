@@ -287,7 +287,10 @@ fn run_page(page: &Path) -> Vec<String> {
         match run(&command, dir.path()) {
             Err(e) => failures.push(format!("{at}: {e}")),
             Ok((status, output)) => {
-                let lines: Vec<&str> = output.lines().map(str::trim_end).collect();
+                let mut lines: Vec<&str> = output.lines().map(str::trim_end).collect();
+                while lines.last().is_some_and(|l| l.is_empty()) {
+                    lines.pop();
+                }
                 let mut wrong = Vec::new();
                 if status != example.status {
                     wrong.push(format!("exit status {status}, the page says {}", example.status));
@@ -314,7 +317,9 @@ fn every_example_runs() {
     let started = Instant::now();
     let mut failures = Vec::new();
     let mut count = 0;
-    for page in pages() {
+    // DOCS_PAGE=NAME runs only the pages whose path contains NAME (while writing one).
+    let only = std::env::var("DOCS_PAGE").unwrap_or_default();
+    for page in pages().into_iter().filter(|page| page.to_string_lossy().contains(&only)) {
         count += examples(&std::fs::read_to_string(&page).unwrap()).len();
         failures.extend(run_page(&page));
     }
@@ -364,24 +369,48 @@ fn every_page_is_linked_and_the_readme_is_short() {
     assert!(head.contains("-- offline"), "README.md's first 40 lines lack the main job");
 }
 
-/// Relative links between the pages point at files that exist.
+/// A heading's anchor as GitHub makes it: lower case, spaces to '-', other punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Relative links between the pages point at files (and headings) that exist.
 #[test]
 fn relative_links_resolve() {
     let mut broken = Vec::new();
     for page in pages() {
         let text = std::fs::read_to_string(&page).unwrap();
         for (at, _) in text.match_indices("](") {
-            let target = text[at + 2..].split(')').next().unwrap_or_default();
-            let target = target.split('#').next().unwrap_or_default();
-            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+            let link = text[at + 2..].split(')').next().unwrap_or_default();
+            let (file, fragment) = link.split_once('#').unwrap_or((link, ""));
+            if link.contains("://") || link.starts_with("mailto:") {
                 continue;
             }
-            if !page.parent().unwrap().join(target).exists() {
-                broken.push(format!("{}: {target}", page.display()));
+            let target = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            if !target.exists() {
+                broken.push(format!("{}: {link}", page.display()));
+            } else if !fragment.is_empty() && target.extension().is_some_and(|e| e == "md") {
+                let headings = std::fs::read_to_string(&target).unwrap();
+                let found = headings
+                    .lines()
+                    .filter_map(|l| l.strip_prefix('#'))
+                    .any(|h| anchor(h.trim_start_matches('#')) == fragment);
+                if !found {
+                    broken.push(format!("{}: {link} (no such heading)", page.display()));
+                }
             }
         }
     }
-    assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
+    assert!(broken.is_empty(), "links to files or headings that do not exist:\n{}", broken.join("\n"));
 }
 
 /// Every bench has its block in docs/performance.md, which its `--write-docs` rewrites.
@@ -431,4 +460,9 @@ fn the_matcher_reads_trycmds_notation() {
     assert!(!lines_match(&expected, &["error: unknown flag c"]));
     assert!(found[1].output.is_none());
     assert!(line_matches("[..]x[..]", "axb") && !line_matches("a[..]b", "ab c"));
+    assert_eq!(anchor(" The llm twin's routes"), "the-llm-twins-routes");
+    assert_eq!(
+        anchor(" CI gates: `perfbench gate` and `perfbench compare`"),
+        "ci-gates-perfbench-gate-and-perfbench-compare"
+    );
 }
