@@ -66,17 +66,15 @@ fn fenced_blocks(text: &str) -> Vec<(String, usize, Vec<String>)> {
     let mut indent = 0;
     for (index, line) in text.lines().enumerate() {
         let trimmed = line.trim_start();
-        match current.as_mut() {
-            None if trimmed.starts_with("```") => {
-                indent = line.len() - trimmed.len();
-                current = Some((trimmed.trim_start_matches('`').trim().to_string(), index + 2, Vec::new()));
-            }
-            None => {}
-            Some(_) if trimmed.starts_with("```") => blocks.push(current.take().unwrap()),
-            Some((_, _, lines)) => {
-                let cut = line.len() - line.trim_start().len();
-                lines.push(line[cut.min(indent)..].to_string());
-            }
+        let fence = trimmed.starts_with("```");
+        if let Some((_, _, lines)) = current.as_mut().filter(|_| !fence) {
+            let cut = line.len() - trimmed.len();
+            lines.push(line[cut.min(indent)..].to_string());
+        } else if let Some(block) = current.take() {
+            blocks.push(block);
+        } else if fence {
+            indent = line.len() - trimmed.len();
+            current = Some((trimmed.trim_start_matches('`').trim().to_string(), index + 2, Vec::new()));
         }
     }
     blocks
