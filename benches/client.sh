@@ -9,6 +9,17 @@
 # Env: PERFBENCH_PEERS or PERFBENCH_PA, BENCH_PORT (24100), BENCH_REQUESTS (20000),
 #      BENCH_CONCURRENCY (16).
 set -euo pipefail
+# --write-docs: run as usual, then put this run's printed tables into docs/performance.md (its
+# "client" block) with the commit and the machine; a failed run writes nothing.
+if [[ " $* " == *" --write-docs "* ]]; then
+  args=()
+  for arg in "$@"; do [ "$arg" = --write-docs ] || args+=("$arg"); done
+  log=$(mktemp)
+  "$0" "${args[@]}" | tee "$log"
+  python3 "$(dirname "$0")/../scripts/bench-docs.py" client "$log" "benches/client.sh ${args[*]}"
+  rm -f "$log"
+  exit 0
+fi
 source "$(dirname "$0")/common.sh"
 REQUESTS=${BENCH_REQUESTS:-20000}
 CONCURRENCY=${BENCH_CONCURRENCY:-16}

@@ -12,6 +12,17 @@
 # Usage: benches/json-instructions.sh   (PERFBENCH_BIN=... to measure another build)
 # Env: BENCH_PORT (24100), JSON_REQUESTS (40 per size).
 set -euo pipefail
+# --write-docs: run as usual, then put this run's printed tables into docs/performance.md (its
+# "json-instructions" block) with the commit and the machine; a failed run writes nothing.
+if [[ " $* " == *" --write-docs "* ]]; then
+  args=()
+  for arg in "$@"; do [ "$arg" = --write-docs ] || args+=("$arg"); done
+  log=$(mktemp)
+  "$0" "${args[@]}" | tee "$log"
+  python3 "$(dirname "$0")/../scripts/bench-docs.py" json-instructions "$log" "benches/json-instructions.sh ${args[*]}"
+  rm -f "$log"
+  exit 0
+fi
 source "$(dirname "$0")/common.sh"
 command -v valgrind >/dev/null || die "needs valgrind (apt-get install valgrind)"
 REQUESTS=${JSON_REQUESTS:-40}

@@ -9,6 +9,17 @@
 #      (requests per measurement window, 10000), BENCH_CONCURRENCY (16), BENCH_STABILITY
 #      (perf_analyzer's -s, 25: this 2-core machine is shared, 10% rarely stabilises).
 set -euo pipefail
+# --write-docs: run as usual, then put this run's printed tables into docs/performance.md (its
+# "server" block) with the commit and the machine; a failed run writes nothing.
+if [[ " $* " == *" --write-docs "* ]]; then
+  args=()
+  for arg in "$@"; do [ "$arg" = --write-docs ] || args+=("$arg"); done
+  log=$(mktemp)
+  "$0" "${args[@]}" | tee "$log"
+  python3 "$(dirname "$0")/../scripts/bench-docs.py" server "$log" "benches/server.sh ${args[*]}"
+  rm -f "$log"
+  exit 0
+fi
 source "$(dirname "$0")/common.sh"
 REQUESTS=${BENCH_REQUESTS:-10000}
 STABILITY=${BENCH_STABILITY:-25}

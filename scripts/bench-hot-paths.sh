@@ -19,7 +19,7 @@
 #     request serving the same identity model (python backend: tests/interop/models/identity),
 #     beside perfbench serve's, same load, same cores. A python model is not a floor; users ask.
 #
-# Usage: scripts/bench-hot-paths.sh     (builds --release; installs wrk, h2load and perf with
+# Usage: scripts/bench-hot-paths.sh [--write-docs]  (builds --release; installs wrk, h2load and perf with
 #                                        scripts/setup-bench-tools.sh)
 # Env: BENCH_SECONDS (5, per wrk/h2load row), BENCH_REQUESTS (20000, per perfbench row, a
 #      quarter of it for 64 KiB), BENCH_CLIENT_REQUESTS (200000, per perfbench client row),
@@ -30,6 +30,17 @@
 #      BENCH_CLIENT_ONLY=1 (only the client rows), BENCH_SERVER_PATHS="json grpc" (only these
 #      server rows, of json jsonin jsonout bin grpc stream inprocess).
 set -euo pipefail
+# --write-docs: run as usual, then put this run's printed tables into docs/performance.md (its
+# "hot-paths" block) with the commit and the machine; a failed run writes nothing.
+if [[ " $* " == *" --write-docs "* ]]; then
+  args=()
+  for arg in "$@"; do [ "$arg" = --write-docs ] || args+=("$arg"); done
+  log=$(mktemp)
+  "$0" "${args[@]}" | tee "$log"
+  python3 "$(dirname "$0")/../scripts/bench-docs.py" hot-paths "$log" "scripts/bench-hot-paths.sh ${args[*]}"
+  rm -f "$log"
+  exit 0
+fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/benches/common.sh"
 SECONDS_PER_ROW=${BENCH_SECONDS:-5}

@@ -6,8 +6,19 @@
 #   2. 1,000 concurrent streams from one client core: `perfbench llm` pinned to CPU 0 (taskset),
 #      an open loop of 500 requests/s whose streams last 2 s each, against `perfbench serve` on the
 #      other CPUs; its send lag (how late each request left its schedule) and CPU.
-# Usage: scripts/bench-llm-client.sh [--no-aiperf] [--perfbench PATH] [--rate R] [--seconds S]
+# Usage: scripts/bench-llm-client.sh [--write-docs] [--no-aiperf] [--perfbench PATH] [--rate R] [--seconds S]
 set -euo pipefail
+# --write-docs: run as usual, then put this run's printed tables into docs/performance.md (its
+# "llm-client" block) with the commit and the machine; a failed run writes nothing.
+if [[ " $* " == *" --write-docs "* ]]; then
+  args=()
+  for arg in "$@"; do [ "$arg" = --write-docs ] || args+=("$arg"); done
+  log=$(mktemp)
+  "$0" "${args[@]}" | tee "$log"
+  python3 "$(dirname "$0")/../scripts/bench-docs.py" llm-client "$log" "scripts/bench-llm-client.sh ${args[*]}"
+  rm -f "$log"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
 aiperf=1

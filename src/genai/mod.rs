@@ -1,6 +1,6 @@
 //! Generative profiling (`perfbench llm`): AIPerf's flags, metrics and output files over OpenAI
 //! chat/completions/embeddings and Triton's generate extension, with every SSE event timed on
-//! its own. See README "Generative profiling" for the metric definitions.
+//! its own. See docs/generative.md for the metric definitions.
 //!
 //! `inputs` makes the conversations, `runner` sends them under a schedule and records each
 //! request, `metrics` adds the records up as AIPerf does, `export` writes AIPerf's files and

@@ -2,7 +2,7 @@
 //! value from here, by the kind of sweep: `profile` follows perf_analyzer 2.50; `offline` and
 //! `online` follow the seeds' runs, except that their points end on confidence intervals rather
 //! than perf_analyzer's three-window rule, so a row carries its own error bars in bounded time.
-//! README.md ("Defaults") prints this table; a test keeps the two in step.
+//! docs/profiling-triton.md ("One plan, one set of defaults") prints this table; a test keeps the two in step.
 
 use super::{SweepKind, WindowKind};
 
@@ -103,7 +103,7 @@ pub fn of(kind: SweepKind) -> &'static Defaults {
     }
 }
 
-/// The table as README.md prints it (Markdown).
+/// The table as docs/profiling-triton.md prints it (Markdown).
 pub fn markdown_table() -> String {
     let kinds = [SweepKind::Profile, SweepKind::Offline, SweepKind::Online];
     type Cell = fn(&Defaults) -> String;
@@ -149,9 +149,12 @@ mod tests {
     }
 
     #[test]
-    fn readme_prints_this_table() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    fn the_guide_prints_this_table() {
+        let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/profiling-triton.md")).unwrap();
         let table = super::markdown_table();
-        assert!(readme.contains(&table), "README.md's defaults table differs from src/plan/defaults.rs:\n{table}");
+        assert!(
+            page.contains(&table),
+            "docs/profiling-triton.md's defaults table differs from src/plan/defaults.rs:\n{table}"
+        );
     }
 }

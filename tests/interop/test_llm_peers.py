@@ -80,7 +80,7 @@ def _print_table(title, names, rows):
 # --- AIPerf 0.13 and perfbench llm ---------------------------------------------------------------
 
 REQUESTS = {1: 12, 8: 48, 32: 128}
-# Measured on the loaded 2-core machine (README, "Against AIPerf"), two runs at load 13 and 16:
+# Measured on the loaded 2-core machine (git history of README.md, "Against AIPerf"), two runs at load 13 and 16:
 # ITL p50 agreed within 2% in the first; in the second AIPerf, starved of CPU, read 1.6%, 6.8%
 # and 4.6% above ours at 1, 8, 32 streams. A starved client only ever reads late, so perfbench
 # may read at most 5% above AIPerf and at most STARVED below. TTFT and request latency also

@@ -8,6 +8,7 @@ mod client_limits;
 mod common;
 mod compare;
 mod compute_models;
+mod docs_examples;
 mod coverage;
 mod fuzz_llm;
 mod fuzz_server;

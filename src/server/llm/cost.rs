@@ -1,7 +1,7 @@
 //! How long one batcher step takes: a fixed cost per forward pass (reading the weights once),
 //! a cost per decoding sequence (its attention over its context, its sampling) and a cost per
 //! prefill token (compute-bound). The figures are `config.pbtxt` parameters; the defaults, and
-//! where they come from, are in README.md ("The `llm` twin").
+//! where they come from, are in docs/server.md ("The generative twin").
 
 /// Step-time parameters, in µs.
 #[derive(Clone, Copy, Debug, PartialEq)]
