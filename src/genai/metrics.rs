@@ -153,7 +153,7 @@ impl Record {
         let tokens = tokens?;
         let mut phase = self.chunks.iter().filter(|c| c.reasoning == reasoning);
         let first = phase.next()?;
-        let last = phase.last().unwrap_or(first);
+        let last = phase.next_back().unwrap_or(first);
         (tokens >= 2).then(|| last.at.saturating_duration_since(first.at).as_nanos() as f64 / (tokens - 1) as f64)
     }
     /// ITL over the reasoning events, in ns.

@@ -365,7 +365,7 @@ impl Budget {
         Arc::new(Budget { left: AtomicUsize::new(count.map_or(usize::MAX, |c| c as usize)), until })
     }
     fn take(&self) -> bool {
-        !self.until.is_some_and(|u| Instant::now() >= u)
+        self.until.is_none_or(|u| Instant::now() < u)
             && self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
     }
 }
