@@ -159,18 +159,19 @@ pub(super) struct Message {
     content: Option<Content>,
 }
 
+/// A message's content: a string or typed parts (chat's and Responses' input items alike).
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Content {
+pub(super) enum Content {
     Text(String),
     Parts(Vec<Part>),
 }
 
 #[derive(Deserialize)]
-struct Part {
+pub(super) struct Part {
     #[serde(rename = "type")]
-    kind: String,
-    text: Option<String>,
+    pub(super) kind: String,
+    pub(super) text: Option<String>,
 }
 
 #[derive(Deserialize)]

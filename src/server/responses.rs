@@ -21,7 +21,7 @@ use super::error::ServerError;
 use super::listen::ReceivedAt;
 use super::llm::{Finish, FinishReason, GenerateError, GenerateParams, Refusal};
 use super::llm_http::{collect, event_stream, named_event, random_id, unix_seconds, Step, StreamWriter};
-use super::openai::{body_of, engine, parse, request_id, ApiError, ApiResult};
+use super::openai::{body_of, engine, parse, request_id, ApiError, ApiResult, Content};
 
 /// The route, merged into the HTTP front end's router.
 pub fn routes() -> Router<Arc<InferenceServer>> {
@@ -56,21 +56,7 @@ enum Input {
 struct Item {
     #[serde(rename = "type")]
     kind: Option<String>,
-    content: Option<ItemContent>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum ItemContent {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Deserialize)]
-struct Part {
-    #[serde(rename = "type")]
-    kind: String,
-    text: Option<String>,
+    content: Option<Content>,
 }
 
 /// The prompt: the instructions, then each input message's text, one per line.
@@ -92,8 +78,8 @@ fn prompt(r: &ResponsesRequest) -> ApiResult<String> {
     for (i, item) in items.iter().enumerate() {
         match (item.kind.as_deref().unwrap_or("message"), &item.content) {
             ("reasoning", _) => {}
-            ("message", Some(ItemContent::Text(t))) => texts.push(t.clone()),
-            ("message", Some(ItemContent::Parts(parts))) => {
+            ("message", Some(Content::Text(t))) => texts.push(t.clone()),
+            ("message", Some(Content::Parts(parts))) => {
                 for p in parts {
                     match (p.kind.as_str(), &p.text) {
                         ("input_text" | "output_text" | "text", Some(t)) => texts.push(t.clone()),
