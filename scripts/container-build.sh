@@ -6,10 +6,12 @@
 #
 #   scripts/container-build.sh [--debug] [--out DIR]
 #
-# --debug builds the dev profile instead: the build line without --release, reading the binary
-# from target/debug. CI passes it to reuse the debug build its "build perfbench" stage made; a
-# release build would cost CI many minutes on two cores. The tradeoff: CI checks the recipe's
-# steps and layout and that the binary starts, not the optimised build itself.
+# --debug builds the dev profile instead: the build line without --release and with --tests,
+# reading the binary from target/debug. CI passes it to reuse the build its `cargo test` stage
+# made: a release build would cost CI many minutes on two cores, and a plain `cargo build` after
+# `cargo test` recompiles tokio (whose dev-only test-util feature `cargo test` turns on) and
+# everything above it, about six minutes. The tradeoff: CI checks the recipe's steps and layout
+# and that the binary starts, not the optimised build itself.
 # --out DIR: where the runtime stage's files go (default: a temporary directory, removed after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +53,7 @@ for line in "${lines[@]}"; do
       [[ $rest == "cargo build "* ]] || fail "the build stage runs '$rest'; this script knows only 'cargo build ...'"
       [[ $rest == *" --locked"* ]] || fail "the build must use the locked dependencies (--locked)"
       command=$rest
-      [ "$debug" -eq 1 ] && command=${command/ --release/}
+      [ "$debug" -eq 1 ] && command="${command/ --release/} --tests"
       echo "container-build: $command" >&2
       $command
       built=1

@@ -10,8 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
 VENV=$PEERS/aiperf-venv
-cargo build --locked --quiet
-export PERFBENCH_BIN=${PERFBENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/debug/perfbench}
+# A given binary is used as it is (CI's, built by its `cargo test` stage); otherwise build one.
+if [ -z "${PERFBENCH_BIN:-}" ]; then
+  cargo build --locked --quiet
+  export PERFBENCH_BIN=${CARGO_TARGET_DIR:-$PWD/target}/debug/perfbench
+fi
 export AIPERF_BIN=$VENV/bin/aiperf
 export GUIDELLM_BIN=$PEERS/guidellm-venv/bin/guidellm
 export INFERENCE_PERF_BIN=$PEERS/inference-perf-venv/bin/inference-perf

@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${PERFBENCH_PEERS:-$HOME/.cache/perfbench-peers}
-cargo build --locked --quiet
-export PERFBENCH_BIN=${PERFBENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/debug/perfbench}
+# A given binary is used as it is (CI's, built by its `cargo test` stage); otherwise build one.
+if [ -z "${PERFBENCH_BIN:-}" ]; then
+  cargo build --locked --quiet
+  export PERFBENCH_BIN=${CARGO_TARGET_DIR:-$PWD/target}/debug/perfbench
+fi
 export PERFBENCH_PA=$PEERS/pa.sh
 export PYTHONUNBUFFERED=1
 # Every row of the drop-in corpus (test_pa_corpus.py), for reading after the run.
