@@ -172,38 +172,57 @@ fn tls_failure(e: &rustls::Error, at: &str, host: &str, wire: Wire) -> String {
             }
             other => format!("the server's certificate is bad ({other:?}): check it, and the CAs given with {ca}"),
         },
-        rustls::Error::AlertReceived(alert) => match alert {
-            AlertDescription::CertificateRequired => {
-                format!("the server requires a client certificate (certificate required): give one with {client}")
+        rustls::Error::AlertReceived(alert) => {
+            let name = alert_name(*alert);
+            match alert {
+                AlertDescription::CertificateRequired => {
+                    format!("the server requires a client certificate (TLS alert {name}): give one with {client}")
+                }
+                AlertDescription::UnknownCA => format!(
+                    "the server does not trust our client certificate (TLS alert {name}): give one signed by a CA \
+                     the server trusts, with {client}"
+                ),
+                AlertDescription::BadCertificate
+                | AlertDescription::UnsupportedCertificate
+                | AlertDescription::CertificateExpired
+                | AlertDescription::CertificateRevoked
+                | AlertDescription::CertificateUnknown
+                | AlertDescription::AccessDenied
+                | AlertDescription::DecryptError => format!(
+                    "the server refused our client certificate (TLS alert {name}): give one it accepts, with the \
+                     key that belongs to it, with {client}"
+                ),
+                AlertDescription::HandshakeFailure => format!(
+                    "the server refused the handshake (TLS alert {name}: no common TLS version or cipher, or it \
+                     wants a client certificate: {client})"
+                ),
+                AlertDescription::ProtocolVersion => {
+                    format!("the server speaks no TLS version we do (TLS alert {name}; we speak TLS 1.2 and 1.3)")
+                }
+                _ => format!("the server ended the handshake (TLS alert {name})"),
             }
-            AlertDescription::UnknownCA => format!(
-                "the server does not trust our client certificate (unknown CA): give one signed by a CA the \
-                 server trusts, with {client}"
-            ),
-            AlertDescription::BadCertificate
-            | AlertDescription::UnsupportedCertificate
-            | AlertDescription::CertificateExpired
-            | AlertDescription::CertificateRevoked
-            | AlertDescription::CertificateUnknown
-            | AlertDescription::AccessDenied => format!(
-                "the server refused our client certificate (bad certificate: alert {alert:?}): give one it \
-                 accepts with {client}"
-            ),
-            AlertDescription::HandshakeFailure => format!(
-                "the server refused the handshake (handshake failure: no common TLS version or cipher, or it \
-                 wants a client certificate: {client})"
-            ),
-            AlertDescription::ProtocolVersion => {
-                "the server speaks no TLS version we do (protocol version; we speak TLS 1.2 and 1.3)".to_string()
-            }
-            other => format!("the server ended the handshake (TLS alert {other:?})"),
-        },
+        }
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
             format!("the server does not speak TLS there (protocol error: {e}): {}", wire.tls_off())
         }
         other => format!("TLS protocol error: {other}"),
     };
     format!("TLS handshake with {at} failed: {why}")
+}
+
+/// An alert's name as RFC 8446 spells it (`UnknownCA` → `unknown_ca`), as curl and openssl
+/// print it.
+fn alert_name(alert: AlertDescription) -> String {
+    let mut name = String::new();
+    let mut lower_before = false;
+    for c in format!("{alert:?}").chars() {
+        if c.is_ascii_uppercase() && lower_before {
+            name.push('_');
+        }
+        lower_before = !c.is_ascii_uppercase();
+        name.push(c.to_ascii_lowercase());
+    }
+    name
 }
 
 /// A connection that could not be made, explained (see [`Peer::explain`]): carried inside an
@@ -333,9 +352,11 @@ impl Dialer {
         if self.tls.is_none() || self.peer.answered.load(Ordering::Relaxed) {
             return None;
         }
-        let mut stream = match self.dial().await {
-            Ok(stream) => stream,
-            Err(e) => return self.peer.explain(&e),
+        // A handshake the server never answers is not what the probe looks for.
+        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, self.dial()).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return self.peer.explain(&e),
+            Err(_) => return None,
         };
         let mut first = [0u8; 1];
         match tokio::time::timeout(PROBE_WAIT, stream.read(&mut first)).await {
@@ -443,16 +464,25 @@ mod tests {
             (rustls::Error::InvalidCertificate(CertificateError::NotValidForName), "hostname mismatch", "-u"),
             (
                 rustls::Error::AlertReceived(AlertDescription::CertificateRequired),
-                "certificate required",
+                "requires a client certificate (tls alert certificate_required)",
                 "--ssl-grpc-certificate-chain-file",
             ),
-            (rustls::Error::AlertReceived(AlertDescription::UnknownCA), "unknown ca", "--ssl-grpc-private-key-file"),
+            (
+                rustls::Error::AlertReceived(AlertDescription::UnknownCA),
+                "does not trust our client certificate (tls alert unknown_ca)",
+                "--ssl-grpc-private-key-file",
+            ),
             (
                 rustls::Error::AlertReceived(AlertDescription::BadCertificate),
-                "bad certificate",
+                "refused our client certificate (tls alert bad_certificate)",
                 "--ssl-grpc-certificate-chain-file",
             ),
-            (rustls::Error::AlertReceived(AlertDescription::ProtocolVersion), "protocol version", "TLS 1.2"),
+            (rustls::Error::AlertReceived(AlertDescription::ProtocolVersion), "protocol_version", "TLS 1.2"),
+            (
+                rustls::Error::AlertReceived(AlertDescription::DecryptError),
+                "refused our client certificate (tls alert decrypt_error)",
+                "--ssl-grpc-certificate-chain-file",
+            ),
         ];
         for (error, cause, flag) in cases {
             let text = explain(Wire::Grpc, error);

@@ -166,8 +166,9 @@ fn names(e: &str, cause: &str, at: &str, flag: &str) {
     assert!(e.contains(flag), "the flag {flag} expected in: {e}");
 }
 
-/// Each TLS failure names its cause (unknown CA, hostname mismatch, certificate required, bad
-/// client certificate, not TLS at all), the peer and the flag that fixes it, on both protocols.
+/// Each TLS failure names its cause (unknown CA, hostname mismatch, certificate required, an
+/// untrusted or refused client certificate, not TLS at all), the peer and the flag that fixes
+/// it, on both protocols.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_failures_name_their_cause_peer_and_flag() {
     let pki = Pki::new();
@@ -190,17 +191,26 @@ async fn tls_failures_name_their_cause_peer_and_flag() {
     let server = start(&pki, true).await;
     let (http_port, grpc_port) = (server.http_addr.port(), server.grpc_addr.port());
     let (http, grpc) = (localhost(server.http_addr), format!("localhost:{grpc_port}"));
+    let required = "requires a client certificate (TLS alert certificate_required)";
     let e = https(&http, pki.https("ca.pem")).await.unwrap_err();
-    names(&e, "certificate required", &at(http_port), "--ssl-https-client-certificate-file");
+    names(&e, required, &at(http_port), "--ssl-https-client-certificate-file");
     let e = grpcs(&grpc, pki.grpc("ca.pem"), GrpcCompression::None).await.unwrap_err();
-    names(&e, "certificate required", &at(grpc_port), "--ssl-grpc-certificate-chain-file");
+    names(&e, required, &at(grpc_port), "--ssl-grpc-certificate-chain-file");
+    let untrusted = "does not trust our client certificate (TLS alert unknown_ca)";
+    let stranger = HttpsTls {
+        client_cert: Some(pki.path("stranger.pem")),
+        client_key: Some(pki.path("stranger.key")),
+        ..pki.https("ca.pem")
+    };
+    let e = https(&http, stranger).await.unwrap_err();
+    names(&e, untrusted, &at(http_port), "--ssl-https-client-certificate-file");
     let stranger = GrpcTls {
         private_key: Some(pki.path("stranger.key")),
         cert_chain: Some(pki.path("stranger.pem")),
         ..pki.grpc("ca.pem")
     };
     let e = grpcs(&grpc, stranger, GrpcCompression::None).await.unwrap_err();
-    names(&e, "does not trust our client certificate", &at(grpc_port), "--ssl-grpc-certificate-chain-file");
+    names(&e, untrusted, &at(grpc_port), "--ssl-grpc-certificate-chain-file");
     // The server's own certificate, made for servers only, presented by a client.
     let wrong = HttpsTls {
         client_cert: Some(pki.path("server.pem")),
@@ -208,47 +218,67 @@ async fn tls_failures_name_their_cause_peer_and_flag() {
         ..pki.https("ca.pem")
     };
     let e = https(&http, wrong).await.unwrap_err();
-    names(&e, "bad certificate", &at(http_port), "--ssl-https-client-certificate-file");
+    names(&e, "refused our client certificate (TLS alert", &at(http_port), "--ssl-https-client-certificate-file");
     server.shutdown().await;
 
     // TLS to a server that speaks plain text.
     let plain = serve::start(ServeConfig::default()).await.unwrap();
-    let grpc_port = plain.grpc_addr.port();
+    let (http_port, grpc_port) = (plain.http_addr.port(), plain.grpc_addr.port());
     let e = grpcs(&format!("localhost:{grpc_port}"), pki.grpc("ca.pem"), GrpcCompression::None).await.unwrap_err();
     names(&e, "does not speak TLS", &at(grpc_port), "--ssl-grpc-use-ssl");
+    let e = https(&localhost(plain.http_addr), pki.https("ca.pem")).await.unwrap_err();
+    names(&e, "does not speak TLS", &at(http_port), "use http://");
     plain.shutdown().await;
 }
 
-/// The case through the binary: a gRPC client whose certificate the server does not
-/// trust ends with exit 3 and a message naming the cause and the flags, not `transport error`.
+/// The case through the binary: a client whose certificate the server does not trust
+/// ends at start-up with exit 3 (server unreachable) and one line naming the cause, the peer
+/// and the flags, not `transport error` or `operation was canceled`; over gRPC and HTTPS.
 #[test]
 fn profile_with_an_untrusted_client_certificate_names_the_cause() {
     let pki = Pki::new();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let server = runtime.block_on(start(&pki, true));
     let grpc = format!("localhost:{}", server.grpc_addr.port());
-    let (ca, key, chain) = (pki.path("ca.pem"), pki.path("stranger.key"), pki.path("stranger.pem"));
-    let out = perfbench(&[
-        "profile",
-        "-m",
-        "identity",
-        "--shape",
-        "INPUT0:4",
-        "-u",
-        &grpc,
+    let http = localhost(server.http_addr);
+    let path = |file: &str| pki.path(file).to_str().unwrap().to_string();
+    let (ca, key, cert) = (path("ca.pem"), path("stranger.key"), path("stranger.pem"));
+    let grpc_flags = [
         "-i",
         "grpc",
         "--ssl-grpc-use-ssl",
         "--ssl-grpc-root-certifications-file",
-        ca.to_str().unwrap(),
+        &ca,
         "--ssl-grpc-private-key-file",
-        key.to_str().unwrap(),
+        &key,
         "--ssl-grpc-certificate-chain-file",
-        chain.to_str().unwrap(),
-    ]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(3), "{err}");
-    names(&err, "does not trust our client certificate", &grpc, "--ssl-grpc-certificate-chain-file");
+        &cert,
+    ];
+    let https_flags = [
+        "--ssl-https-ca-certificates-file",
+        &ca,
+        "--ssl-https-private-key-file",
+        &key,
+        "--ssl-https-client-certificate-file",
+        &cert,
+    ];
+    let runs = [
+        (&grpc, &grpc_flags[..], grpc.clone(), "--ssl-grpc-certificate-chain-file"),
+        (
+            &http,
+            &https_flags[..],
+            http.trim_start_matches("https://").to_string(),
+            "--ssl-https-client-certificate-file",
+        ),
+    ];
+    for (url, flags, at, flag) in runs {
+        let mut args = vec!["profile", "-m", "identity", "--shape", "INPUT0:4", "-u", url];
+        args.extend_from_slice(flags);
+        let out = perfbench(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        names(&err, "does not trust our client certificate (TLS alert unknown_ca)", &at, flag);
+    }
     runtime.block_on(server.shutdown());
 }
 
