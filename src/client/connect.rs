@@ -1,9 +1,13 @@
 //! The inference connections a client opens itself (HTTP/1.1 and gRPC): TCP with Nagle off,
 //! bounded by a connect timeout, then TLS where the URL asks for it. A connection that fails
 //! says why in words a user can act on (`explain`): the cause (refused, timeout, DNS, the TLS
-//! handshake's reason), the peer, and the flag that fixes it.
+//! handshake's reason), the peer, and the flag that fixes it. A TLS 1.3 server refuses our
+//! client certificate only after the handshake, with an alert that hyper, reqwest and tonic
+//! turn into `transport error` or `operation was canceled`: an error that names no cause is
+//! explained by one probe connection that reads that alert (`Dialer::explain_probing`).
 
 use std::error::Error;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,12 +16,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls::{AlertDescription, CertificateError};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 use super::{error_chain, ClientError, ClientResult};
 
 /// How long a TCP connect may take before the server counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a probe waits for the server's first record after its handshake. A server that
+/// refuses our certificate sends its alert at once; one that takes it may say nothing (HTTP/1.1
+/// waits for a request), so the wait bounds only the probe of a server that is fine.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 /// The byte stream under a connection: plain TCP or TLS.
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -71,6 +80,8 @@ struct Peer {
     last_tls_failure: parking_lot::Mutex<Option<String>>,
     /// `last_tls_failure` is set: a TLS stream that reads the server's bytes clears it.
     tls_failed: AtomicBool,
+    /// A TLS connection has read the server's bytes: it took our certificate, so no probe.
+    answered: AtomicBool,
 }
 
 impl Peer {
@@ -161,38 +172,57 @@ fn tls_failure(e: &rustls::Error, at: &str, host: &str, wire: Wire) -> String {
             }
             other => format!("the server's certificate is bad ({other:?}): check it, and the CAs given with {ca}"),
         },
-        rustls::Error::AlertReceived(alert) => match alert {
-            AlertDescription::CertificateRequired => {
-                format!("the server requires a client certificate (certificate required): give one with {client}")
+        rustls::Error::AlertReceived(alert) => {
+            let name = alert_name(*alert);
+            match alert {
+                AlertDescription::CertificateRequired => {
+                    format!("the server requires a client certificate (TLS alert {name}): give one with {client}")
+                }
+                AlertDescription::UnknownCA => format!(
+                    "the server does not trust our client certificate (TLS alert {name}): give one signed by a CA \
+                     the server trusts, with {client}"
+                ),
+                AlertDescription::BadCertificate
+                | AlertDescription::UnsupportedCertificate
+                | AlertDescription::CertificateExpired
+                | AlertDescription::CertificateRevoked
+                | AlertDescription::CertificateUnknown
+                | AlertDescription::AccessDenied
+                | AlertDescription::DecryptError => format!(
+                    "the server refused our client certificate (TLS alert {name}): give one it accepts, with the \
+                     key that belongs to it, with {client}"
+                ),
+                AlertDescription::HandshakeFailure => format!(
+                    "the server refused the handshake (TLS alert {name}: no common TLS version or cipher, or it \
+                     wants a client certificate: {client})"
+                ),
+                AlertDescription::ProtocolVersion => {
+                    format!("the server speaks no TLS version we do (TLS alert {name}; we speak TLS 1.2 and 1.3)")
+                }
+                _ => format!("the server ended the handshake (TLS alert {name})"),
             }
-            AlertDescription::UnknownCA => format!(
-                "the server does not trust our client certificate (unknown CA): give one signed by a CA the \
-                 server trusts, with {client}"
-            ),
-            AlertDescription::BadCertificate
-            | AlertDescription::UnsupportedCertificate
-            | AlertDescription::CertificateExpired
-            | AlertDescription::CertificateRevoked
-            | AlertDescription::CertificateUnknown
-            | AlertDescription::AccessDenied => format!(
-                "the server refused our client certificate (bad certificate: alert {alert:?}): give one it \
-                 accepts with {client}"
-            ),
-            AlertDescription::HandshakeFailure => format!(
-                "the server refused the handshake (handshake failure: no common TLS version or cipher, or it \
-                 wants a client certificate: {client})"
-            ),
-            AlertDescription::ProtocolVersion => {
-                "the server speaks no TLS version we do (protocol version; we speak TLS 1.2 and 1.3)".to_string()
-            }
-            other => format!("the server ended the handshake (TLS alert {other:?})"),
-        },
+        }
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
             format!("the server does not speak TLS there (protocol error: {e}): {}", wire.tls_off())
         }
         other => format!("TLS protocol error: {other}"),
     };
     format!("TLS handshake with {at} failed: {why}")
+}
+
+/// An alert's name as RFC 8446 spells it (`UnknownCA` → `unknown_ca`), as curl and openssl
+/// print it.
+fn alert_name(alert: AlertDescription) -> String {
+    let mut name = String::new();
+    let mut lower_before = false;
+    for c in format!("{alert:?}").chars() {
+        if c.is_ascii_uppercase() && lower_before {
+            name.push('_');
+        }
+        lower_before = !c.is_ascii_uppercase();
+        name.push(c.to_ascii_lowercase());
+    }
+    name
 }
 
 /// A connection that could not be made, explained (see [`Peer::explain`]): carried inside an
@@ -242,6 +272,7 @@ impl Dialer {
             wire,
             last_tls_failure: parking_lot::Mutex::new(None),
             tls_failed: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
         });
         Ok(Dialer { peer, tls })
     }
@@ -291,6 +322,49 @@ impl Dialer {
             None => chain,
         }
     }
+
+    /// [`Dialer::explain`], but an error that names no cause of its own, on a TLS connection
+    /// whose server has not answered us yet, is explained by what [`Dialer::probe`] finds.
+    /// (The texts are made before the future, which holds no borrow of `e`.)
+    pub fn explain_probing(&self, e: &(dyn Error + 'static)) -> impl Future<Output = String> + Send + '_ {
+        let cause = self.cause(e);
+        let fallback = self.explain(e);
+        async move { cause.await.unwrap_or(fallback) }
+    }
+
+    /// The cause of `e` told apart here, or found by [`Dialer::probe`] where `e` names none;
+    /// `None` when neither finds one.
+    pub fn cause(&self, e: &(dyn Error + 'static)) -> impl Future<Output = Option<String>> + Send + '_ {
+        let known = self.peer.explain(e);
+        async move {
+            match known {
+                Some(text) => Some(text),
+                None => self.probe().await,
+            }
+        }
+    }
+
+    /// Why this TLS peer drops our connections, as one new connection finds out: it shakes
+    /// hands (the server's certificate is checked here) and reads the server's first record,
+    /// where a TLS 1.3 server puts its alert refusing our client certificate. `None` without
+    /// TLS, once a connection has read the server's bytes, or when the probe meets no failure.
+    pub async fn probe(&self) -> Option<String> {
+        if self.tls.is_none() || self.peer.answered.load(Ordering::Relaxed) {
+            return None;
+        }
+        // A handshake the server never answers is not what the probe looks for.
+        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, self.dial()).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return self.peer.explain(&e),
+            Err(_) => return None,
+        };
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(PROBE_WAIT, stream.read(&mut first)).await {
+            Ok(Err(e)) => self.peer.explain(&e),
+            // Bytes, a close without an alert, or silence: nothing TLS refused.
+            _ => None,
+        }
+    }
 }
 
 /// A TLS stream whose read and write errors are explained: a server refuses our client
@@ -317,10 +391,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for Explained<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before && self.peer.tls_failed.load(Ordering::Relaxed) {
-            // The server answers: an earlier connection's TLS failure no longer explains anything.
-            self.peer.tls_failed.store(false, Ordering::Relaxed);
-            *self.peer.last_tls_failure.lock() = None;
+        if buf.filled().len() > before {
+            self.peer.answered.store(true, Ordering::Relaxed);
+            if self.peer.tls_failed.load(Ordering::Relaxed) {
+                // The server answers: an earlier connection's TLS failure no longer explains anything.
+                self.peer.tls_failed.store(false, Ordering::Relaxed);
+                *self.peer.last_tls_failure.lock() = None;
+            }
         }
         polled.map(|r| self.explained(r))
     }
@@ -367,6 +444,7 @@ mod tests {
             wire,
             last_tls_failure: parking_lot::Mutex::new(None),
             tls_failed: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
         }
     }
 
@@ -386,16 +464,25 @@ mod tests {
             (rustls::Error::InvalidCertificate(CertificateError::NotValidForName), "hostname mismatch", "-u"),
             (
                 rustls::Error::AlertReceived(AlertDescription::CertificateRequired),
-                "certificate required",
+                "requires a client certificate (tls alert certificate_required)",
                 "--ssl-grpc-certificate-chain-file",
             ),
-            (rustls::Error::AlertReceived(AlertDescription::UnknownCA), "unknown ca", "--ssl-grpc-private-key-file"),
+            (
+                rustls::Error::AlertReceived(AlertDescription::UnknownCA),
+                "does not trust our client certificate (tls alert unknown_ca)",
+                "--ssl-grpc-private-key-file",
+            ),
             (
                 rustls::Error::AlertReceived(AlertDescription::BadCertificate),
-                "bad certificate",
+                "refused our client certificate (tls alert bad_certificate)",
                 "--ssl-grpc-certificate-chain-file",
             ),
-            (rustls::Error::AlertReceived(AlertDescription::ProtocolVersion), "protocol version", "TLS 1.2"),
+            (rustls::Error::AlertReceived(AlertDescription::ProtocolVersion), "protocol_version", "TLS 1.2"),
+            (
+                rustls::Error::AlertReceived(AlertDescription::DecryptError),
+                "refused our client certificate (tls alert decrypt_error)",
+                "--ssl-grpc-certificate-chain-file",
+            ),
         ];
         for (error, cause, flag) in cases {
             let text = explain(Wire::Grpc, error);

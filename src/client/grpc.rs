@@ -180,6 +180,22 @@ impl GrpcClient {
             ClientError::Server(status.message().to_string())
         }
     }
+
+    /// A control call's answer, or [`GrpcClient::status_error`] of its failure, where a
+    /// transport failure that names no cause (tonic's `transport error`, or `operation was
+    /// canceled`) gets the one a probe connection finds (a TLS alert after the handshake).
+    async fn answer<T>(&self, response: Result<tonic::Response<T>, Status>) -> ClientResult<T> {
+        let status = match response {
+            Ok(response) => return Ok(response.into_inner()),
+            Err(status) => status,
+        };
+        if std::error::Error::source(&status).is_some() {
+            if let Some(reason) = self.dialer.cause(&status).await {
+                return Err(ClientError::Unreachable { url: self.base.clone(), reason });
+            }
+        }
+        Err(self.status_error(status))
+    }
 }
 
 fn string_param(s: &str) -> InferParameter {
@@ -320,27 +336,22 @@ impl InferClient for GrpcClient {
     }
 
     async fn server_metadata(&self) -> ClientResult<ServerInfo> {
-        let m = self
-            .client()
-            .server_metadata(self.request(ServerMetadataRequest {}))
-            .await
-            .map_err(|s| self.status_error(s))?
-            .into_inner();
+        let response = self.client().server_metadata(self.request(ServerMetadataRequest {})).await;
+        let m = self.answer(response).await?;
         Ok(ServerInfo { name: m.name, version: m.version, extensions: m.extensions })
     }
 
     async fn model_metadata(&self, model: &str, version: &str) -> ClientResult<ModelMetadataResponse> {
         let request = ModelMetadataRequest { name: model.to_string(), version: version.to_string() };
         let response = self.client().model_metadata(self.request(request)).await;
-        Ok(response.map_err(|s| self.status_error(s))?.into_inner())
+        self.answer(response).await
     }
 
     async fn model_config(&self, model: &str, version: &str) -> ClientResult<ModelConfig> {
         let request = ModelConfigRequest { name: model.to_string(), version: version.to_string() };
         let response = self.client().model_config(self.request(request)).await;
-        response
-            .map_err(|s| self.status_error(s))?
-            .into_inner()
+        self.answer(response)
+            .await?
             .config
             .ok_or_else(|| ClientError::Protocol(format!("model '{model}': ModelConfig response has no config")))
     }
@@ -348,7 +359,7 @@ impl InferClient for GrpcClient {
     async fn statistics(&self, model: &str, version: &str) -> ClientResult<Vec<ModelStatistics>> {
         let request = ModelStatisticsRequest { name: model.to_string(), version: version.to_string() };
         let response = self.client().model_statistics(self.request(request)).await;
-        Ok(response.map_err(|s| self.status_error(s))?.into_inner().model_stats)
+        Ok(self.answer(response).await?.model_stats)
     }
 
     fn prepare(&self, spec: &RequestSpec) -> ClientResult<GrpcRequest> {
@@ -395,19 +406,19 @@ impl InferClient for GrpcClient {
     async fn register_system_shm(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> ClientResult<()> {
         let request = SystemSharedMemoryRegisterRequest { name: name.into(), key: key.into(), offset, byte_size };
         let response = self.client().system_shared_memory_register(self.request(request)).await;
-        response.map(|_| ()).map_err(|s| self.status_error(s))
+        self.answer(response).await.map(|_| ())
     }
 
     async fn unregister_system_shm(&self, name: &str) -> ClientResult<()> {
         let request = SystemSharedMemoryUnregisterRequest { name: name.into() };
         let response = self.client().system_shared_memory_unregister(self.request(request)).await;
-        response.map(|_| ()).map_err(|s| self.status_error(s))
+        self.answer(response).await.map(|_| ())
     }
 
     async fn unregister_cuda_shm(&self, name: &str) -> ClientResult<()> {
         let request = CudaSharedMemoryUnregisterRequest { name: name.into() };
         let response = self.client().cuda_shared_memory_unregister(self.request(request)).await;
-        response.map(|_| ()).map_err(|s| self.status_error(s))
+        self.answer(response).await.map(|_| ())
     }
 
     async fn repository_load(&self, model: &str, config: Option<&str>) -> ClientResult<()> {
@@ -424,7 +435,7 @@ impl InferClient for GrpcClient {
         let request =
             RepositoryModelLoadRequest { repository_name: String::new(), model_name: model.into(), parameters };
         let response = self.client().repository_model_load(self.request(request)).await;
-        response.map(|_| ()).map_err(|s| self.status_error(s))
+        self.answer(response).await.map(|_| ())
     }
 
     async fn trace_setting(&self, model: &str, settings: &[(String, Vec<String>)]) -> ClientResult<()> {
@@ -433,7 +444,7 @@ impl InferClient for GrpcClient {
             settings.iter().map(|(key, values)| (key.clone(), SettingValue { value: values.clone() })).collect();
         let request = crate::proto::inference::TraceSettingRequest { settings, model_name: model.into() };
         let response = self.client().trace_setting(self.request(request)).await;
-        response.map(|_| ()).map_err(|s| self.status_error(s))
+        self.answer(response).await.map(|_| ())
     }
 }
 

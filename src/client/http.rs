@@ -203,7 +203,7 @@ impl HttpClient {
                 Err(failed) => {
                     return Err(ClientError::Unreachable {
                         url: self.base.clone(),
-                        reason: self.dialer.explain(&failed.error),
+                        reason: self.dialer.explain_probing(&failed.error).await,
                     })
                 }
             }
@@ -243,16 +243,24 @@ impl HttpClient {
         url
     }
 
-    fn unreachable(&self, e: &reqwest::Error) -> ClientError {
-        ClientError::Unreachable { url: self.base.clone(), reason: self.dialer.explain(e) }
+    /// A control call's failure, explained; one that names no cause gets the one a probe
+    /// connection finds (reqwest drops a TLS alert that follows the handshake).
+    async fn unreachable(&self, e: reqwest::Error) -> ClientError {
+        ClientError::Unreachable { url: self.base.clone(), reason: self.dialer.explain_probing(&e).await }
     }
 
     /// Sends a request and returns the body of a 200 answer; any other status becomes the
     /// server's `{"error": ...}` message.
     async fn call(&self, request: reqwest::RequestBuilder) -> ClientResult<Bytes> {
-        let response = request.send().await.map_err(|e| self.unreachable(&e))?;
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => return Err(self.unreachable(e).await),
+        };
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| self.unreachable(&e))?;
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(e) => return Err(self.unreachable(e).await),
+        };
         if status != StatusCode::OK {
             return Err(error_from_body(status, &body));
         }

@@ -166,9 +166,9 @@ fn names(e: &str, cause: &str, at: &str, flag: &str) {
     assert!(e.contains(flag), "the flag {flag} expected in: {e}");
 }
 
-/// Each server-side TLS failure names its cause (unknown CA, hostname mismatch, not TLS at all),
-/// the peer and the flag that fixes it, on both protocols. (A server refusing our client
-/// certificate is not yet named: reqwest and tonic drop the TLS alert; issue 47 item 7.)
+/// Each TLS failure names its cause (unknown CA, hostname mismatch, certificate required, an
+/// untrusted or refused client certificate, not TLS at all), the peer and the flag that fixes
+/// it, on both protocols.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_failures_name_their_cause_peer_and_flag() {
     let pki = Pki::new();
@@ -187,12 +187,99 @@ async fn tls_failures_name_their_cause_peer_and_flag() {
     names(&e, "hostname mismatch", &format!("127.0.0.1:{grpc_port}"), "-u");
     server.shutdown().await;
 
+    // Mutual TLS: no client certificate, or one from a CA the server does not trust.
+    let server = start(&pki, true).await;
+    let (http_port, grpc_port) = (server.http_addr.port(), server.grpc_addr.port());
+    let (http, grpc) = (localhost(server.http_addr), format!("localhost:{grpc_port}"));
+    let required = "requires a client certificate (TLS alert certificate_required)";
+    let e = https(&http, pki.https("ca.pem")).await.unwrap_err();
+    names(&e, required, &at(http_port), "--ssl-https-client-certificate-file");
+    let e = grpcs(&grpc, pki.grpc("ca.pem"), GrpcCompression::None).await.unwrap_err();
+    names(&e, required, &at(grpc_port), "--ssl-grpc-certificate-chain-file");
+    let untrusted = "does not trust our client certificate (TLS alert unknown_ca)";
+    let stranger = HttpsTls {
+        client_cert: Some(pki.path("stranger.pem")),
+        client_key: Some(pki.path("stranger.key")),
+        ..pki.https("ca.pem")
+    };
+    let e = https(&http, stranger).await.unwrap_err();
+    names(&e, untrusted, &at(http_port), "--ssl-https-client-certificate-file");
+    let stranger = GrpcTls {
+        private_key: Some(pki.path("stranger.key")),
+        cert_chain: Some(pki.path("stranger.pem")),
+        ..pki.grpc("ca.pem")
+    };
+    let e = grpcs(&grpc, stranger, GrpcCompression::None).await.unwrap_err();
+    names(&e, untrusted, &at(grpc_port), "--ssl-grpc-certificate-chain-file");
+    // The server's own certificate, made for servers only, presented by a client.
+    let wrong = HttpsTls {
+        client_cert: Some(pki.path("server.pem")),
+        client_key: Some(pki.path("server.key")),
+        ..pki.https("ca.pem")
+    };
+    let e = https(&http, wrong).await.unwrap_err();
+    names(&e, "refused our client certificate (TLS alert", &at(http_port), "--ssl-https-client-certificate-file");
+    server.shutdown().await;
+
     // TLS to a server that speaks plain text.
     let plain = serve::start(ServeConfig::default()).await.unwrap();
-    let grpc_port = plain.grpc_addr.port();
+    let (http_port, grpc_port) = (plain.http_addr.port(), plain.grpc_addr.port());
     let e = grpcs(&format!("localhost:{grpc_port}"), pki.grpc("ca.pem"), GrpcCompression::None).await.unwrap_err();
     names(&e, "does not speak TLS", &at(grpc_port), "--ssl-grpc-use-ssl");
+    let e = https(&localhost(plain.http_addr), pki.https("ca.pem")).await.unwrap_err();
+    names(&e, "does not speak TLS", &at(http_port), "use http://");
     plain.shutdown().await;
+}
+
+/// The issue's case through the binary: a client whose certificate the server does not trust
+/// ends at start-up with exit 3 (server unreachable) and one line naming the cause, the peer
+/// and the flags, not `transport error` or `operation was canceled`; over gRPC and HTTPS.
+#[test]
+fn profile_with_an_untrusted_client_certificate_names_the_cause() {
+    let pki = Pki::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = runtime.block_on(start(&pki, true));
+    let grpc = format!("localhost:{}", server.grpc_addr.port());
+    let http = localhost(server.http_addr);
+    let path = |file: &str| pki.path(file).to_str().unwrap().to_string();
+    let (ca, key, cert) = (path("ca.pem"), path("stranger.key"), path("stranger.pem"));
+    let grpc_flags = [
+        "-i",
+        "grpc",
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        &ca,
+        "--ssl-grpc-private-key-file",
+        &key,
+        "--ssl-grpc-certificate-chain-file",
+        &cert,
+    ];
+    let https_flags = [
+        "--ssl-https-ca-certificates-file",
+        &ca,
+        "--ssl-https-private-key-file",
+        &key,
+        "--ssl-https-client-certificate-file",
+        &cert,
+    ];
+    let runs = [
+        (&grpc, &grpc_flags[..], grpc.clone(), "--ssl-grpc-certificate-chain-file"),
+        (
+            &http,
+            &https_flags[..],
+            http.trim_start_matches("https://").to_string(),
+            "--ssl-https-client-certificate-file",
+        ),
+    ];
+    for (url, flags, at, flag) in runs {
+        let mut args = vec!["profile", "-m", "identity", "--shape", "INPUT0:4", "-u", url];
+        args.extend_from_slice(flags);
+        let out = perfbench(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        names(&err, "does not trust our client certificate (TLS alert unknown_ca)", &at, flag);
+    }
+    runtime.block_on(server.shutdown());
 }
 
 /// perf_analyzer's `--ssl-https-verify-peer 0` and `--ssl-https-verify-host 0`, curl's meanings.

@@ -91,7 +91,7 @@ impl Unary {
             let reason = match outcome {
                 Ok(answer) => return answered(answer, sent_at),
                 Err(Broken::Cancelled(reason)) => return Err(ClientError::Server(reason)),
-                Err(Broken::Lost(reason)) => return Err(self.unreachable(reason)),
+                Err(Broken::Lost(reason)) => return Err(self.lost(reason).await),
                 Err(Broken::Unprocessed(reason)) => reason,
             };
             {
@@ -101,7 +101,7 @@ impl Unary {
                 }
             }
             if fresh {
-                return Err(self.unreachable(reason));
+                return Err(self.lost(reason).await);
             }
             tracing::debug!("a pooled gRPC connection was closed: {reason}");
         }
@@ -130,6 +130,12 @@ impl Unary {
 
     fn unreachable(&self, reason: String) -> ClientError {
         ClientError::Unreachable { url: self.base.clone(), reason }
+    }
+
+    /// A connection lost before its answer: the cause a probe finds where there is one (a TLS
+    /// server that refused our certificate after the handshake closes the connection so).
+    async fn lost(&self, reason: String) -> ClientError {
+        self.unreachable(self.dialer.probe().await.unwrap_or(reason))
     }
 }
 
