@@ -314,6 +314,30 @@ mod tests {
     }
 
     #[test]
+    fn shapes_are_the_load_modules_and_checked_against_the_loop() {
+        let ramp = config(&["-m", "x", "--request-rate", "5", "--request-rate-ramp-duration", "4"]).unwrap();
+        assert_eq!(ramp.shape.rate_ramp, Some(Duration::from_secs(4)));
+        let slots = config(&["-m", "x", "--concurrency", "8", "--concurrency-ramp-duration", "2"]).unwrap();
+        assert_eq!(slots.shape.slot_opens_at(7, 8), Duration::from_secs(2));
+        let closed = config(&["-m", "x", "--concurrency", "8", "--request-rate-ramp-duration", "2"]).unwrap_err();
+        assert!(closed.contains("open loop"), "{closed}");
+        let open = config(&["-m", "x", "--request-rate", "5", "--concurrency-ramp-duration", "2"]).unwrap_err();
+        assert!(open.contains("closed loop"), "{open}");
+        assert!(config(&["-m", "x", "--request-rate", "5", "--request-rate-ramp-duration", "0"]).is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("series.json");
+        std::fs::write(&path, r#"{"points": [{"time_s": 0, "qps": 2}, {"time_s": 2, "qps": 6}]}"#).unwrap();
+        let series = config(&["-m", "x", "--request-rate-series", path.to_str().unwrap()]).unwrap();
+        assert_eq!(series.schedule, Schedule::Rate { per_second: 4.0, poisson: true }, "named by its mean");
+        assert!(series.shape.rate_series.is_some());
+        assert!(config(&["-m", "x", "--request-rate", "5", "--request-rate-series", path.to_str().unwrap()]).is_err());
+        std::fs::write(&path, r#"{"points": []}"#).unwrap();
+        let empty = config(&["-m", "x", "--request-rate-series", path.to_str().unwrap()]).unwrap_err();
+        assert!(empty.contains("series.json") && empty.contains("at least one"), "{empty}");
+    }
+
+    #[test]
     fn bad_flags_get_one_line_reasons() {
         assert!(config(&["-m", "x", "--concurrency", "0"]).unwrap_err().contains("--concurrency"));
         assert!(config(&["-m", "x", "--request-rate", "0"]).unwrap_err().contains("--request-rate"));

@@ -443,7 +443,12 @@ pub async fn run(
 
 /// The open loop of a rate level: `load`'s schedule, the tensor engine's too, at `per_second`
 /// evenly spaced or Poisson (seeded), shaped by `shape` (a ramp, or a series in its place).
-pub fn open_schedule(per_second: f64, poisson: bool, seed: u64, shape: &Shape) -> Result<load::Schedule, load::LoadError> {
+pub fn open_schedule(
+    per_second: f64,
+    poisson: bool,
+    seed: u64,
+    shape: &Shape,
+) -> Result<load::Schedule, load::LoadError> {
     let distribution = if poisson { load::Distribution::Poisson { seed } } else { load::Distribution::Constant };
     load::Schedule::shaped(per_second, distribution, shape)
 }
@@ -455,6 +460,9 @@ pub(super) fn rate_offsets(
     let mut pacer = Pacer::new(schedule)?;
     Ok(std::iter::from_fn(move || Some(pacer.next_offset())))
 }
+
+/// Longest sleep of a session waiting for its slot to open (`--concurrency-ramp-duration`).
+const RAMP_WAIT_SLICE: Duration = Duration::from_millis(50);
 
 #[allow(clippy::too_many_arguments)]
 async fn closed_loop(
@@ -475,7 +483,10 @@ async fn closed_loop(
         // A concurrency ramp opens this session's slot at its instant.
         let opens = start + shape.slot_opens_at(slot as u64, workers as u64);
         tasks.push(tokio::spawn(async move {
-            tokio::time::sleep_until(opens).await;
+            // In slices, so a budget spent before the slot opens ends the wait.
+            while tokio::time::Instant::now() < opens && !budget.exhausted() {
+                tokio::time::sleep_until(opens.min(tokio::time::Instant::now() + RAMP_WAIT_SLICE)).await;
+            }
             while !budget.exhausted() {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let conversation = &conversations[k % conversations.len()];

@@ -139,8 +139,7 @@ struct SeriesPoint {
 /// Reads a `--request-rate-series` file into its curve.
 pub fn read_rate_series(path: &Path) -> Result<RateCurve, LoadError> {
     let name = path.display();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| LoadError::BadShape(format!("cannot read '{name}': {e}")))?;
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::BadShape(format!("cannot read '{name}': {e}")))?;
     let file: SeriesFile = serde_json::from_str(&text).map_err(|e| {
         LoadError::BadShape(format!("'{name}': {e} (expected {{\"points\": [{{\"time_s\": 0, \"qps\": 5}}, ...]}})"))
     })?;
@@ -182,7 +181,7 @@ mod tests {
     fn a_ramp_starts_where_aiperf_starts_and_reaches_its_target() {
         let ramp = RateCurve::ramp(100.0, Duration::from_secs(60)).unwrap();
         assert!((ramp.rate_at(0.0) - 100.0 * 0.1 / 60.0).abs() < 1e-12, "~0.17/s, as AIPerf logs");
-        assert!((ramp.rate_at(30.0) - (0.1 / 6.0 + 100.0) / 2.0).abs() < 1e-9);
+        assert!((ramp.rate_at(30.0) - (100.0 * 0.1 / 60.0 + 100.0) / 2.0).abs() < 1e-9, "half way");
         assert_eq!(ramp.rate_at(60.0), 100.0);
         assert_eq!(ramp.rate_at(600.0), 100.0, "held after the ramp");
         assert_eq!(ramp.nominal_per_s(), 100.0);
@@ -190,8 +189,8 @@ mod tests {
 
     #[test]
     fn due_by_is_the_integral_and_instant_of_its_inverse() {
-        let curve = RateCurve::new(vec![(0.0, 0.0), (2.0, 10.0), (4.0, 10.0), (5.0, 0.0), (6.0, 0.0), (7.0, 4.0)])
-            .unwrap();
+        let curve =
+            RateCurve::new(vec![(0.0, 0.0), (2.0, 10.0), (4.0, 10.0), (5.0, 0.0), (6.0, 0.0), (7.0, 4.0)]).unwrap();
         // 0→10 over 2 s: 10 due; 2 s at 10: 20 more; 10→0 over 1 s: 5; 1 s at 0; 0→4 over 1 s: 2.
         for (t, due) in [(1.0, 2.5), (2.0, 10.0), (4.0, 30.0), (5.0, 35.0), (6.0, 35.0), (7.0, 37.0), (9.0, 45.0)] {
             assert!((curve.due_by(t) - due).abs() < 1e-9, "due by {t}: {} not {due}", curve.due_by(t));
@@ -201,7 +200,8 @@ mod tests {
             assert!((curve.due_by(t) - x).abs() < 1e-9, "instant of {x}: {t}");
         }
         assert_eq!(curve.instant_of(35.0), 5.0, "the first instant, not the end of the pause");
-        assert!((curve.instant_of(35.5) - (6.0 + 0.5f64.sqrt())).abs() < 1e-9);
+        // 0→4 over a second from 6 s: 2·dt² = 0.5 at dt = 0.5.
+        assert!((curve.instant_of(35.5) - 6.5).abs() < 1e-9);
     }
 
     #[test]

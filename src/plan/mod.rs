@@ -763,6 +763,7 @@ mod tests {
                 bls_composing_models: Vec::new(),
                 plain: Default::default(),
                 generative: None,
+                shape: shape::Shape { concurrency_ramp_duration: Some(4.0), ..Default::default() },
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         }

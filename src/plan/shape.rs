@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+/// Flattened into the load settings, so no `deny_unknown_fields`: the other keys pass through.
 #[derive(Args, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Shape {
     /// Open loop: each level's rate ramps linearly up to it over this many seconds, from
     /// AIPerf's start (rate × 0.1 / SECONDS), then holds. Each request's intended instant comes
