@@ -39,7 +39,7 @@ impl RateCurve {
             Some(&(t, _)) if t != 0.0 => return bad(format!("the first point must be at time 0, not {t}")),
             _ => {}
         }
-        if let Some(w) = points.windows(2).find(|w| !(w[1].0 > w[0].0) || !w[1].0.is_finite()) {
+        if let Some(w) = points.windows(2).find(|w| w[1].0 <= w[0].0 || !w[1].0.is_finite()) {
             return bad(format!("times must increase: {} after {}", w[1].0, w[0].0));
         }
         if let Some(&(t, r)) = points.iter().find(|(_, r)| !(r.is_finite() && *r >= 0.0)) {
