@@ -10,6 +10,7 @@ use clap::Args;
 use crate::genai::runner::Schedule;
 use crate::genai::{console, LlmConfig};
 use crate::plan::generative::{self, EndpointType, Generative, GenerativeSettings};
+use crate::plan::shape::Shape;
 use crate::run::{EXIT_BAD_INPUT, EXIT_TARGET};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -35,7 +36,7 @@ pub struct LlmArgs {
     #[arg(long = "concurrency")]
     pub concurrency: Option<String>,
     /// Requests per second (open loop: each leaves on schedule, whatever is in flight).
-    #[arg(long = "request-rate", conflicts_with = "concurrency")]
+    #[arg(long = "request-rate", conflicts_with_all = ["concurrency", "request_rate_series"])]
     pub request_rate: Option<f64>,
     /// Spacing of --request-rate arrivals.
     #[arg(long = "arrival-pattern", visible_alias = "request-rate-mode", value_enum, default_value = "poisson")]
@@ -49,6 +50,9 @@ pub struct LlmArgs {
     /// the settings, as `perfbench online --endpoint-type` takes it.
     #[command(flatten)]
     pub generative: GenerativeSettings,
+    /// Ramps and a rate series, as `perfbench online` takes them.
+    #[command(flatten)]
+    pub shape: Shape,
     /// Where the files go (default artifacts/<model>-<endpoint type>-<load>).
     #[arg(long = "artifact-dir")]
     pub artifact_dir: Option<PathBuf>,
@@ -104,15 +108,24 @@ impl LlmArgs {
     pub fn config(&self) -> Result<LlmConfig, String> {
         let mut g = self.generative()?;
         let first = self.concurrency_levels()?.first().copied();
+        let series = self.shape.request_rate_series.is_some();
+        let open = self.request_rate.is_some() || series;
+        let closed = !open && (first.is_some() || !self.is_trace());
+        crate::plan::validate::check_shape_of(&self.shape, open, closed).map_err(|e| e.to_string())?;
+        let shape = crate::run::prepare::load_shape(&self.shape).map_err(|e| e.error.to_string())?;
+        let poisson = self.arrival_pattern == ArrivalPattern::Poisson;
         let schedule = match (first, self.request_rate) {
+            // The series' mean rate names the run; the series itself sets each instant.
+            (None, None) if series => {
+                let series = shape.rate_series.as_ref().expect("read with the shape");
+                Schedule::Rate { per_second: series.nominal_per_s(), poisson }
+            }
             (Some(0), _) => return Err(bad("--concurrency must be at least 1")),
             (Some(n), None) => Schedule::Concurrency(n),
             (None, Some(rate)) if !(rate.is_finite() && rate > 0.0) => {
                 return Err(bad("--request-rate must be a positive number"))
             }
-            (None, Some(rate)) => {
-                Schedule::Rate { per_second: rate, poisson: self.arrival_pattern == ArrivalPattern::Poisson }
-            }
+            (None, Some(rate)) => Schedule::Rate { per_second: rate, poisson },
             (None, None) if self.is_trace() => Schedule::Trace,
             (None, None) => Schedule::Concurrency(1),
             (Some(_), Some(_)) => unreachable!("clap: --concurrency conflicts with --request-rate"),
@@ -142,6 +155,10 @@ impl LlmArgs {
         });
         let mut config =
             LlmConfig::of(&g, &self.model, self.url.clone(), self.streaming, schedule, headers, artifact_dir)?;
+        if let Schedule::Rate { per_second, poisson } = schedule {
+            crate::genai::runner::open_schedule(per_second, poisson, config.seed, &shape).map_err(|e| e.to_string())?;
+        }
+        config.shape = shape;
         config.server_metrics = self.server_metrics_url.clone();
         config.event_delay = Duration::from_micros(self.throttle_event_handler_us);
         Ok(config)
@@ -294,6 +311,30 @@ mod tests {
         assert_eq!(sweep.schedule, Schedule::Concurrency(1));
         assert_eq!(sweep.artifact_dir, PathBuf::from("artifacts/llm-chat-concurrency_sweep"));
         assert!(config(&["-m", "x", "--concurrency", "1,0"]).unwrap_err().contains("at least 1"));
+    }
+
+    #[test]
+    fn shapes_are_the_load_modules_and_checked_against_the_loop() {
+        let ramp = config(&["-m", "x", "--request-rate", "5", "--request-rate-ramp-duration", "4"]).unwrap();
+        assert_eq!(ramp.shape.rate_ramp, Some(Duration::from_secs(4)));
+        let slots = config(&["-m", "x", "--concurrency", "8", "--concurrency-ramp-duration", "2"]).unwrap();
+        assert_eq!(slots.shape.slot_opens_at(7, 8), Duration::from_secs(2));
+        let closed = config(&["-m", "x", "--concurrency", "8", "--request-rate-ramp-duration", "2"]).unwrap_err();
+        assert!(closed.contains("open loop"), "{closed}");
+        let open = config(&["-m", "x", "--request-rate", "5", "--concurrency-ramp-duration", "2"]).unwrap_err();
+        assert!(open.contains("closed loop"), "{open}");
+        assert!(config(&["-m", "x", "--request-rate", "5", "--request-rate-ramp-duration", "0"]).is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("series.json");
+        std::fs::write(&path, r#"{"points": [{"time_s": 0, "qps": 2}, {"time_s": 2, "qps": 6}]}"#).unwrap();
+        let series = config(&["-m", "x", "--request-rate-series", path.to_str().unwrap()]).unwrap();
+        assert_eq!(series.schedule, Schedule::Rate { per_second: 4.0, poisson: true }, "named by its mean");
+        assert!(series.shape.rate_series.is_some());
+        assert!(config(&["-m", "x", "--request-rate", "5", "--request-rate-series", path.to_str().unwrap()]).is_err());
+        std::fs::write(&path, r#"{"points": []}"#).unwrap();
+        let empty = config(&["-m", "x", "--request-rate-series", path.to_str().unwrap()]).unwrap_err();
+        assert!(empty.contains("series.json") && empty.contains("at least one"), "{empty}");
     }
 
     #[test]

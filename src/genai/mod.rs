@@ -67,6 +67,8 @@ pub struct LlmConfig {
     pub goodput: Option<Slos>,
     pub artifact_dir: PathBuf,
     pub seed: u64,
+    /// How the load changes over time (ramps, a rate series): `load`'s, as a tensor run's.
+    pub shape: crate::load::Shape,
     /// A Prometheus endpoint to read the server's counters from after the run (the bundled
     /// server's own without `-u`).
     pub server_metrics: Option<String>,
@@ -143,6 +145,7 @@ impl LlmConfig {
             goodput: g.goodput.as_deref().map(Slos::parse).transpose()?,
             artifact_dir,
             seed: g.random_seed,
+            shape: crate::load::Shape::default(),
             server_metrics: None,
             event_delay: Duration::ZERO,
         })
@@ -249,7 +252,8 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         let cpu_before = crate::measure::cpu::process_cpu_ns();
         let wall = Instant::now();
         let run_info = export::RunInfo::now(config.input_config(&tokenizer.name()));
-        let records = runner::run(runner, conversations, config.schedule, config.amount, config.seed).await;
+        let records =
+            runner::run(runner, conversations, config.schedule, config.amount, config.seed, &config.shape).await;
         let cpu = (crate::measure::cpu::process_cpu_ns() - cpu_before) as f64 / 1e9;
         let cores = crate::measure::cpu::available_cores() as f64;
         let client_cpu_fraction = cpu / (wall.elapsed().as_secs_f64() * cores).max(1e-9);

@@ -23,7 +23,7 @@ use super::export::RunInfo;
 use super::inputs::Tokenizer;
 use super::metrics::{ErrorKind, Record};
 use super::pa_data::Payloads;
-use super::runner::{paced, rate_offsets, Runner, Target};
+use super::runner::{open_schedule, paced, rate_offsets, Runner, Target};
 use crate::results::format::format_g;
 
 /// perf_analyzer's load modes for this kind.
@@ -323,7 +323,9 @@ async fn measure(shared: &Shared, config: &PaOpenAi, point: Point) -> Level {
         match (point, &config.load) {
             (Point::Concurrency(n), _) => closed_level(shared, n, count, window).await,
             (Point::Rate(rate), PaLoad::Rate { poisson, seed, .. }) => {
-                open_level(shared, rate_offsets(rate, *poisson, *seed), count, window).await
+                let schedule = open_schedule(rate, *poisson, *seed, &crate::load::Shape::default());
+                let offsets = schedule.and_then(|s| rate_offsets(&s)).expect("a positive rate, checked with the flags");
+                open_level(shared, offsets, count, window).await
             }
             (Point::Rate(_), PaLoad::Intervals(gaps)) => open_level(shared, cycled(gaps.clone()), count, window).await,
             (Point::Rate(_), PaLoad::Concurrency(_)) => unreachable!("a concurrency walk measures concurrencies"),

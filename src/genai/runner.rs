@@ -12,9 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Exp};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
 use super::endpoint::{self, BodyOptions, EndpointType, Message, Piece, DOCUMENT_ROLE};
@@ -26,6 +23,7 @@ use super::sse::{SseEvent, SseReader};
 use super::wire::Http;
 use crate::client::grpc::GrpcClient;
 use crate::client::RequestSpec;
+use crate::load::{self, Pacer, Shape};
 
 /// When requests go.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -402,12 +400,14 @@ impl RequestBudget {
 }
 
 /// Runs the warm-up, then the measured load; returns every record (warm-up ones marked).
+/// `shape` ramps the load (or replaces the rate by its series), as it does a tensor run's.
 pub async fn run(
     runner: Arc<Runner>,
     conversations: Arc<Vec<Conversation>>,
     schedule: Schedule,
     amount: Amount,
     seed: u64,
+    shape: &Shape,
 ) -> Vec<Record> {
     let out = Arc::new(Mutex::new(Vec::new()));
     let workers = match schedule {
@@ -417,14 +417,15 @@ pub async fn run(
     let next = Arc::new(AtomicUsize::new(0));
     if amount.warmup > 0 {
         let budget = Arc::new(RequestBudget::new(Some(amount.warmup), None));
-        closed_loop(&runner, &conversations, workers.max(1), &budget, &next, true, &out).await;
+        closed_loop(&runner, &conversations, workers.max(1), &budget, &next, true, &Shape::default(), &out).await;
     }
     let until = amount.duration.map(|d| Instant::now() + d);
     let budget = Arc::new(RequestBudget::new(amount.requests, until));
     match schedule {
-        Schedule::Concurrency(n) => closed_loop(&runner, &conversations, n, &budget, &next, false, &out).await,
+        Schedule::Concurrency(n) => closed_loop(&runner, &conversations, n, &budget, &next, false, shape, &out).await,
         Schedule::Rate { per_second, poisson } => {
-            let times = rate_offsets(per_second, poisson, seed);
+            let times = open_schedule(per_second, poisson, seed, shape).and_then(|s| rate_offsets(&s));
+            let times = times.expect("the rate and its shape were checked with the config");
             open_loop(&runner, &conversations, times, &budget, &next, &out).await
         }
         Schedule::Trace => {
@@ -440,20 +441,30 @@ pub async fn run(
     records
 }
 
-/// An open loop's offsets at `per_second`: the k-th at k / rate (no drift), or Poisson arrivals
-/// (exponential gaps from `seed`).
-pub(super) fn rate_offsets(per_second: f64, poisson: bool, seed: u64) -> impl Iterator<Item = Duration> + Send {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let exp = Exp::new(per_second).expect("a positive rate");
-    let (mut k, mut offset) = (0u64, 0.0f64);
-    std::iter::from_fn(move || {
-        let at = if poisson { offset } else { k as f64 / per_second };
-        k += 1;
-        offset += exp.sample(&mut rng);
-        Some(Duration::from_secs_f64(at))
-    })
+/// The open loop of a rate level: `load`'s schedule, the tensor engine's too, at `per_second`
+/// evenly spaced or Poisson (seeded), shaped by `shape` (a ramp, or a series in its place).
+pub fn open_schedule(
+    per_second: f64,
+    poisson: bool,
+    seed: u64,
+    shape: &Shape,
+) -> Result<load::Schedule, load::LoadError> {
+    let distribution = if poisson { load::Distribution::Poisson { seed } } else { load::Distribution::Constant };
+    load::Schedule::shaped(per_second, distribution, shape)
 }
 
+/// A schedule's intended offsets from the start of the load, from `load`'s pacer.
+pub(super) fn rate_offsets(
+    schedule: &load::Schedule,
+) -> Result<impl Iterator<Item = Duration> + Send + 'static, load::LoadError> {
+    let mut pacer = Pacer::new(schedule)?;
+    Ok(std::iter::from_fn(move || Some(pacer.next_offset())))
+}
+
+/// Longest sleep of a session waiting for its slot to open (`--concurrency-ramp-duration`).
+const RAMP_WAIT_SLICE: Duration = Duration::from_millis(50);
+
+#[allow(clippy::too_many_arguments)]
 async fn closed_loop(
     runner: &Arc<Runner>,
     conversations: &Arc<Vec<Conversation>>,
@@ -461,13 +472,21 @@ async fn closed_loop(
     budget: &Arc<RequestBudget>,
     next: &Arc<AtomicUsize>,
     warmup: bool,
+    shape: &Shape,
     out: &Arc<Mutex<Vec<Record>>>,
 ) {
     let mut tasks = Vec::new();
-    for _ in 0..workers {
+    let start = tokio::time::Instant::now();
+    for slot in 0..workers {
         let (runner, conversations, budget, next, out) =
             (runner.clone(), conversations.clone(), budget.clone(), next.clone(), out.clone());
+        // A concurrency ramp opens this session's slot at its instant.
+        let opens = start + shape.slot_opens_at(slot as u64, workers as u64);
         tasks.push(tokio::spawn(async move {
+            // In slices, so a budget spent before the slot opens ends the wait.
+            while tokio::time::Instant::now() < opens && !budget.exhausted() {
+                tokio::time::sleep_until(opens.min(tokio::time::Instant::now() + RAMP_WAIT_SLICE)).await;
+            }
             while !budget.exhausted() {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let conversation = &conversations[k % conversations.len()];
@@ -640,7 +659,7 @@ mod tests {
         let turns = vec![Turn::new("q1", Some(4)), Turn::new("q2", None)];
         let conversations = Arc::new(vec![Conversation { turns, at: None }]);
         let amount = Amount { requests: Some(5), duration: None, warmup: 2 };
-        let records = run(runner, conversations, Schedule::Concurrency(2), amount, 1).await;
+        let records = run(runner, conversations, Schedule::Concurrency(2), amount, 1, &Shape::default()).await;
         assert_eq!(records.iter().filter(|r| r.warmup).count(), 2);
         assert_eq!(records.iter().filter(|r| !r.warmup).count(), 5);
         assert!(records.iter().all(Record::ok));
@@ -654,7 +673,7 @@ mod tests {
         let conversations = Arc::new(vec![Conversation { turns, at: None }]);
         let amount = Amount { requests: Some(6), duration: None, warmup: 0 };
         let schedule = Schedule::Rate { per_second: 100.0, poisson: false };
-        let records = run(runner, conversations, schedule, amount, 1).await;
+        let records = run(runner, conversations, schedule, amount, 1, &Shape::default()).await;
         assert_eq!(records.len(), 6);
         let intended: Vec<Instant> = records.iter().map(|r| r.intended.expect("open loop")).collect();
         for pair in intended.windows(2) {
@@ -663,6 +682,26 @@ mod tests {
             assert!(gap.abs_diff(Duration::from_millis(10)) < Duration::from_micros(1), "{gap:?}");
         }
         assert!(records.iter().all(|r| r.start >= r.intended.unwrap()));
+    }
+
+    #[tokio::test]
+    async fn the_open_loop_leaves_at_the_shared_schedules_instants() {
+        let runner = Arc::new(runner(sse_server(false).await));
+        let conversations = Arc::new(vec![Conversation { turns: vec![Turn::new("q", None)], at: None }]);
+        let amount = Amount { requests: Some(8), duration: None, warmup: 0 };
+        let shape = Shape { rate_ramp: Some(Duration::from_millis(200)), ..Shape::default() };
+        let schedule = Schedule::Rate { per_second: 100.0, poisson: true };
+        let records = run(runner, conversations, schedule, amount, 5, &shape).await;
+        let mut intended: Vec<Instant> = records.iter().map(|r| r.intended.expect("open loop")).collect();
+        intended.sort();
+        let got: Vec<Duration> = intended.iter().map(|i| *i - intended[0]).collect();
+        // The tensor engine's pacer, on the same schedule: request 0 is due at the origin.
+        let mut pacer = Pacer::new(&open_schedule(100.0, true, 5, &shape).unwrap()).unwrap();
+        let want: Vec<Duration> = (0..8).map(|_| pacer.next_offset()).collect();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(g.abs_diff(*w) < Duration::from_micros(1), "intended {g:?}, the pacer says {w:?}");
+        }
+        assert_eq!(got.len(), 8);
     }
 
     #[tokio::test]

@@ -61,6 +61,9 @@ pub struct LoadSpec {
     pub check_fatal: bool,
     /// Requests in flight with none answered for this long end the load (`--stall-timeout`).
     pub stall_limit: Duration,
+    /// Closed loop: the workers start evenly over this long, the first at once
+    /// (`--concurrency-ramp-duration`, [`super::shape::slot_opens_at`]).
+    pub concurrency_ramp: Option<Duration>,
 }
 
 impl LoadSpec {
@@ -73,6 +76,7 @@ impl LoadSpec {
             sequences: None,
             check_fatal: true,
             stall_limit: STALL_TIMEOUT,
+            concurrency_ramp: None,
         }
     }
 }
@@ -307,7 +311,11 @@ impl RunningLoad {
             LoadMode::Concurrency(n) => {
                 for worker in 0..*n as usize {
                     let (shared, client, steps) = (shared.clone(), client.clone(), steps.clone());
+                    let ramp = spec.concurrency_ramp.map(|r| super::shape::slot_opens_at(worker as u64, *n, r));
                     load.workers.push(tokio::spawn(async move {
+                        if let Some(opens) = ramp {
+                            tokio::time::sleep_until(shared.began + opens).await;
+                        }
                         // With sequences, this worker walks slot `worker`'s sequences: each
                         // step goes out once the previous one is answered.
                         let table = shared.sequences.as_ref();

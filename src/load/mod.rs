@@ -8,6 +8,7 @@ pub mod fake;
 pub mod pacer;
 pub mod periodic;
 pub mod sequence;
+pub mod shape;
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ pub use engine::{LoadSpec, ResponseCheck, RunningLoad, LATE_SLACK};
 pub use pacer::{read_intervals, Distribution, Pacer, Schedule};
 pub use periodic::PeriodicSpec;
 pub use sequence::SequenceSpec;
+pub use shape::{read_rate_series, RateCurve, Shape};
 
 use crate::results::LoadPoint;
 
@@ -64,6 +66,8 @@ pub enum LoadError {
     EmptyTrace,
     #[error("request intervals: {0}")]
     Intervals(String),
+    #[error("load shape: {0}")]
+    BadShape(String),
 }
 
 /// Time allowed for in-flight requests to return when a load stops, before they are abandoned.

@@ -10,6 +10,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution as _, Exp};
 
+use super::shape::{RateCurve, Shape};
 use super::LoadError;
 
 /// How inter-arrival gaps are drawn for a request rate.
@@ -30,6 +31,17 @@ pub enum Schedule {
     },
     /// Gaps read from a file, used in order and cycled (`--request-intervals`).
     Trace(Arc<[Duration]>),
+    /// A rate that changes over time (a ramp, a series: [`RateCurve`]): the x-th request is due
+    /// when the curve's integral reaches x, x counting 0, 1, 2… (constant) or summing
+    /// exponential gaps of mean 1 (Poisson: a Poisson process whose rate follows the curve).
+    /// Shard `index` of `count` takes x = index, index + count… of a constant schedule, and
+    /// its own Poisson process at 1/`count` of the curve.
+    Curve {
+        curve: Arc<RateCurve>,
+        distribution: Distribution,
+        index: u64,
+        count: u64,
+    },
     /// Another schedule, every request due `by` later (a shard's part of a constant rate or a
     /// trace: its requests fall between the other shards').
     Shifted {
@@ -39,6 +51,17 @@ pub enum Schedule {
 }
 
 impl Schedule {
+    /// The open-loop schedule of a level at `per_second`, shaped by `shape` (a ramp up to the
+    /// rate, or a series in its place).
+    pub fn shaped(per_second: f64, distribution: Distribution, shape: &Shape) -> Result<Schedule, LoadError> {
+        let curve = match (&shape.rate_series, shape.rate_ramp) {
+            (Some(series), _) => series.clone(),
+            (None, Some(ramp)) => Arc::new(RateCurve::ramp(per_second, ramp)?),
+            (None, None) => return Ok(Schedule::Rate { per_second, distribution }),
+        };
+        Ok(Schedule::Curve { curve, distribution, index: 0, count: 1 })
+    }
+
     /// The long-run request rate of the schedule, in requests per second.
     pub fn mean_rate_per_s(&self) -> f64 {
         match self {
@@ -52,6 +75,7 @@ impl Schedule {
                 }
             }
             Schedule::Shifted { inner, .. } => inner.mean_rate_per_s(),
+            Schedule::Curve { curve, count, .. } => curve.nominal_per_s() / *count as f64,
         }
     }
 
@@ -86,6 +110,15 @@ impl Schedule {
                 let part: Vec<Duration> = own.windows(2).map(|w| w[1] - w[0]).collect();
                 Schedule::Shifted { by: own[0], inner: Box::new(Schedule::Trace(part.into())) }
             }
+            Schedule::Curve { curve, distribution, index: i, count: n } => {
+                let distribution = match *distribution {
+                    Distribution::Poisson { seed } => {
+                        Distribution::Poisson { seed: seed.wrapping_add(index.wrapping_mul(0x9e37_79b9_7f4a_7c15)) }
+                    }
+                    constant => constant,
+                };
+                Schedule::Curve { curve: curve.clone(), distribution, index: i + index * n, count: n * count }
+            }
             Schedule::Shifted { by, inner } => match inner.shard_part(index, count) {
                 Schedule::Shifted { by: more, inner } => Schedule::Shifted { by: *by + more, inner },
                 other => Schedule::Shifted { by: *by, inner: Box::new(other) },
@@ -95,9 +128,31 @@ impl Schedule {
 }
 
 enum Gaps {
-    Constant { per_second: f64 },
-    Poisson { exp: Exp<f64>, rng: Box<ChaCha8Rng>, offset_s: f64 },
-    Trace { gaps: Arc<[Duration]>, offset: Duration },
+    Constant {
+        per_second: f64,
+    },
+    Poisson {
+        exp: Exp<f64>,
+        rng: Box<ChaCha8Rng>,
+        offset_s: f64,
+    },
+    Trace {
+        gaps: Arc<[Duration]>,
+        offset: Duration,
+    },
+    /// `x` is the next request's place on the curve's integral; `step` draws the next one.
+    Curve {
+        curve: Arc<RateCurve>,
+        x: f64,
+        step: CurveStep,
+    },
+}
+
+enum CurveStep {
+    /// x += count (from x = index).
+    Even { count: f64 },
+    /// x += count · Exp(1).
+    Poisson { count: f64, rng: Box<ChaCha8Rng> },
 }
 
 /// Yields the intended offset of each request in turn. Request 0 is due at offset 0.
@@ -134,6 +189,16 @@ impl Pacer {
                 }
                 Gaps::Trace { gaps: gaps.clone(), offset: Duration::ZERO }
             }
+            Schedule::Curve { curve, distribution, index, count } => {
+                let count = (*count).max(1) as f64;
+                let (x, step) = match distribution {
+                    Distribution::Constant => (*index as f64, CurveStep::Even { count }),
+                    Distribution::Poisson { seed } => {
+                        (0.0, CurveStep::Poisson { count, rng: Box::new(ChaCha8Rng::seed_from_u64(*seed)) })
+                    }
+                };
+                Gaps::Curve { curve: curve.clone(), x, step }
+            }
         };
         Ok(Pacer { gaps, scheduled: 0, shift: Duration::ZERO })
     }
@@ -158,6 +223,14 @@ impl Pacer {
             Gaps::Trace { gaps, offset } => {
                 let due = *offset;
                 *offset += gaps[(k % gaps.len() as u64) as usize];
+                due
+            }
+            Gaps::Curve { curve, x, step } => {
+                let due = Duration::from_secs_f64(curve.instant_of(*x));
+                *x += match step {
+                    CurveStep::Even { count } => *count,
+                    CurveStep::Poisson { count, rng } => *count * Exp::new(1.0).expect("rate 1").sample(&mut **rng),
+                };
                 due
             }
         };
@@ -259,6 +332,69 @@ mod tests {
         let got = offsets(Schedule::Trace(gaps.clone()), 5);
         assert_eq!(got, vec![us(0), us(100), us(400), us(500), us(800)]);
         assert_eq!(Schedule::Trace(gaps).mean_rate_per_s(), 5000.0);
+    }
+
+    /// How many of `offsets` are due by `t_s` seconds.
+    fn due_by(offsets: &[Duration], t_s: f64) -> f64 {
+        offsets.partition_point(|o| o.as_secs_f64() <= t_s) as f64
+    }
+
+    fn ramp(distribution: Distribution) -> Schedule {
+        let shape = Shape { rate_ramp: Some(Duration::from_secs(10)), ..Shape::default() };
+        Schedule::shaped(200.0, distribution, &shape).unwrap()
+    }
+
+    #[test]
+    fn a_constant_ramp_sends_what_its_curve_integrates_to_by_any_time() {
+        let curve = RateCurve::ramp(200.0, Duration::from_secs(10)).unwrap();
+        let got = offsets(ramp(Distribution::Constant), 4000);
+        assert_eq!(ramp(Distribution::Constant).mean_rate_per_s(), 200.0, "a ramp is named by its target");
+        for tenth in 1..=150 {
+            let t = tenth as f64 / 10.0;
+            let (sent, integral) = (due_by(&got, t), curve.due_by(t));
+            // Request 0 is due at 0, so floor(integral) + 1 are due by t (the float's rounding aside).
+            assert!((sent - integral).abs() <= 1.0 + 1e-6, "by {t} s: {sent} sent, the ramp integrates to {integral}");
+        }
+        // A steady 200/s from the start would have sent 1,000 by 5 s; the ramp sends ~a quarter.
+        assert!(due_by(&got, 5.0) < 260.0);
+    }
+
+    #[test]
+    fn a_poisson_ramp_follows_its_curve_within_the_noise_of_its_counts() {
+        let curve = RateCurve::ramp(200.0, Duration::from_secs(10)).unwrap();
+        for seed in [1, 2, 3] {
+            let got = offsets(ramp(Distribution::Poisson { seed }), 4000);
+            assert_eq!(got, offsets(ramp(Distribution::Poisson { seed }), 4000), "it repeats with its seed");
+            for t in [1.0, 2.5, 5.0, 7.5, 10.0, 15.0] {
+                // A Poisson count of mean m has standard deviation √m: 5 of them bound it.
+                let (sent, mean) = (due_by(&got, t), curve.due_by(t));
+                assert!((sent - mean).abs() <= 5.0 * mean.sqrt() + 1.0, "seed {seed}, by {t} s: {sent} vs {mean}");
+            }
+            let gaps: Vec<f64> = got.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
+            assert!(gaps.iter().any(|g| *g > 2.0 / 200.0), "gaps vary, unlike a constant ramp's");
+        }
+    }
+
+    #[test]
+    fn shard_parts_of_a_curve_make_up_the_whole() {
+        let whole = offsets(ramp(Distribution::Constant), 300);
+        let union = union_of_parts(&ramp(Distribution::Constant), 3, 100);
+        for (a, b) in union.iter().zip(&whole) {
+            assert!(a.abs_diff(*b) < Duration::from_nanos(10), "{a:?} vs {b:?}");
+        }
+        let poisson = ramp(Distribution::Poisson { seed: 7 });
+        let (a, b) = (poisson.shard_part(0, 2), poisson.shard_part(1, 2));
+        assert_eq!(a.mean_rate_per_s(), 100.0);
+        assert_ne!(offsets(a, 5), offsets(b, 5));
+    }
+
+    #[test]
+    fn a_series_replaces_the_rate() {
+        let series = Arc::new(RateCurve::new(vec![(0.0, 10.0), (1.0, 10.0), (1.0 + 1e-9, 100.0)]).unwrap());
+        let shape = Shape { rate_series: Some(series), ..Shape::default() };
+        let got = offsets(Schedule::shaped(1.0, Distribution::Constant, &shape).unwrap(), 20);
+        assert_eq!(due_by(&got, 0.95), 10.0, "10/s for the first second");
+        assert_eq!(due_by(&got, 1.095), 20.0, "then 100/s");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod scenario;
 pub mod search;
 pub mod search_resolve;
 pub mod settings;
+pub mod shape;
 pub mod shard;
 pub(crate) mod validate;
 
@@ -178,6 +179,9 @@ pub struct Sweep {
     /// KServe streaming endpoint ([`crate::genai`]) instead of sending tensors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generative: Option<generative::Generative>,
+    /// How each load level changes over time (a ramp, a rate series); empty: steady.
+    #[serde(default, skip_serializing_if = "shape::Shape::is_empty")]
+    pub shape: shape::Shape,
 }
 
 /// A model by name and version ("" = the latest), as `--bls-composing-models` lists them.
@@ -759,6 +763,7 @@ mod tests {
                 bls_composing_models: Vec::new(),
                 plain: Default::default(),
                 generative: None,
+                shape: shape::Shape { concurrency_ramp_duration: Some(4.0), ..Default::default() },
             }],
             gate: Some(Gate { baseline: "base".into(), thresholds: GateThresholds::default() }),
         }

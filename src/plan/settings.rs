@@ -137,6 +137,10 @@ pub struct LoadSettings {
     /// `--request-period`, mapped and checked in `cli::pa_compat`).
     #[arg(skip)]
     pub periodic_concurrency: Option<Periodic>,
+    /// Ramps and rate series: how each level changes over time.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub shape: super::shape::Shape,
     /// This section's settings used as given ([`Plain`]).
     #[command(flatten)]
     #[serde(flatten)]
@@ -607,6 +611,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         },
     };
     validate::check_offline_load(kind, &load)?;
+    validate::check_shape(&s.load.shape, &load)?;
     validate::check_latency_threshold(s.load.latency_threshold_ms)?;
     let latency_limit_ms = s.load.latency_threshold_ms.filter(|l| *l > 0.0);
     let shared_memory: SharedMemoryKind = match s.input.shared_memory {
@@ -710,6 +715,7 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
         bls_composing_models: Vec::new(),
         plain: Plain::of(s),
         generative,
+        shape: s.load.shape.clone(),
     };
     sweep.validate(target)?;
     Ok(sweep)

@@ -303,6 +303,44 @@ pub(crate) fn check_one_load_mode(given: &[bool]) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// A sweep's shape: [`check_shape_of`] its load; a rate series is `perfbench llm`'s alone so far.
+pub(crate) fn check_shape(shape: &super::shape::Shape, load: &Load) -> Result<(), PlanError> {
+    check_shape_of(shape, matches!(load, Load::RequestRate { .. }), matches!(load, Load::Concurrency { .. }))?;
+    if shape.request_rate_series.is_some() {
+        return Err(invalid("--request-rate-series: only perfbench llm follows a rate series so far"));
+    }
+    Ok(())
+}
+
+/// Ramp durations are seconds > 0; a rate ramp shapes an open loop (`open`), a concurrency ramp
+/// a closed one (`closed`); a series replaces the rate, so it is not ramped as well.
+pub(crate) fn check_shape_of(shape: &super::shape::Shape, open: bool, closed: bool) -> Result<(), PlanError> {
+    check_ramp_durations(shape)?;
+    if shape.request_rate_ramp_duration.is_some() && !open {
+        return Err(invalid("--request-rate-ramp-duration ramps an open loop: give a request rate too"));
+    }
+    if shape.concurrency_ramp_duration.is_some() && !closed {
+        return Err(invalid("--concurrency-ramp-duration ramps a closed loop: give --concurrency, not a rate"));
+    }
+    if shape.request_rate_series.is_some() && shape.request_rate_ramp_duration.is_some() {
+        return Err(invalid("--request-rate-series and --request-rate-ramp-duration: give one or the other"));
+    }
+    Ok(())
+}
+
+/// Ramp durations are seconds > 0.
+fn check_ramp_durations(shape: &super::shape::Shape) -> Result<(), PlanError> {
+    for (seconds, flag) in [
+        (shape.request_rate_ramp_duration, "--request-rate-ramp-duration"),
+        (shape.concurrency_ramp_duration, "--concurrency-ramp-duration"),
+    ] {
+        if let Some(s) = seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(invalid(format!("{flag} must be a number of seconds > 0, got {s}")));
+        }
+    }
+    Ok(())
+}
+
 /// An offline sweep runs at concurrency 1 only.
 pub(crate) fn check_offline_load(kind: SweepKind, load: &Load) -> Result<(), PlanError> {
     if kind == SweepKind::Offline && !matches!(load, Load::Concurrency { levels } if *levels == Levels::one(1)) {

@@ -129,6 +129,7 @@ async fn levels(
         dir.to_path_buf(),
     )
     .map_err(|e| RunError::bad_input(anyhow!(e)))?;
+    config.shape = super::prepare::load_shape(&sweep.shape)?;
     config.server_metrics =
         address.metrics.map(|m| if m.contains("://") { m.to_string() } else { format!("http://{m}") });
     let title = title(model, sweep, g);

@@ -119,6 +119,19 @@ pub fn load_plan(sweep: &Sweep) -> Result<LoadPlan, RunError> {
         shard: None,
         slots: None,
         stall_limit: sweep.call.stall_timeout(),
+        shape: load_shape(&sweep.shape)?,
+    })
+}
+
+/// A sweep's shape as the load takes it, its rate series read (checked durations: see
+/// `plan::validate::check_ramp_durations`).
+pub fn load_shape(shape: &crate::plan::shape::Shape) -> Result<crate::load::Shape, RunError> {
+    let seconds = |s: Option<f64>| s.map(Duration::from_secs_f64);
+    let series = shape.request_rate_series.as_deref().map(crate::load::read_rate_series);
+    Ok(crate::load::Shape {
+        rate_ramp: seconds(shape.request_rate_ramp_duration),
+        rate_series: series.transpose().map_err(RunError::bad_input)?.map(Arc::new),
+        concurrency_ramp: seconds(shape.concurrency_ramp_duration),
     })
 }
 

@@ -15,7 +15,7 @@ use super::grid::{SweepSlots, START_TOLERANCE};
 use super::point::{epoch_ns, measure_point, settle, PointOutcome, StatsSource, WindowProgress};
 use crate::client::shm::ShmRegistration;
 use crate::client::{ClientError, InferClient};
-use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, ResponseCheck, RunningLoad, Schedule};
+use crate::load::{Distribution, LoadError, LoadMode, LoadSpec, ResponseCheck, RunningLoad, Schedule, Shape};
 use crate::measure::{MeasureSettings, Stop};
 use crate::plan::MAX_OPEN_CONCURRENCY;
 use crate::results::{ComposingModel, LoadPoint, PointResult, PointSlot};
@@ -116,6 +116,8 @@ pub struct LoadPlan {
     pub slots: Option<SweepSlots>,
     /// `--stall-timeout`: a load whose requests in flight have none answered this long ends.
     pub stall_limit: Duration,
+    /// How each point's load changes over time (ramps), as `load` shapes it.
+    pub shape: Shape,
 }
 
 /// What a sweep talks to.
@@ -192,6 +194,7 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
             sequences: self.target.sequences.clone(),
             check_fatal: self.target.check_fatal,
             stall_limit: self.plan.stall_limit,
+            concurrency_ramp: self.plan.shape.concurrency_ramp,
         }
     }
 
@@ -370,7 +373,12 @@ impl<C: InferClient, O: SweepObserver> Sweeper<'_, C, O> {
                 }
             }
             SweepPoints::RequestRate { start, end, step, distribution } => {
-                let mut probe = |r: f64| LoadMode::request_rate(r, distribution);
+                // A bad rate or ramp is the pacer's to report, when the point starts.
+                let shape = self.plan.shape.clone();
+                let mut probe = |r: f64| {
+                    let steady = Schedule::Rate { per_second: r, distribution };
+                    LoadMode::Schedule(Schedule::shaped(r, distribution, &shape).unwrap_or(steady))
+                };
                 if self.plan.binary_search {
                     self.bisect(start, end, step, &mut probe).await?;
                 } else {

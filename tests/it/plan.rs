@@ -52,6 +52,42 @@ fn a_printed_plan_runs_back_as_written() {
 }
 
 #[test]
+fn a_ramp_is_a_field_of_the_plan_and_checked_against_its_loop() {
+    let printed = perfbench(&[
+        "online",
+        "-m",
+        "identity",
+        "--request-rate-range",
+        "50",
+        "--request-rate-ramp-duration",
+        "2",
+        "--print-plan",
+    ]);
+    assert_eq!(printed.status.code(), Some(0), "{}", stderr(&printed));
+    let plan = perfbench::plan::Plan::from_toml(&String::from_utf8(printed.stdout).unwrap()).unwrap();
+    assert_eq!(plan.sweeps[0].shape.request_rate_ramp_duration, Some(2.0));
+    // A scenario key, the same field.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("ramp.toml");
+    let text = "name = \"ramp\"\n[model]\nname = \"identity\"\n[online]\nconcurrency = \"1,4\"\nconcurrency_ramp_duration = 1.5\n";
+    std::fs::write(&scenario, text).unwrap();
+    let printed = perfbench(&["run", scenario.to_str().unwrap(), "--print-plan"]);
+    assert_eq!(printed.status.code(), Some(0), "{}", stderr(&printed));
+    let plan = perfbench::plan::Plan::from_toml(&String::from_utf8(printed.stdout).unwrap()).unwrap();
+    assert_eq!(plan.sweeps[0].shape.concurrency_ramp_duration, Some(1.5));
+    for (args, why) in [
+        (["--concurrency", "4", "--request-rate-ramp-duration", "2"], "open loop"),
+        (["--request-rate-range", "50", "--concurrency-ramp-duration", "2"], "closed loop"),
+        (["--concurrency", "4", "--concurrency-ramp-duration", "0"], "seconds > 0"),
+    ] {
+        let out = perfbench(&[&["online", "-m", "identity"][..], &args[..], &["--print-plan"]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(why) && err.lines().count() == 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn a_descending_range_is_refused_before_anything_starts() {
     let out = perfbench(&["online", "--concurrency", "8..2", "--print-plan"]);
     let err = stderr(&out);

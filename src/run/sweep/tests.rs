@@ -133,6 +133,7 @@ fn target(fake: FakeClient) -> Target<FakeClient> {
 fn plan(points: SweepPoints) -> LoadPlan {
     LoadPlan {
         stall_limit: crate::client::STALL_TIMEOUT,
+        shape: crate::load::Shape::default(),
         points,
         latency_threshold_us: None,
         binary_search: false,
