@@ -335,7 +335,17 @@ mod tests {
         for (argv, needle) in [
             (&["--conversation-num", "0"][..], "at least 1"),
             (&["--prompt-prefix-pool-size", "4"], "go together"),
-            (&["--prompt-prefix-pool-size", "2", "--prompt-prefix-length", "8", "--shared-system-prompt-length", "9"], "mutually exclusive"),
+            (
+                &[
+                    "--prompt-prefix-pool-size",
+                    "2",
+                    "--prompt-prefix-length",
+                    "8",
+                    "--shared-system-prompt-length",
+                    "9",
+                ],
+                "mutually exclusive",
+            ),
             (&["--endpoint-type", "completions", "--conversation-turn-mean", "2"], "no history"),
             (&["--endpoint-type", "embeddings", "--conversation-num", "2"], "no sessions"),
             (&["--conversation-turn-delay-ratio=-1"], "0 or more"),

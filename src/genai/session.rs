@@ -254,8 +254,7 @@ mod tests {
             r
         };
         // Two sessions of two turns: turn 0 TTFT 40 and 60 ms, turn 1 TTFT 10 and 20 ms.
-        let records =
-            vec![turn(0, 0, 0, 40), turn(0, 1, 100, 10), turn(1, 0, 0, 60), turn(1, 1, 200, 20)];
+        let records = vec![turn(0, 0, 0, 40), turn(0, 1, 100, 10), turn(1, 0, 0, 60), turn(1, 1, 200, 20)];
         let s = summarize(&records, true, 2.0).expect("later turns");
         assert_eq!(s.by_turn.iter().map(|r| r.label.as_str()).collect::<Vec<_>>(), ["turn 0", "turn 1"]);
         assert_eq!((s.first_turn.unwrap().p50, s.later_turns.unwrap().p50), (50.0, 15.0));

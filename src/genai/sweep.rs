@@ -266,9 +266,8 @@ fn csv(levels: &[Level]) -> String {
     let reasoning: &[&str] = if reasoned(levels) { &REASONING_COLUMNS } else { &[] };
     let sessions: &[&str] = if multi_turn(levels) { &SESSION_COLUMNS } else { &[] };
     let mut headers = vec![load_column(levels)];
-    headers.extend(
-        REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(reasoning).chain(sessions).chain(&CLIENT_COLUMNS),
-    );
+    headers
+        .extend(REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(reasoning).chain(sessions).chain(&CLIENT_COLUMNS));
     let mut out = headers.join(",");
     out.push('\n');
     for level in levels {

@@ -442,7 +442,8 @@ fn resolve_sessions(s: &GenerativeSettings, endpoint_type: EndpointType) -> Resu
         prefix_pool_size,
         prefix_tokens,
     };
-    let carries_messages = matches!(endpoint_type, EndpointType::Chat | EndpointType::Messages | EndpointType::Responses);
+    let carries_messages =
+        matches!(endpoint_type, EndpointType::Chat | EndpointType::Messages | EndpointType::Responses);
     if sessions.sends_history() && !carries_messages {
         return Err(invalid(format!(
             "--endpoint-type {endpoint_type} sends one prompt, no history: multi-turn sessions and context \

@@ -78,9 +78,7 @@ async fn stub() -> (String, Arc<Mutex<Seen>>) {
 }
 
 async fn llm(args: Vec<String>) -> std::process::Output {
-    tokio::task::spawn_blocking(move || perfbench(&args.iter().map(String::as_str).collect::<Vec<_>>()))
-        .await
-        .unwrap()
+    tokio::task::spawn_blocking(move || perfbench(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
 }
 
 fn jsonl(dir: &std::path::Path) -> Vec<Value> {
@@ -96,10 +94,27 @@ async fn each_later_turn_carries_the_real_answers_after_its_think_time_and_is_re
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("a");
     let args = [
-        "llm", "-m", "m", "-u", &url, "--concurrency", "2", "--conversation-num", "4",
-        "--conversation-turn-mean", "3", "--conversation-turn-delay-mean", &THINK_MS.to_string(),
-        "--shared-system-prompt-length", "16", "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", "3",
-        "--artifact-dir", artifacts.to_str().unwrap(),
+        "llm",
+        "-m",
+        "m",
+        "-u",
+        &url,
+        "--concurrency",
+        "2",
+        "--conversation-num",
+        "4",
+        "--conversation-turn-mean",
+        "3",
+        "--conversation-turn-delay-mean",
+        &THINK_MS.to_string(),
+        "--shared-system-prompt-length",
+        "16",
+        "--synthetic-input-tokens-mean",
+        "8",
+        "--output-tokens-mean",
+        "3",
+        "--artifact-dir",
+        artifacts.to_str().unwrap(),
     ];
     let out = llm(args.iter().map(|s| s.to_string()).collect()).await;
     assert!(out.status.success(), "{}", stderr(&out));
@@ -136,7 +151,9 @@ async fn each_later_turn_carries_the_real_answers_after_its_think_time_and_is_re
         list.sort();
         assert_eq!(*list, vec![0, 1, 2]);
     }
-    for row in ["Request Latency, turn 0 (ms)", "Request Latency, turn 2 (ms)", "Session Duration (ms)", "Session Count"] {
+    for row in
+        ["Request Latency, turn 0 (ms)", "Request Latency, turn 2 (ms)", "Session Duration (ms)", "Session Count"]
+    {
         assert!(stdout.contains(row), "{row}:\n{stdout}");
     }
 }
@@ -146,9 +163,24 @@ async fn later_turns_hit_the_twins_prefix_cache() {
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("a");
     let args = [
-        "llm", "-m", "llm", "--streaming", "--concurrency", "2", "--conversation-num", "3",
-        "--conversation-turn-mean", "2", "--shared-system-prompt-length", "64", "--synthetic-input-tokens-mean", "16",
-        "--output-tokens-mean", "4", "--artifact-dir", artifacts.to_str().unwrap(),
+        "llm",
+        "-m",
+        "llm",
+        "--streaming",
+        "--concurrency",
+        "2",
+        "--conversation-num",
+        "3",
+        "--conversation-turn-mean",
+        "2",
+        "--shared-system-prompt-length",
+        "64",
+        "--synthetic-input-tokens-mean",
+        "16",
+        "--output-tokens-mean",
+        "4",
+        "--artifact-dir",
+        artifacts.to_str().unwrap(),
     ];
     let out = llm(args.iter().map(|s| s.to_string()).collect()).await;
     assert!(out.status.success(), "{}", stderr(&out));

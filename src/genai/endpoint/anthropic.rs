@@ -164,7 +164,12 @@ data: {\"type\":\"message_stop\"}\n\n";
         assert_eq!((piece.text.as_deref(), piece.reasoning.as_deref()), (Some("Hi"), Some("hmm")));
         assert_eq!(
             piece.usage,
-            Some(Usage { prompt_tokens: Some(3), completion_tokens: Some(4), reasoning_tokens: Some(2), ..Usage::default() })
+            Some(Usage {
+                prompt_tokens: Some(3),
+                completion_tokens: Some(4),
+                reasoning_tokens: Some(2),
+                ..Usage::default()
+            })
         );
         let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert_eq!(any_parse(EndpointType::Messages, Some("error"), error).error.as_deref(), Some("Overloaded"));

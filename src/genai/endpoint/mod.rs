@@ -306,10 +306,7 @@ mod tests {
             None,
             r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#,
         );
-        assert_eq!(
-            usage.usage,
-            Some(Usage { prompt_tokens: Some(7), completion_tokens: Some(3), ..Usage::default() })
-        );
+        assert_eq!(usage.usage, Some(Usage { prompt_tokens: Some(7), completion_tokens: Some(3), ..Usage::default() }));
         assert_eq!(usage.text, None);
         assert!(parse(EndpointType::Chat, None, "[DONE]").done);
         let whole = parse(EndpointType::Chat, None, r#"{"choices":[{"message":{"content":"ok"}}],"usage":null}"#);
