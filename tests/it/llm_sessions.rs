@@ -132,7 +132,13 @@ async fn each_later_turn_carries_the_real_answers_after_its_think_time_and_is_re
     let canned = json!({"model": "m", "messages": [
         {"role": "user", "content": "q1"}, {"role": "assistant", "content": " a canned answer"},
         {"role": "user", "content": "q2"}]});
-    let status = reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&canned).send().await;
+    perfbench::proto::install_crypto_provider();
+    let status = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(canned.to_string())
+        .send()
+        .await;
     assert_eq!(status.unwrap().status(), 409);
 
     let lines = jsonl(&artifacts);
