@@ -338,6 +338,67 @@ mod tests {
     }
 
     #[test]
+    fn aiperfs_session_flags_reach_the_plan() {
+        let c = config(&[
+            "-m",
+            "llm",
+            "--conversation-num",
+            "6",
+            "--conversation-turn-mean",
+            "3",
+            "--conversation-turn-stddev",
+            "1",
+            "--conversation-turn-delay-mean",
+            "500",
+            "--conversation-turn-delay-stddev",
+            "50",
+            "--conversation-turn-delay-ratio",
+            "0.5",
+            "--shared-system-prompt-length",
+            "256",
+            "--user-context-prompt-length",
+            "32",
+        ])
+        .unwrap();
+        let s = c.sessions.clone().expect("sessions");
+        assert_eq!(s.count, Some(6));
+        assert_eq!((s.turns.mean, s.turns.stddev), (3.0, 1.0));
+        assert_eq!((s.delay_ms.mean, s.delay_ms.stddev, s.delay_ratio), (500.0, 50.0, 0.5));
+        assert_eq!((s.shared_system_prompt_tokens, s.user_context_prompt_tokens), (Some(256), Some(32)));
+        assert_eq!(c.amount.sessions, Some(6));
+        assert_eq!(c.amount.requests, None, "the sessions end the run, not AIPerf's 10 requests");
+        assert!(matches!(c.prompts, crate::genai::Prompts::Synthetic { count: 6, .. }), "one prompt set per session");
+        let pool = config(&["-m", "x", "--prompt-prefix-pool-size", "4", "--prompt-prefix-length", "100"]).unwrap();
+        let s = pool.sessions.expect("sessions");
+        assert_eq!((s.prefix_pool_size, s.prefix_tokens, s.count), (4, 100, None));
+        assert_eq!(pool.amount.requests, Some(10));
+        assert!(config(&["-m", "x"]).unwrap().sessions.is_none());
+        for (argv, needle) in [
+            (&["--conversation-num", "0"][..], "at least 1"),
+            (&["--prompt-prefix-pool-size", "4"], "go together"),
+            (
+                &[
+                    "--prompt-prefix-pool-size",
+                    "2",
+                    "--prompt-prefix-length",
+                    "8",
+                    "--shared-system-prompt-length",
+                    "9",
+                ],
+                "mutually exclusive",
+            ),
+            (&["--endpoint-type", "completions", "--conversation-turn-mean", "2"], "no history"),
+            (&["--endpoint-type", "embeddings", "--conversation-num", "2"], "no sessions"),
+            (&["--conversation-turn-delay-ratio=-1"], "0 or more"),
+        ] {
+            let mut full = vec!["-m", "x"];
+            full.extend_from_slice(argv);
+            let err = config(&full).unwrap_err();
+            assert!(err.contains(needle), "{argv:?}: {err}");
+        }
+    }
+
+    #[test]
     fn bad_flags_get_one_line_reasons() {
         assert!(config(&["-m", "x", "--concurrency", "0"]).unwrap_err().contains("--concurrency"));
         assert!(config(&["-m", "x", "--request-rate", "0"]).unwrap_err().contains("--request-rate"));

@@ -4,14 +4,15 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::metrics::{MetricValue, Summary};
+use super::metrics::{MetricValue, Stats, Summary};
+use super::session::{self, SessionSummary};
 use super::Outcome;
 use crate::report::html::{render_page, HtmlTable, InlinePlot, Page, REPORT_HTML};
 use crate::report::plot::tokens::{render_token_plots, token_svgs, TokenPoint};
 
 /// Rows of the table, in AIPerf's console order (a reasoning run's rows beside their kin; a
 /// row the run lacks is left out).
-const ORDER: [&str; 11] = [
+const ORDER: [&str; 12] = [
     "time_to_first_token",
     "time_to_first_output_token",
     "request_latency",
@@ -23,6 +24,7 @@ const ORDER: [&str; 11] = [
     "reasoning_token_count",
     "output_token_count",
     "input_sequence_length",
+    "usage_prompt_cache_read_tokens",
 ];
 
 /// A run's point on the token plots; `None` when no request produced tokens.
@@ -58,16 +60,55 @@ pub fn token_plots(dir: &Path, points: &[TokenPoint], title: &str) -> anyhow::Re
 
 const COLUMNS: [&str; 7] = ["avg", "min", "max", "p99", "p90", "p50", "std"];
 
-fn table(summary: &Summary) -> (Vec<String>, Vec<Vec<String>>) {
+/// A distribution's row: its name, then [`COLUMNS`].
+fn stats_row(name: String, s: &Stats) -> Vec<String> {
+    let mut row = vec![name];
+    row.extend([s.avg, s.min, s.max, s.p99, s.p90, s.p50, s.std].iter().map(|v| format!("{v:.2}")));
+    row
+}
+
+/// A single figure's row: its name, the value, then N/A.
+fn single_row(name: String, value: f64) -> Vec<String> {
+    let mut row = vec![name, format!("{value:.2}")];
+    row.extend(std::iter::repeat_n("N/A".to_string(), COLUMNS.len() - 1));
+    row
+}
+
+/// A multi-turn run's rows: the latency of each turn index, then the sessions'.
+fn session_rows(sessions: &SessionSummary) -> Vec<Vec<String>> {
+    let header = match sessions.latency_tag {
+        "time_to_first_token" => "Time to First Token",
+        _ => "Request Latency",
+    };
+    let mut rows: Vec<Vec<String>> =
+        sessions.by_turn.iter().map(|t| stats_row(format!("{header}, {} (ms)", t.label), &t.stats)).collect();
+    rows.push(stats_row("Session Duration (ms)".into(), &sessions.duration_ms));
+    rows.push(stats_row("Turns Per Session (turns)".into(), &sessions.turns));
+    rows.push(stats_row("Input Tokens Per Session (tokens)".into(), &sessions.input_tokens));
+    rows.push(stats_row("Output Tokens Per Session (tokens)".into(), &sessions.output_tokens));
+    rows.push(single_row("Session Throughput (sessions/sec)".into(), sessions.sessions_per_s));
+    rows.push(single_row("Session Count (sessions)".into(), sessions.sessions as f64));
+    rows
+}
+
+/// The run's sessions, when some had later turns.
+pub fn sessions(outcome: &Outcome, streaming: bool) -> Option<SessionSummary> {
+    session::summarize(&outcome.records, streaming, outcome.summary.duration.as_secs_f64())
+}
+
+fn table(outcome: &Outcome) -> (Vec<String>, Vec<Vec<String>>) {
+    let summary = &outcome.summary;
     let mut headers = vec!["Metric".to_string()];
     headers.extend(COLUMNS.iter().map(|c| c.to_string()));
     let mut rows = Vec::new();
     for tag in ORDER {
         let Some(metric) = summary.metrics.iter().find(|m| m.tag == tag) else { continue };
         let MetricValue::Distribution(s) = &metric.value else { continue };
-        let mut row = vec![format!("{} ({})", metric.header, metric.unit)];
-        row.extend([s.avg, s.min, s.max, s.p99, s.p90, s.p50, s.std].iter().map(|v| format!("{v:.2}")));
-        rows.push(row);
+        rows.push(stats_row(format!("{} ({})", metric.header, metric.unit), s));
+    }
+    let streaming = summary.get("time_to_first_token").is_some();
+    if let Some(sessions) = sessions(outcome, streaming) {
+        rows.extend(session_rows(&sessions));
     }
     for tag in [
         "output_token_throughput",
@@ -76,12 +117,11 @@ fn table(summary: &Summary) -> (Vec<String>, Vec<Vec<String>>) {
         "error_request_count",
         "goodput",
         "good_request_fraction",
+        "total_usage_prompt_cache_read_tokens",
     ] {
         let Some(metric) = summary.metrics.iter().find(|m| m.tag == tag) else { continue };
         let MetricValue::Single(v) = metric.value else { continue };
-        let mut row = vec![format!("{} ({})", metric.header, metric.unit), format!("{v:.2}")];
-        row.extend(std::iter::repeat_n("N/A".to_string(), COLUMNS.len() - 1));
-        rows.push(row);
+        rows.push(single_row(format!("{} ({})", metric.header, metric.unit), v));
     }
     (headers, rows)
 }
@@ -102,6 +142,9 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
         if let Some((kind, message)) = outcome.records.iter().find_map(|r| r.error.as_ref()) {
             notes.push(format!("First error: {kind}: {message}"));
         }
+    }
+    if let Some(cache) = cache_note(&outcome.records) {
+        notes.push(cache);
     }
     let gaps = &summary.gaps;
     if !gaps.per_chunk.is_empty() {
@@ -137,8 +180,24 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
     notes
 }
 
+/// The share of prompt tokens, and of requests, the server's prefix cache served, when it said.
+fn cache_note(records: &[super::metrics::Record]) -> Option<String> {
+    let told: Vec<_> = records.iter().filter(|r| !r.warmup && r.ok() && r.cached_tokens.is_some()).collect();
+    if told.is_empty() {
+        return None;
+    }
+    let cached: u64 = told.iter().filter_map(|r| r.cached_tokens).sum();
+    let prompt: u64 = told.iter().filter_map(|r| r.input_tokens).sum();
+    let hits = told.iter().filter(|r| r.cached_tokens.is_some_and(|n| n > 0)).count();
+    Some(format!(
+        "Prefix cache (server usage): {cached} of {prompt} prompt tokens cached ({:.1}%); {hits} of {} requests hit",
+        100.0 * cached as f64 / prompt.max(1) as f64,
+        told.len()
+    ))
+}
+
 pub fn print(outcome: &Outcome, title: &str, tokenizer: &str) -> String {
-    let (headers, rows) = table(&outcome.summary);
+    let (headers, rows) = table(outcome);
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -175,7 +234,7 @@ pub fn write_html(
     config: &serde_json::Value,
     tokenizer: &str,
 ) -> anyhow::Result<()> {
-    let (headers, rows) = table(&outcome.summary);
+    let (headers, rows) = table(outcome);
     let numeric = headers.iter().enumerate().map(|(i, _)| i > 0).collect();
     let n = rows.len();
     let mut config_rows = Vec::new();

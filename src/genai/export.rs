@@ -25,6 +25,8 @@ pub const RECORDS_FILE: &str = "records.json";
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredRecord {
     index: usize,
+    #[serde(default)]
+    session: usize,
     conversation: usize,
     turn: usize,
     start_ns: u128,
@@ -40,6 +42,8 @@ struct StoredRecord {
     /// Which of `chunks` were reasoning events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     reasoning_chunks: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cached_tokens: Option<u64>,
     token_source: Option<super::metrics::TokenSource>,
     error: Option<(super::metrics::ErrorKind, String)>,
     request_id: String,
@@ -68,6 +72,7 @@ pub fn write_records(
             .iter()
             .map(|r| StoredRecord {
                 index: r.index,
+                session: r.session,
                 conversation: r.conversation,
                 turn: r.turn,
                 start_ns: ns(r.start),
@@ -79,6 +84,7 @@ pub fn write_records(
                 output_tokens: r.output_tokens,
                 reasoning_tokens: r.reasoning_tokens,
                 reasoning_chunks: r.chunks.iter().enumerate().filter(|(_, c)| c.reasoning).map(|(i, _)| i).collect(),
+                cached_tokens: r.cached_tokens,
                 token_source: r.token_source,
                 error: r.error.clone(),
                 request_id: r.request_id.clone(),
@@ -113,6 +119,7 @@ pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, s
             }
             Record {
                 index: r.index,
+                session: r.session,
                 conversation: r.conversation,
                 turn: r.turn,
                 start: at(r.start_ns),
@@ -123,6 +130,7 @@ pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, s
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
                 reasoning_tokens: r.reasoning_tokens,
+                cached_tokens: r.cached_tokens,
                 token_source: r.token_source,
                 error: r.error,
                 request_id: r.request_id,
@@ -286,6 +294,7 @@ pub fn record_line(record: &Record, run: &RunInfo) -> Value {
         ("output_token_count", "tokens"),
         ("reasoning_inter_token_latency", "ms"),
         ("output_inter_token_latency", "ms"),
+        ("usage_prompt_cache_read_tokens", "tokens"),
     ] {
         if let Some(value) = display_value(record, tag) {
             metrics.insert(tag.into(), json!({"value": value, "unit": unit}));
@@ -310,7 +319,8 @@ pub fn record_line(record: &Record, run: &RunInfo) -> Value {
     });
     json!({
         "metadata": {
-            "session_num": record.index,
+            // AIPerf's: the session's number in the run; its conversation of the inputs.
+            "session_num": record.session,
             "x_request_id": record.request_id,
             "conversation_id": record.conversation.to_string(),
             "turn_index": record.turn,

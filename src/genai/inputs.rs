@@ -21,28 +21,34 @@ pub trait Tokenizer: Send + Sync {
 }
 
 /// One user turn.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Turn {
     pub text: String,
     /// `max_tokens` to ask for (`None`: the server decides).
     pub max_tokens: Option<u32>,
     /// A rankings request's passages, ranked against `text` (the query); empty otherwise.
     pub passages: Vec<String>,
+    /// Think time before it is sent, from the end of the answer before it.
+    pub delay: Duration,
 }
 
 impl Turn {
     /// A prompt turn (no passages).
     pub fn new(text: impl Into<String>, max_tokens: Option<u32>) -> Turn {
-        Turn { text: text.into(), max_tokens, passages: Vec::new() }
+        Turn { text: text.into(), max_tokens, ..Turn::default() }
     }
 }
 
 /// A session: its turns go one after another, each with the answers before it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Conversation {
     pub turns: Vec<Turn>,
     /// For a trace: when to send the first turn, from the start of the run.
     pub at: Option<Duration>,
+    /// A system message before every turn (`--shared-system-prompt-length`).
+    pub system: Option<String>,
+    /// A user message of this session's own after it (`--user-context-prompt-length`).
+    pub context: Option<String>,
 }
 
 /// A normal distribution of lengths, clamped to at least 1 (AIPerf's mean/stddev pairs).
@@ -119,7 +125,7 @@ impl Synthetic {
             .map(|_| {
                 let text = self.prompt(input.sample(&mut rng), &mut rng);
                 let max_tokens = output.map(|o| o.sample(&mut rng) as u32);
-                Conversation { turns: vec![Turn::new(text, max_tokens)], at: None }
+                Conversation { turns: vec![Turn::new(text, max_tokens)], ..Conversation::default() }
             })
             .collect()
     }
@@ -140,7 +146,7 @@ impl Synthetic {
                 let n = passages.sample(&mut rng);
                 let text = self.prompt(query.sample(&mut rng), &mut rng);
                 let passages = (0..n).map(|_| self.prompt(passage.sample(&mut rng), &mut rng)).collect();
-                Conversation { turns: vec![Turn { text, max_tokens: None, passages }], at: None }
+                Conversation { turns: vec![Turn { text, passages, ..Turn::default() }], ..Conversation::default() }
             })
             .collect()
     }
@@ -192,6 +198,7 @@ pub fn mooncake(text: &str, synthetic: &Synthetic) -> anyhow::Result<Vec<Convers
         out.push(Conversation {
             turns: vec![Turn::new(prompt, line.output_length)],
             at: line.timestamp.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0)),
+            ..Conversation::default()
         });
     }
     if out.is_empty() {
@@ -245,7 +252,7 @@ fn conversation(value: &Value) -> anyhow::Result<Conversation> {
     if turns.is_empty() {
         bail!("no prompt (expected text, prompt, texts, turns or conversations)");
     }
-    Ok(Conversation { turns, at })
+    Ok(Conversation { turns, at, ..Conversation::default() })
 }
 
 /// Reads `--input-file`: a mooncake trace when its first line has `input_length`, else prompts.

@@ -83,8 +83,11 @@ impl std::fmt::Display for ErrorKind {
 /// One request as the client saw it.
 #[derive(Clone, Debug)]
 pub struct Record {
-    /// Its place in the run (AIPerf's `session_num`).
+    /// Its place in the run, by start.
     pub index: usize,
+    /// The session it belongs to, numbered as sessions started (AIPerf's `session_num`).
+    pub session: usize,
+    /// The conversation of the inputs the session sends (AIPerf's `conversation_id`).
     pub conversation: usize,
     pub turn: usize,
     /// When the request was sent (just before its bytes were written): TTFT and latency count
@@ -103,6 +106,8 @@ pub struct Record {
     pub output_tokens: Option<u64>,
     /// The reasoning tokens among them (`None`: the answer had no reasoning to count).
     pub reasoning_tokens: Option<u64>,
+    /// Prompt tokens the server found in its prefix cache (`prompt_tokens_details.cached_tokens`).
+    pub cached_tokens: Option<u64>,
     pub token_source: Option<TokenSource>,
     pub error: Option<(ErrorKind, String)>,
     pub request_id: String,
@@ -117,6 +122,7 @@ impl Record {
     pub fn started(start: Instant, intended: Option<Instant>) -> Record {
         Record {
             index: 0,
+            session: 0,
             conversation: 0,
             turn: 0,
             start,
@@ -127,6 +133,7 @@ impl Record {
             input_tokens: None,
             output_tokens: None,
             reasoning_tokens: None,
+            cached_tokens: None,
             token_source: None,
             error: None,
             request_id: String::new(),
@@ -235,6 +242,7 @@ pub fn display_value(record: &Record, tag: &str) -> Option<f64> {
         "output_token_throughput_per_user" => record.itl().filter(|v| *v > 0.0).map(|ns| 1e9 / ns),
         "output_sequence_length" => record.output_tokens.map(|n| n as f64),
         "input_sequence_length" => record.input_tokens.map(|n| n as f64),
+        "usage_prompt_cache_read_tokens" => record.cached_tokens.map(|n| n as f64),
         "time_to_first_output_token" => record.ttfot().map(ms),
         // The reasoning metrics, for a request that reasoned.
         "reasoning_token_count" if record.reasoned() => record.reasoning_tokens.map(|n| n as f64),
@@ -402,6 +410,11 @@ pub fn summarize(records: &[Record], slos: Option<&Slos>, streaming: bool) -> Su
             distribution(tag, header, "ms", each(tag));
         }
     }
+    // AIPerf's cache-read tokens, when the server said (`prompt_tokens_details.cached_tokens`).
+    let cached = each("usage_prompt_cache_read_tokens");
+    let total_cached: f64 = cached.iter().sum();
+    let cache_reported = !cached.is_empty();
+    distribution("usage_prompt_cache_read_tokens", "Usage Prompt Cache Read Tokens", "tokens", cached);
     if reasoned {
         distribution("reasoning_token_count", "Reasoning Token Count", "tokens", each("reasoning_token_count"));
         distribution("output_token_count", "Output Token Count", "tokens", each("output_token_count"));
@@ -427,6 +440,10 @@ pub fn summarize(records: &[Record], slos: Option<&Slos>, streaming: bool) -> Su
     single("benchmark_duration", "Benchmark Duration", "sec", seconds);
     single("total_osl", "Total Output Sequence Length", "tokens", total_osl as f64);
     single("total_isl", "Total Input Sequence Length", "tokens", total_isl as f64);
+    if cache_reported {
+        let tag = "total_usage_prompt_cache_read_tokens";
+        single(tag, "Total Usage Prompt Cache Read Tokens", "tokens", total_cached);
+    }
     if reasoned {
         let total: u64 = valid.iter().filter_map(|r| r.reasoning_tokens).sum();
         single("total_reasoning_tokens", "Total Reasoning Tokens", "tokens", total as f64);
@@ -479,6 +496,7 @@ pub(crate) mod tests {
         let at = |ms| t0 + Duration::from_millis(ms);
         Record {
             index: 0,
+            session: 0,
             conversation: 0,
             turn: 0,
             start: at(start_ms),
@@ -489,6 +507,7 @@ pub(crate) mod tests {
             input_tokens: Some(100),
             output_tokens: Some(osl),
             reasoning_tokens: None,
+            cached_tokens: None,
             token_source: Some(TokenSource::ServerUsage),
             error: None,
             request_id: String::new(),

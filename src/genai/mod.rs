@@ -17,6 +17,7 @@ pub mod pa_data;
 pub mod pa_openai;
 pub mod pacing;
 pub mod runner;
+pub mod session;
 pub mod sse;
 pub mod sweep;
 pub mod wire;
@@ -31,7 +32,7 @@ use self::endpoint::{BodyOptions, EndpointType};
 use self::inputs::{Conversation, Length, Synthetic, Tokenizer};
 use self::metrics::{Slos, Summary};
 use self::runner::{Amount, Runner, Schedule, Target};
-use crate::plan::generative::{parse_extra_inputs, Generative, TokenLength};
+use crate::plan::generative::{parse_extra_inputs, Generative, Sessions, TokenLength};
 use crate::server::serve::{self, ServeConfig};
 use crate::server::ServerOptions;
 
@@ -72,6 +73,8 @@ pub struct LlmConfig {
     /// A Prometheus endpoint to read the server's counters from after the run (the bundled
     /// server's own without `-u`).
     pub server_metrics: Option<String>,
+    /// Synthetic sessions (`--conversation-*`, shared system prompt, user context, prefix pool).
+    pub sessions: Option<Sessions>,
     /// Test-only: each SSE event's handling blocks its thread this long (a throttled client).
     #[doc(hidden)]
     pub event_delay: std::time::Duration,
@@ -98,6 +101,7 @@ impl LlmConfig {
             "tokenizer": tokenizer,
             "random_seed": self.seed,
             "goodput": self.goodput.as_ref().map(|s| s.0.clone()),
+            "sessions": self.sessions,
         })
     }
 }
@@ -118,7 +122,12 @@ impl LlmConfig {
         let requests = g.request_count.map(|n| n as usize);
         let warmup = g.warmup_request_count as usize;
         let length = |l: TokenLength| Length { mean: l.mean, stddev: l.stddev };
-        let count = g.num_dataset_entries.unwrap_or(requests.map_or(100, |n| n + warmup));
+        let sessions = g.sessions.as_ref().and_then(|s| s.count);
+        // As AIPerf: one distinct session per session run (warm-up included), else per request.
+        let count = g.num_dataset_entries.unwrap_or(match sessions {
+            Some(n) => n + warmup,
+            None => requests.map_or(100, |n| n + warmup),
+        });
         let prompts = match (&g.input_file, &g.rankings) {
             (Some(path), _) => Prompts::File(path.clone()),
             (None, Some(r)) => Prompts::Rankings {
@@ -136,7 +145,12 @@ impl LlmConfig {
             endpoint: g.endpoint.clone(),
             streaming,
             schedule,
-            amount: Amount { requests, duration: g.benchmark_duration_s.map(Duration::from_secs_f64), warmup },
+            amount: Amount {
+                requests,
+                duration: g.benchmark_duration_s.map(Duration::from_secs_f64),
+                warmup,
+                sessions,
+            },
             prompts,
             block_size: g.block_size,
             output_tokens: g.output_tokens.map(length),
@@ -147,6 +161,7 @@ impl LlmConfig {
             seed: g.random_seed,
             shape: crate::load::Shape::default(),
             server_metrics: None,
+            sessions: g.sessions.clone(),
             event_delay: Duration::ZERO,
         })
     }
@@ -168,9 +183,10 @@ pub fn conversations(config: &LlmConfig, tokenizer: &dyn Tokenizer) -> anyhow::R
     let mut synthetic = Synthetic::new(tokenizer, inputs::CORPUS)?;
     synthetic.block_size = config.block_size;
     let mut conversations = match &config.prompts {
-        Prompts::Synthetic { input, count } => {
-            synthetic.conversations(*count, *input, config.output_tokens, config.seed)
-        }
+        Prompts::Synthetic { input, count } => match &config.sessions {
+            Some(shape) => session::synthesize(&synthetic, *count, *input, config.output_tokens, shape, config.seed),
+            None => synthetic.conversations(*count, *input, config.output_tokens, config.seed),
+        },
         Prompts::File(path) => inputs::read_file(path, &synthetic)?,
         Prompts::Rankings { count, query, passages, passage } => {
             synthetic.rankings(*count, *query, *passages, *passage, config.seed)

@@ -19,6 +19,7 @@ use super::inputs::{Conversation, Tokenizer};
 use super::kserve;
 use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
 use super::pacing::{self, Pacing};
+use super::session;
 use super::sse::{SseEvent, SseReader};
 use super::wire::Http;
 use crate::client::grpc::GrpcClient;
@@ -42,6 +43,8 @@ pub struct Amount {
     pub requests: Option<usize>,
     pub duration: Option<Duration>,
     pub warmup: usize,
+    /// Sessions to start (`--conversation-num`).
+    pub sessions: Option<usize>,
 }
 
 /// Everything a request needs besides its messages.
@@ -195,7 +198,7 @@ impl Runner {
         let client_reasoning =
             texts.iter().any(|t| !t.reasoning.is_empty()).then(|| counts.iter().map(|c| c.1).sum::<u64>());
         match usage {
-            Some(endpoint::Usage { prompt_tokens: p, completion_tokens: Some(c), reasoning_tokens }) => {
+            Some(endpoint::Usage { prompt_tokens: p, completion_tokens: Some(c), reasoning_tokens, .. }) => {
                 record.output_tokens = Some(c);
                 record.reasoning_tokens = reasoning_tokens.or(client_reasoning);
                 record.input_tokens = Some(p.unwrap_or_else(prompt_tokens));
@@ -216,6 +219,7 @@ impl Runner {
                 record.token_source = Some(TokenSource::ClientTokenizer);
             }
         }
+        record.cached_tokens = usage.and_then(|u| u.cached_tokens);
         (record, texts.into_iter().map(|t| t.answer).collect())
     }
 
@@ -332,18 +336,27 @@ impl Runner {
         Ok(())
     }
 
-    /// One conversation, turn after turn (each turn sees the answers before it).
+    /// Session `index` (conversation `index` of `conversations`, wrapped), turn after turn:
+    /// each later turn waits its think time, holding the session's slot, then carries the
+    /// opening messages, every earlier user turn and the answers the server returned.
     async fn converse(
         &self,
         index: usize,
-        conversation: &Conversation,
+        conversations: &[Conversation],
         first_intended: Option<Instant>,
         count: &RequestBudget,
         warmup: bool,
         out: &Mutex<Vec<Record>>,
     ) {
-        let mut messages: Vec<Message> = Vec::new();
+        let conversation = &conversations[index % conversations.len()];
+        if !count.start_session() {
+            return;
+        }
+        let mut messages: Vec<Message> = session::opening(conversation);
         for (turn, step) in conversation.turns.iter().enumerate() {
+            if turn > 0 && !step.delay.is_zero() {
+                tokio::time::sleep(step.delay).await;
+            }
             if !count.take() {
                 return;
             }
@@ -352,7 +365,8 @@ impl Runner {
             messages.extend(step.passages.iter().map(|p| Message { role: DOCUMENT_ROLE, content: p.clone() }));
             let intended = if turn == 0 { first_intended } else { None };
             let (mut record, reply) = self.send(&messages, step.max_tokens, intended).await;
-            record.conversation = index;
+            record.session = index;
+            record.conversation = index % conversations.len();
             record.turn = turn;
             record.warmup = warmup;
             let failed = !record.ok();
@@ -378,15 +392,25 @@ fn new_request_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// How many requests may still start (and until when).
+/// How many requests (and sessions) may still start, and until when.
 struct RequestBudget {
     left: AtomicUsize,
     until: Option<Instant>,
+    /// Sessions that may still start (`--conversation-num`); a started one sends all its turns
+    /// within the request budget.
+    sessions_left: AtomicUsize,
 }
 
 impl RequestBudget {
     fn new(requests: Option<usize>, until: Option<Instant>) -> RequestBudget {
-        RequestBudget { left: AtomicUsize::new(requests.unwrap_or(usize::MAX)), until }
+        let left = AtomicUsize::new(requests.unwrap_or(usize::MAX));
+        RequestBudget { left, until, sessions_left: AtomicUsize::new(usize::MAX) }
+    }
+    fn with_sessions(self, sessions: Option<usize>) -> RequestBudget {
+        RequestBudget { sessions_left: AtomicUsize::new(sessions.unwrap_or(usize::MAX)), ..self }
+    }
+    fn start_session(&self) -> bool {
+        self.sessions_left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
     }
     fn take(&self) -> bool {
         if self.until.is_some_and(|u| Instant::now() >= u) {
@@ -395,7 +419,9 @@ impl RequestBudget {
         self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
     }
     fn exhausted(&self) -> bool {
-        self.left.load(Ordering::Acquire) == 0 || self.until.is_some_and(|u| Instant::now() >= u)
+        self.left.load(Ordering::Acquire) == 0
+            || self.sessions_left.load(Ordering::Acquire) == 0
+            || self.until.is_some_and(|u| Instant::now() >= u)
     }
 }
 
@@ -420,7 +446,7 @@ pub async fn run(
         closed_loop(&runner, &conversations, workers.max(1), &budget, &next, true, &Shape::default(), &out).await;
     }
     let until = amount.duration.map(|d| Instant::now() + d);
-    let budget = Arc::new(RequestBudget::new(amount.requests, until));
+    let budget = Arc::new(RequestBudget::new(amount.requests, until).with_sessions(amount.sessions));
     match schedule {
         Schedule::Concurrency(n) => closed_loop(&runner, &conversations, n, &budget, &next, false, shape, &out).await,
         Schedule::Rate { per_second, poisson } => {
@@ -489,8 +515,7 @@ async fn closed_loop(
             }
             while !budget.exhausted() {
                 let k = next.fetch_add(1, Ordering::Relaxed);
-                let conversation = &conversations[k % conversations.len()];
-                runner.converse(k, conversation, None, &budget, warmup, &out).await;
+                runner.converse(k, &conversations, None, &budget, warmup, &out).await;
             }
         }));
     }
@@ -522,8 +547,7 @@ async fn open_loop(
                 (runner.clone(), conversations.clone(), budget.clone(), out.clone());
             let k = next.fetch_add(1, Ordering::Relaxed);
             tasks.lock().push(handle.spawn(async move {
-                let conversation = &conversations[k % conversations.len()];
-                runner.converse(k, conversation, Some(intended), &budget, false, &out).await;
+                runner.converse(k, &conversations, Some(intended), &budget, false, &out).await;
             }));
             true
         })
@@ -657,8 +681,8 @@ mod tests {
     async fn closed_loop_sends_the_count_and_multi_turn_sessions_carry_history() {
         let runner = Arc::new(runner(sse_server(true).await));
         let turns = vec![Turn::new("q1", Some(4)), Turn::new("q2", None)];
-        let conversations = Arc::new(vec![Conversation { turns, at: None }]);
-        let amount = Amount { requests: Some(5), duration: None, warmup: 2 };
+        let conversations = Arc::new(vec![Conversation { turns, ..Conversation::default() }]);
+        let amount = Amount { requests: Some(5), duration: None, warmup: 2, sessions: None };
         let records = run(runner, conversations, Schedule::Concurrency(2), amount, 1, &Shape::default()).await;
         assert_eq!(records.iter().filter(|r| r.warmup).count(), 2);
         assert_eq!(records.iter().filter(|r| !r.warmup).count(), 5);
@@ -670,8 +694,8 @@ mod tests {
     async fn open_loop_keeps_its_schedule_and_each_request_its_intended_instant() {
         let runner = Arc::new(runner(sse_server(true).await));
         let turns = vec![Turn::new("q", None)];
-        let conversations = Arc::new(vec![Conversation { turns, at: None }]);
-        let amount = Amount { requests: Some(6), duration: None, warmup: 0 };
+        let conversations = Arc::new(vec![Conversation { turns, ..Conversation::default() }]);
+        let amount = Amount { requests: Some(6), duration: None, warmup: 0, sessions: None };
         let schedule = Schedule::Rate { per_second: 100.0, poisson: false };
         let records = run(runner, conversations, schedule, amount, 1, &Shape::default()).await;
         assert_eq!(records.len(), 6);
@@ -687,8 +711,8 @@ mod tests {
     #[tokio::test]
     async fn the_open_loop_leaves_at_the_shared_schedules_instants() {
         let runner = Arc::new(runner(sse_server(false).await));
-        let conversations = Arc::new(vec![Conversation { turns: vec![Turn::new("q", None)], at: None }]);
-        let amount = Amount { requests: Some(8), duration: None, warmup: 0 };
+        let conversations = Arc::new(vec![Conversation { turns: vec![Turn::new("q", None)], ..Conversation::default() }]);
+        let amount = Amount { requests: Some(8), duration: None, warmup: 0, sessions: None };
         let shape = Shape { rate_ramp: Some(Duration::from_millis(200)), ..Shape::default() };
         let schedule = Schedule::Rate { per_second: 100.0, poisson: true };
         let records = run(runner, conversations, schedule, amount, 5, &shape).await;

@@ -13,13 +13,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::console::{token_plots, token_point};
+use super::console::{sessions, token_plots, token_point};
 use super::inputs::Tokenizer;
 use super::metrics::{MetricValue, Stats, Summary};
 use super::runner::Schedule;
 use super::{profile, LlmConfig, Outcome};
 use crate::report::html::{render_page, HtmlTable, Page, REPORT_HTML};
-use crate::results::csv::{REASONING_COLUMNS, REQUEST_RATE_COLUMN, TOKEN_COLUMNS};
+use crate::results::csv::{REASONING_COLUMNS, REQUEST_RATE_COLUMN, SESSION_COLUMNS, TOKEN_COLUMNS};
 use crate::results::TokenFigures;
 
 /// The request columns before the token columns, after the load column.
@@ -125,6 +125,8 @@ pub fn run(
         if let Some(part) = part {
             level.schedule = part.schedule(schedule);
             level.amount.requests = level.amount.requests.map(|n| part.share(n as u64) as usize);
+            // A session stays whole, within one shard.
+            level.amount.sessions = level.amount.sessions.map(|n| part.share(n as u64) as usize);
             level.seed = config.seed.wrapping_add(part.index);
         }
         std::fs::create_dir_all(&level.artifact_dir)?;
@@ -149,6 +151,8 @@ struct Figures {
     reasoning: [f64; 6],
     cpu_pct: f64,
     send_lag_p99_us: f64,
+    /// [`SESSION_COLUMNS`]' figures: NaN for a level without later turns.
+    sessions: [f64; 9],
 }
 
 impl Figures {
@@ -196,8 +200,36 @@ impl Figures {
             ],
             cpu_pct: level.outcome.client.cpu_fraction * 100.0,
             send_lag_p99_us: level.outcome.client.send_lag_p99_us,
+            sessions: session_figures(&level.outcome),
         }
     }
+}
+
+/// A level's [`SESSION_COLUMNS`] figures (latencies in µs).
+fn session_figures(outcome: &Outcome) -> [f64; 9] {
+    let streaming = outcome.summary.get("time_to_first_token").is_some();
+    let Some(s) = sessions(outcome, streaming) else { return [f64::NAN; 9] };
+    let us = |stats: Option<&Stats>, pick: fn(&Stats) -> f64| stats.map_or(f64::NAN, |s| pick(s) * 1000.0);
+    let told: Vec<_> = outcome.records.iter().filter(|r| !r.warmup && r.ok() && r.cached_tokens.is_some()).collect();
+    let cached: u64 = told.iter().filter_map(|r| r.cached_tokens).sum();
+    let prompt: u64 = told.iter().filter_map(|r| r.input_tokens).sum();
+    let cached_pct = if prompt == 0 { f64::NAN } else { 100.0 * cached as f64 / prompt as f64 };
+    [
+        us(s.first_turn.as_ref(), |s| s.p50),
+        us(s.first_turn.as_ref(), |s| s.p99),
+        us(s.later_turns.as_ref(), |s| s.p50),
+        us(s.later_turns.as_ref(), |s| s.p99),
+        s.duration_ms.p50 * 1000.0,
+        s.turns.avg,
+        s.input_tokens.avg + s.output_tokens.avg,
+        s.sessions_per_s,
+        cached_pct,
+    ]
+}
+
+/// Whether any level had sessions with later turns.
+fn multi_turn(levels: &[Level]) -> bool {
+    levels.iter().any(|l| l.outcome.records.iter().any(|r| !r.warmup && r.turn > 0))
 }
 
 /// A number for a table cell: empty when not measured.
@@ -232,8 +264,10 @@ fn reasoned(levels: &[Level]) -> bool {
 /// report.csv: perfbench's names, latencies in µs.
 fn csv(levels: &[Level]) -> String {
     let reasoning: &[&str] = if reasoned(levels) { &REASONING_COLUMNS } else { &[] };
+    let sessions: &[&str] = if multi_turn(levels) { &SESSION_COLUMNS } else { &[] };
     let mut headers = vec![load_column(levels)];
-    headers.extend(REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(reasoning).chain(&CLIENT_COLUMNS));
+    headers
+        .extend(REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(reasoning).chain(sessions).chain(&CLIENT_COLUMNS));
     let mut out = headers.join(",");
     out.push('\n');
     for level in levels {
@@ -244,6 +278,9 @@ fn csv(levels: &[Level]) -> String {
         cells.extend(f.tokens.values().iter().map(|v| cell(*v, 3)));
         if !reasoning.is_empty() {
             cells.extend(f.reasoning.iter().map(|v| cell(*v, 3)));
+        }
+        if !sessions.is_empty() {
+            cells.extend(f.sessions.iter().map(|v| cell(*v, 3)));
         }
         cells.extend([cell(f.cpu_pct, 3), cell(f.send_lag_p99_us, 3)]);
         cells.push(limited(level).into());
@@ -272,16 +309,24 @@ const TABLE_HEADERS: [&str; 12] = [
 /// The tables' reasoning columns, after `ttft_p99_ms`, when a level's model reasoned.
 const REASONING_TABLE_HEADERS: [&str; 2] = ["ttfot_p50_ms", "ttfot_p99_ms"];
 
-fn table_headers(reasoning: bool) -> Vec<&'static str> {
+/// The tables' session columns, last but one, when a level's sessions had later turns.
+const SESSION_TABLE_HEADERS: [&str; 4] =
+    ["ttft_p50_turn0_ms", "ttft_p50_later_turns_ms", "sessions_per_s", "cached_prompt_tokens_pct"];
+
+fn table_headers(reasoning: bool, sessions: bool) -> Vec<&'static str> {
     let mut headers = TABLE_HEADERS.to_vec();
     if reasoning {
         let at = headers.iter().position(|h| *h == "ttft_p99_ms").expect("a TTFT column") + 1;
         headers.splice(at..at, REASONING_TABLE_HEADERS);
     }
+    if sessions {
+        let at = headers.len() - 1;
+        headers.splice(at..at, SESSION_TABLE_HEADERS);
+    }
     headers
 }
 
-fn table_row(level: &Level, reasoning: bool) -> Vec<String> {
+fn table_row(level: &Level, reasoning: bool, sessions: bool) -> Vec<String> {
     let f = Figures::of(level);
     let ms = |us: f64| cell(us / 1000.0, 3);
     let mut row = vec![
@@ -300,6 +345,11 @@ fn table_row(level: &Level, reasoning: bool) -> Vec<String> {
     ];
     if reasoning {
         row.splice(5..5, [ms(f.reasoning[1]), ms(f.reasoning[2])]);
+    }
+    if sessions {
+        let at = row.len() - 1;
+        let s = &f.sessions;
+        row.splice(at..at, [ms(s[0]), ms(s[2]), cell(s[7], 2), cell(s[8], 1)]);
     }
     row
 }
@@ -321,9 +371,9 @@ fn notes(levels: &[Level]) -> Vec<String> {
 /// Writes report.csv, report.md and report.html (with the token plots, also as PNG and SVG).
 pub fn write_reports(dir: &Path, levels: &[Level], title: &str) -> anyhow::Result<()> {
     std::fs::write(dir.join("report.csv"), csv(levels))?;
-    let reasoning = reasoned(levels);
-    let headers = table_headers(reasoning);
-    let rows: Vec<Vec<String>> = levels.iter().map(|l| table_row(l, reasoning)).collect();
+    let (reasoning, sessions) = (reasoned(levels), multi_turn(levels));
+    let headers = table_headers(reasoning, sessions);
+    let rows: Vec<Vec<String>> = levels.iter().map(|l| table_row(l, reasoning, sessions)).collect();
     let notes = notes(levels);
     let mut md = format!("# {title}\n\n| {} |\n|{}\n", headers.join(" | "), "---|".repeat(headers.len()));
     for row in &rows {

@@ -159,6 +159,49 @@ pub struct GenerativeSettings {
     #[arg(long = "rankings-query-prompt-token-stddev")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rankings_query_prompt_token_stddev: Option<f64>,
+    /// Sessions to run (AIPerf's): each level ends once this many have started and finished;
+    /// also the number of distinct synthetic sessions unless --num-dataset-entries is given.
+    #[arg(long = "conversation-num", visible_aliases = ["num-conversations", "num-sessions"])]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_num: Option<usize>,
+    /// Mean user turns per synthetic session [default: 1]; each later turn resends the
+    /// conversation so far, the answers the server returned included.
+    #[arg(long = "conversation-turn-mean", visible_alias = "session-turns-mean")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_turn_mean: Option<usize>,
+    /// Its standard deviation [default: 0].
+    #[arg(long = "conversation-turn-stddev", visible_alias = "session-turns-stddev")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_turn_stddev: Option<usize>,
+    /// Mean think time in ms before each later turn, counted from the previous answer's end
+    /// (the session keeps its concurrency slot meanwhile) [default: 0].
+    #[arg(long = "conversation-turn-delay-mean", visible_alias = "session-turn-delay-mean")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_turn_delay_mean: Option<f64>,
+    /// Its standard deviation in ms [default: 0].
+    #[arg(long = "conversation-turn-delay-stddev", visible_alias = "session-turn-delay-stddev")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_turn_delay_stddev: Option<f64>,
+    /// Every think time multiplied by this [default: 1].
+    #[arg(long = "conversation-turn-delay-ratio", visible_alias = "session-delay-ratio")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_turn_delay_ratio: Option<f64>,
+    /// Tokens of one system prompt that every session starts with.
+    #[arg(long = "shared-system-prompt-length")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_system_prompt_length: Option<usize>,
+    /// Tokens of a user context message of each session's own, after the system prompt.
+    #[arg(long = "user-context-prompt-length")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_context_prompt_length: Option<usize>,
+    /// Distinct prompt prefixes; each session's first prompt starts with one drawn at random.
+    #[arg(long = "prompt-prefix-pool-size", visible_aliases = ["prefix-prompt-pool-size", "num-prefix-prompts"])]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_prefix_pool_size: Option<usize>,
+    /// Tokens of each prompt prefix.
+    #[arg(long = "prompt-prefix-length", visible_alias = "prefix-prompt-length")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_prefix_length: Option<usize>,
 }
 
 /// A length distribution in tokens (AIPerf's mean/stddev pairs).
@@ -205,6 +248,43 @@ pub struct Generative {
     /// `--endpoint-type cohere-rankings`: what each query and its passages are made of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rankings: Option<Rankings>,
+    /// AIPerf's session flags, when any is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Sessions>,
+}
+
+/// Synthetic sessions (AIPerf's `--conversation-*` and prefix-prompt flags), resolved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sessions {
+    /// Sessions per level (`--conversation-num`); `None`: the request count or duration ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
+    /// User turns per session (a positive normal integer, as AIPerf draws it).
+    pub turns: TokenLength,
+    /// Think time before each later turn, in ms, before `delay_ratio`.
+    pub delay_ms: TokenLength,
+    pub delay_ratio: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_system_prompt_tokens: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_context_prompt_tokens: Option<usize>,
+    /// Prefixes in the pool (0: none) and tokens in each.
+    #[serde(default)]
+    pub prefix_pool_size: usize,
+    #[serde(default)]
+    pub prefix_tokens: usize,
+}
+
+impl Sessions {
+    /// Whether a session can have more than one turn, or context messages before its turns:
+    /// what only a messages endpoint can carry.
+    pub fn sends_history(&self) -> bool {
+        self.turns.mean > 1.0
+            || self.turns.stddev > 0.0
+            || self.shared_system_prompt_tokens.is_some()
+            || self.user_context_prompt_tokens.is_some()
+    }
 }
 
 /// A rankings request's synthetic shape (AIPerf's `--rankings-*` flags).
@@ -266,6 +346,7 @@ pub fn resolve(
         return Err(invalid("--endpoint names an HTTP path; --endpoint-type kserve is gRPC ModelStreamInfer"));
     }
     let rankings = resolve_rankings(s, endpoint_type)?;
+    let sessions = resolve_sessions(s, endpoint_type)?;
     let extra_inputs = s.extra_inputs.clone().unwrap_or_default();
     parse_extra_inputs(&extra_inputs).map_err(invalid)?;
     if let Some(goodput) = &s.goodput {
@@ -282,12 +363,94 @@ pub fn resolve(
         extra_inputs,
         tokenizer: s.tokenizer.clone().unwrap_or_else(|| crate::tokenize::DEFAULT_TOKENIZER.to_string()),
         goodput: s.goodput.clone(),
-        request_count: request_count.or(duration.is_none().then_some(DEFAULT_REQUEST_COUNT)),
+        // A session count ends a level by itself, as a duration does.
+        request_count: request_count
+            .or((duration.is_none() && s.conversation_num.is_none()).then_some(DEFAULT_REQUEST_COUNT)),
         benchmark_duration_s: duration,
         warmup_request_count: warmup.unwrap_or(0),
         random_seed: s.random_seed.unwrap_or(0),
         rankings,
+        sessions,
     }))
+}
+
+/// The session flags (AIPerf's, with its refusals), `None` when none is given.
+fn resolve_sessions(s: &GenerativeSettings, endpoint_type: EndpointType) -> Result<Option<Sessions>, PlanError> {
+    let synthetic_only = [
+        s.conversation_turn_mean.is_some(),
+        s.conversation_turn_stddev.is_some(),
+        s.conversation_turn_delay_mean.is_some(),
+        s.conversation_turn_delay_stddev.is_some(),
+        s.conversation_turn_delay_ratio.is_some(),
+        s.shared_system_prompt_length.is_some(),
+        s.user_context_prompt_length.is_some(),
+        s.prompt_prefix_pool_size.is_some(),
+        s.prompt_prefix_length.is_some(),
+    ];
+    if !synthetic_only.contains(&true) && s.conversation_num.is_none() {
+        return Ok(None);
+    }
+    if synthetic_only.contains(&true) && s.input_file.is_some() {
+        return Err(invalid(
+            "the --conversation-turn-*, prompt-prefix and context-prompt options shape synthetic sessions; \
+             an --input-file brings its own",
+        ));
+    }
+    if matches!(endpoint_type, EndpointType::Embeddings | EndpointType::CohereRankings) {
+        return Err(invalid(format!("--endpoint-type {endpoint_type} answers without generating: no sessions")));
+    }
+    if s.conversation_num == Some(0) {
+        return Err(invalid("--conversation-num must be at least 1"));
+    }
+    let turns = TokenLength {
+        mean: s.conversation_turn_mean.unwrap_or(1) as f64,
+        stddev: s.conversation_turn_stddev.unwrap_or(0) as f64,
+    };
+    if turns.mean < 1.0 {
+        return Err(invalid("--conversation-turn-mean must be at least 1"));
+    }
+    let delay_ms = TokenLength {
+        mean: s.conversation_turn_delay_mean.unwrap_or(0.0),
+        stddev: s.conversation_turn_delay_stddev.unwrap_or(0.0),
+    };
+    let delay_ratio = s.conversation_turn_delay_ratio.unwrap_or(1.0);
+    if ![delay_ms.mean, delay_ms.stddev, delay_ratio].iter().all(|v| v.is_finite() && *v >= 0.0) {
+        return Err(invalid("--conversation-turn-delay-mean, -stddev and -ratio must be 0 or more"));
+    }
+    if s.shared_system_prompt_length == Some(0) || s.user_context_prompt_length == Some(0) {
+        return Err(invalid("--shared-system-prompt-length and --user-context-prompt-length must be at least 1"));
+    }
+    let prefix_pool_size = s.prompt_prefix_pool_size.unwrap_or(0);
+    let prefix_tokens = s.prompt_prefix_length.unwrap_or(0);
+    if (prefix_pool_size > 0) != (prefix_tokens > 0) {
+        return Err(invalid("--prompt-prefix-pool-size and --prompt-prefix-length go together, both at least 1"));
+    }
+    let context = s.shared_system_prompt_length.is_some() || s.user_context_prompt_length.is_some();
+    if prefix_pool_size > 0 && context {
+        return Err(invalid(
+            "--prompt-prefix-pool-size/--prompt-prefix-length and --shared-system-prompt-length/\
+             --user-context-prompt-length are mutually exclusive (as in AIPerf)",
+        ));
+    }
+    let sessions = Sessions {
+        count: s.conversation_num,
+        turns,
+        delay_ms,
+        delay_ratio,
+        shared_system_prompt_tokens: s.shared_system_prompt_length,
+        user_context_prompt_tokens: s.user_context_prompt_length,
+        prefix_pool_size,
+        prefix_tokens,
+    };
+    let carries_messages =
+        matches!(endpoint_type, EndpointType::Chat | EndpointType::Messages | EndpointType::Responses);
+    if sessions.sends_history() && !carries_messages {
+        return Err(invalid(format!(
+            "--endpoint-type {endpoint_type} sends one prompt, no history: multi-turn sessions and context \
+             prompts need chat, messages or responses"
+        )));
+    }
+    Ok(Some(sessions))
 }
 
 /// The `--rankings-*` flags, for a rankings endpoint only (AIPerf refuses them elsewhere, and

@@ -129,6 +129,22 @@ pub const TOKEN_COLUMNS: [&str; 8] = [
 pub const REASONING_COLUMNS: [&str; 6] =
     ["TTFOT avg", "TTFOT p50", "TTFOT p99", "Reasoning ITL p50", "Output ITL p50", "Reasoning Tokens avg"];
 
+/// A generative sweep's session columns (µs; counts), after the reasoning columns, only when a
+/// level's sessions had later turns: TTFT of first against later turns (what a prefix cache
+/// saves), the sessions' length and rate, and the share of prompt tokens the server's prefix
+/// cache served (%). Tables read them as unknown columns (kept out of rows).
+pub const SESSION_COLUMNS: [&str; 9] = [
+    "TTFT p50 Turn 0",
+    "TTFT p99 Turn 0",
+    "TTFT p50 Later Turns",
+    "TTFT p99 Later Turns",
+    "Session Duration p50",
+    "Turns/Session avg",
+    "Tokens/Session avg",
+    "Sessions/Second",
+    "Cached Prompt Tokens (%)",
+];
+
 /// The second column of `report.csv` when the sweep was open loop.
 pub const REQUEST_RATE_COLUMN: &str = "Request Rate";
 

@@ -325,6 +325,8 @@ fn usage(finish: &Finish) -> Value {
         "prompt_tokens": finish.prompt_tokens,
         "completion_tokens": finish.completion_tokens,
         "total_tokens": finish.prompt_tokens + finish.completion_tokens,
+        // What vLLM answers with `--enable-prompt-tokens-details`: the prefix cache's hits.
+        "prompt_tokens_details": { "cached_tokens": finish.cached_tokens },
     });
     if finish.reasoning_tokens > 0 {
         usage["completion_tokens_details"] = json!({ "reasoning_tokens": finish.reasoning_tokens });

@@ -19,6 +19,7 @@ mod large_run;
 mod llm_client;
 mod llm_endpoints;
 mod llm_prefix;
+mod llm_sessions;
 mod pa_openai;
 mod plan;
 mod profile;

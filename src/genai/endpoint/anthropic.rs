@@ -15,12 +15,17 @@ pub const API_VERSION: &str = "2023-06-01";
 const DEFAULT_MAX_TOKENS: u32 = 1024;
 
 pub fn body<'a>(model: &str, messages: impl Iterator<Item = &'a Message>, options: &BodyOptions) -> Value {
-    let messages: Vec<Value> = messages.map(|m| json!({"role": m.role, "content": m.content})).collect();
+    // The API takes a system prompt beside the messages, not as one of them.
+    let (system, messages): (Vec<&Message>, Vec<&Message>) = messages.partition(|m| m.role == "system");
+    let messages: Vec<Value> = messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
     let mut body = json!({
         "model": model,
         "messages": messages,
         "max_tokens": options.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
     });
+    if !system.is_empty() {
+        body["system"] = system.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n").into();
+    }
     if options.streaming {
         body["stream"] = true.into();
     }
@@ -144,7 +149,7 @@ data: {\"type\":\"message_stop\"}\n\n";
             pieces.iter().filter(|p| p.has_text()).map(|p| (p.reasoning.as_deref(), p.text.as_deref())).collect();
         assert_eq!(timed, vec![(Some("Let me"), None), (None, Some("Hello")), (None, Some(" there"))]);
         let usage = pieces.iter().filter_map(|p| p.usage).fold(Usage::default(), Usage::merged);
-        assert_eq!(usage, Usage { prompt_tokens: Some(25), completion_tokens: Some(15), reasoning_tokens: None });
+        assert_eq!(usage, Usage { prompt_tokens: Some(25), completion_tokens: Some(15), ..Usage::default() });
         assert!(pieces.last().unwrap().done, "message_stop ends the stream");
         assert_eq!(pieces.iter().filter(|p| p.done).count(), 1);
     }
@@ -159,7 +164,12 @@ data: {\"type\":\"message_stop\"}\n\n";
         assert_eq!((piece.text.as_deref(), piece.reasoning.as_deref()), (Some("Hi"), Some("hmm")));
         assert_eq!(
             piece.usage,
-            Some(Usage { prompt_tokens: Some(3), completion_tokens: Some(4), reasoning_tokens: Some(2) })
+            Some(Usage {
+                prompt_tokens: Some(3),
+                completion_tokens: Some(4),
+                reasoning_tokens: Some(2),
+                ..Usage::default()
+            })
         );
         let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert_eq!(any_parse(EndpointType::Messages, Some("error"), error).error.as_deref(), Some("Overloaded"));

@@ -129,6 +129,9 @@ pub struct Usage {
     pub completion_tokens: Option<u64>,
     /// `completion_tokens_details.reasoning_tokens` (`output_tokens_details` in Responses).
     pub reasoning_tokens: Option<u64>,
+    /// Prompt tokens read from the server's prefix cache: `prompt_tokens_details.cached_tokens`
+    /// (`input_tokens_details` in Responses, `cache_read_input_tokens` in Messages).
+    pub cached_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -144,10 +147,15 @@ impl Usage {
         ]
         .iter()
         .find_map(|(details, key)| usage.get(*details).and_then(|d| d.get(*key)).and_then(Value::as_u64));
+        let cached = [("prompt_tokens_details", "cached_tokens"), ("input_tokens_details", "cached_tokens")]
+            .iter()
+            .find_map(|(details, key)| usage.get(*details).and_then(|d| d.get(*key)).and_then(Value::as_u64))
+            .or_else(|| first(&["cache_read_input_tokens"]));
         Usage {
             prompt_tokens: first(&["prompt_tokens", "input_tokens"]),
             completion_tokens: first(&["completion_tokens", "output_tokens"]),
             reasoning_tokens: reasoning,
+            cached_tokens: cached,
         }
     }
 
@@ -158,6 +166,7 @@ impl Usage {
             prompt_tokens: later.prompt_tokens.or(self.prompt_tokens),
             completion_tokens: later.completion_tokens.or(self.completion_tokens),
             reasoning_tokens: later.reasoning_tokens.or(self.reasoning_tokens),
+            cached_tokens: later.cached_tokens.or(self.cached_tokens),
         }
     }
 }
@@ -297,10 +306,7 @@ mod tests {
             None,
             r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#,
         );
-        assert_eq!(
-            usage.usage,
-            Some(Usage { prompt_tokens: Some(7), completion_tokens: Some(3), reasoning_tokens: None })
-        );
+        assert_eq!(usage.usage, Some(Usage { prompt_tokens: Some(7), completion_tokens: Some(3), ..Usage::default() }));
         assert_eq!(usage.text, None);
         assert!(parse(EndpointType::Chat, None, "[DONE]").done);
         let whole = parse(EndpointType::Chat, None, r#"{"choices":[{"message":{"content":"ok"}}],"usage":null}"#);

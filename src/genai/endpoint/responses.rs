@@ -143,7 +143,12 @@ data: {\"type\":\"response.completed\",\"sequence_number\":12,\"response\":{\"id
         assert!(last.done);
         assert_eq!(
             last.usage,
-            Some(Usage { prompt_tokens: Some(9), completion_tokens: Some(3), reasoning_tokens: Some(1) })
+            Some(Usage {
+                prompt_tokens: Some(9),
+                completion_tokens: Some(3),
+                reasoning_tokens: Some(1),
+                cached_tokens: Some(0)
+            })
         );
         assert!(pieces.iter().all(|p| p.error.is_none()));
     }
