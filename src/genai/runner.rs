@@ -711,7 +711,8 @@ mod tests {
     #[tokio::test]
     async fn the_open_loop_leaves_at_the_shared_schedules_instants() {
         let runner = Arc::new(runner(sse_server(false).await));
-        let conversations = Arc::new(vec![Conversation { turns: vec![Turn::new("q", None)], ..Conversation::default() }]);
+        let conversations =
+            Arc::new(vec![Conversation { turns: vec![Turn::new("q", None)], ..Conversation::default() }]);
         let amount = Amount { requests: Some(8), duration: None, warmup: 0, sessions: None };
         let shape = Shape { rate_ramp: Some(Duration::from_millis(200)), ..Shape::default() };
         let schedule = Schedule::Rate { per_second: 100.0, poisson: true };
