@@ -145,26 +145,45 @@ def test_guidellm_concurrent_run_passes_its_default_health_validation(twin, toke
     assert all(r["completion_tokens"] == OSL for r in ours), [r["completion_tokens"] for r in ours]
 
 
-def test_guidellm_multiturn_shared_prefix_hits_the_prefix_cache(twin, tokenizer_dir, tmp_path):
+def _prefix_hits(twin, before):
+    """Prefix-cache hit and queried tokens since the `prometheus` page `before`."""
+    after = prometheus(twin.metrics_url)
+    return tuple(after[name] - before.get(name, 0)
+                 for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"))
+
+
+@pytest.mark.parametrize("tool", ["guidellm", "perfbench"])
+def test_multiturn_shared_prefix_hits_the_prefix_cache(twin, tokenizer_dir, tmp_path, tool):
+    """guidellm's multi-turn shared-prefix data, and the same sessions from `perfbench llm`
+    (issue 44: beside ours), each held to the same floor of cache hits."""
     before = prometheus(twin.metrics_url)
     # 4 conversations of 3 turns, each opening with one of 2 system prompts of 64 tokens (four
     # 16-token KV blocks). Each later turn resends its conversation so far, whose blocks its
     # earlier turn left in the cache: at least the system prompt's 64 tokens hit, whatever the
-    # order the two streams ran the groups' first turns in (measured: 896 of 1476 tokens).
+    # order the two streams ran the groups' first turns in (measured: guidellm 896 and 816 of
+    # 1476 tokens, perfbench 912 of 1501).
     conversations, turns, prefix_tokens, prefix_count = 4, 3, 64, 2
     requests = conversations * turns
-    benchmark, printed = _run_guidellm(
-        twin, tokenizer_dir, tmp_path, "kind=concurrent,streams=2",
-        f"kind=synthetic_text,prompt_tokens=24,output_tokens={OSL},turns={turns},"
-        f"prefix_tokens={prefix_tokens},prefix_count={prefix_count}",
-        requests,
-    )
-    totals = _guidellm_totals(benchmark)
-    assert totals["successful"] == requests and totals["errored"] == 0, (totals, printed[-2000:])
-    after = prometheus(twin.metrics_url)
-    hits = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0)
-    queries = after["vllm:prefix_cache_queries_total"] - before.get("vllm:prefix_cache_queries_total", 0)
-    print(f"guidellm multi-turn: prefix cache hits {hits:.0f} of {queries:.0f} queried tokens")
+    if tool == "guidellm":
+        benchmark, printed = _run_guidellm(
+            twin, tokenizer_dir, tmp_path, "kind=concurrent,streams=2",
+            f"kind=synthetic_text,prompt_tokens=24,output_tokens={OSL},turns={turns},"
+            f"prefix_tokens={prefix_tokens},prefix_count={prefix_count}",
+            requests,
+        )
+        totals = _guidellm_totals(benchmark)
+        assert totals["successful"] == requests and totals["errored"] == 0, (totals, printed[-2000:])
+    else:
+        record_count = len(read_records(twin.record))
+        run_tool([perfbench_bin(), "llm", "-m", "llm", "-u", twin.http_url, "--streaming",
+                  "--concurrency", "2", "--conversation-num", str(conversations),
+                  "--conversation-turn-mean", str(turns), "--prompt-prefix-pool-size", str(prefix_count),
+                  "--prompt-prefix-length", str(prefix_tokens), "--synthetic-input-tokens-mean", "24",
+                  "--output-tokens-mean", str(OSL), "--tokenizer", str(tokenizer_dir),
+                  "--artifact-dir", str(tmp_path / "perfbench")])
+        assert len(_new_records(twin, record_count)) == requests
+    hits, queries = _prefix_hits(twin, before)
+    print(f"{tool} multi-turn: prefix cache hits {hits:.0f} of {queries:.0f} queried tokens")
     assert hits >= conversations * (turns - 1) * prefix_tokens, (hits, queries)
 
 
@@ -360,6 +379,7 @@ def test_inference_perf_runs_clean(twin, tokenizer_dir, tmp_path, api):
     # JSON is YAML: no YAML writer needed in this virtualenv.
     path.write_text(json.dumps(config, indent=2))
     before = len(read_records(twin.record))
+    page_before = prometheus(twin.metrics_url)
     printed = run_tool([_bin("INFERENCE_PERF_BIN"), "--config_file", str(path)], env=_offline_env())
     found = list((tmp_path / "reports").rglob("summary_lifecycle_metrics.json"))
     assert found, f"inference-perf wrote no summary_lifecycle_metrics.json:\n{printed[-3000:]}"
@@ -375,6 +395,30 @@ def test_inference_perf_runs_clean(twin, tokenizer_dir, tmp_path, api):
         p for report in checks["reports"].values()
         for p in report["errors"] + [w for w in report["warnings"] if w["check"] == "summary.token_mismatches"]]
     assert not problems, problems
+    if api == "chat":
+        hits, queries = _prefix_hits(twin, page_before)
+        print(f"inference-perf shared_prefix: prefix cache hits {hits:.0f} of {queries:.0f} queried tokens")
+        assert hits >= SHARED_PREFIX_FLOOR, (hits, queries)
+
+
+# 12 prompts in 2 groups of one 48-token prefix, 4 in flight: at most 4 of them miss (the two
+# groups' first ones, each met by a twin), and every other hits at least the prefix's first two
+# 16-token blocks (the third may end in a token the prefix shares with the question after it).
+SHARED_PREFIX_FLOOR = (12 - 4) * 32
+
+
+def test_perfbench_prefix_pool_beside_inference_perf_shared_prefix(twin, tokenizer_dir, tmp_path):
+    """inference-perf's `shared_prefix` load (test_inference_perf_runs_clean[chat]) from
+    `perfbench llm --prompt-prefix-pool-size`: the same floor of cache hits (issue 44)."""
+    before = prometheus(twin.metrics_url)
+    run_tool([perfbench_bin(), "llm", "-m", "llm", "-u", twin.http_url, "--streaming",
+              "--concurrency", "4", "--request-count", "12", "--prompt-prefix-pool-size", "2",
+              "--prompt-prefix-length", "48", "--synthetic-input-tokens-mean", "16",
+              "--output-tokens-mean", str(OSL), "--tokenizer", str(tokenizer_dir),
+              "--artifact-dir", str(tmp_path / "perfbench")])
+    hits, queries = _prefix_hits(twin, before)
+    print(f"perfbench prefix pool: prefix cache hits {hits:.0f} of {queries:.0f} queried tokens")
+    assert hits >= SHARED_PREFIX_FLOOR, (hits, queries)
 
 
 # --- perfbench llm on the new endpoints ------------------------------------------------------------
