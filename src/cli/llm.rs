@@ -62,6 +62,13 @@ pub struct LlmArgs {
     /// Prometheus URL to read the server's vLLM counters from after the run (with -u).
     #[arg(long = "server-metrics-url")]
     pub server_metrics_url: Option<String>,
+    /// Receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces) on HOST:PORT during
+    /// the run and join each to its request by id: every record then carries the server's TTFT,
+    /// latency, queue, prefill and decode times. Point the server's exporter here (vLLM's and
+    /// perfbench serve's --otlp-traces-endpoint http://HOST:PORT); the bundled server does so
+    /// by itself.
+    #[arg(long = "otlp-listen", value_name = "HOST:PORT")]
+    pub otlp_listen: Option<String>,
     /// Test-only: block each SSE event's handling this many µs (a throttled client).
     #[arg(long = "throttle-event-handler-us", hide = true, default_value_t = 0)]
     pub throttle_event_handler_us: u64,
@@ -160,6 +167,7 @@ impl LlmArgs {
         }
         config.shape = shape;
         config.server_metrics = self.server_metrics_url.clone();
+        config.otlp_listen = self.otlp_listen.clone();
         config.event_delay = Duration::from_micros(self.throttle_event_handler_us);
         Ok(config)
     }

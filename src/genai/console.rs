@@ -146,6 +146,9 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
     if let Some(cache) = cache_note(&outcome.records) {
         notes.push(cache);
     }
+    if outcome.spans_received {
+        notes.push(super::span_join::note(&outcome.records));
+    }
     let gaps = &summary.gaps;
     if !gaps.per_chunk.is_empty() {
         notes.push(format!(

@@ -49,6 +49,8 @@ struct StoredRecord {
     request_id: String,
     warmup: bool,
     handling_lag_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    server: Option<super::span_join::ServerSpan>,
 }
 
 /// What a level keeps: its records and what the client measured of itself.
@@ -90,6 +92,7 @@ pub fn write_records(
                 request_id: r.request_id.clone(),
                 warmup: r.warmup,
                 handling_lag_ns: r.handling_lag.as_nanos() as u64,
+                server: r.server,
             })
             .collect(),
     };
@@ -136,6 +139,7 @@ pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, s
                 request_id: r.request_id,
                 warmup: r.warmup,
                 handling_lag: std::time::Duration::from_nanos(r.handling_lag_ns),
+                server: r.server,
             }
         })
         .collect();
@@ -305,6 +309,9 @@ pub fn record_line(record: &Record, run: &RunInfo) -> Value {
         if let Some(value) = display_value(record, "time_to_first_output_token") {
             metrics.insert("time_to_first_output_token".into(), json!({"value": value, "unit": "ms"}));
         }
+    }
+    for (tag, value) in super::span_join::metrics(record) {
+        metrics.insert(tag.into(), json!({"value": value, "unit": "ms"}));
     }
     let icl: Vec<f64> = record.inter_chunk().map(|ns| ns / 1e6).collect();
     if !icl.is_empty() {

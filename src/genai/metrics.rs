@@ -115,9 +115,18 @@ pub struct Record {
     /// The longest any of its events waited for the client once its bytes were read (see
     /// `client_limit`).
     pub handling_lag: Duration,
+    /// The server's own timings of it, from its span (`--otlp-listen`).
+    pub server: Option<super::span_join::ServerSpan>,
 }
 
 impl Record {
+    /// A finished request of `id` that took `latency` (tests of what is joined to it).
+    #[cfg(test)]
+    pub fn for_test(id: &str, latency: Duration) -> Record {
+        let start = Instant::now();
+        Record { request_id: id.into(), end: start + latency, ..Record::started(start, None) }
+    }
+
     /// A request that left at `start`, nothing back yet.
     pub fn started(start: Instant, intended: Option<Instant>) -> Record {
         Record {
@@ -139,6 +148,7 @@ impl Record {
             request_id: String::new(),
             warmup: false,
             handling_lag: Duration::ZERO,
+            server: None,
         }
     }
 
@@ -513,6 +523,7 @@ pub(crate) mod tests {
             request_id: String::new(),
             warmup: false,
             handling_lag: Duration::ZERO,
+            server: None,
         }
     }
 

@@ -18,6 +18,7 @@ pub mod pa_openai;
 pub mod pacing;
 pub mod runner;
 pub mod session;
+pub mod span_join;
 pub mod sse;
 pub mod sweep;
 pub mod wire;
@@ -75,6 +76,9 @@ pub struct LlmConfig {
     pub server_metrics: Option<String>,
     /// Synthetic sessions (`--conversation-*`, shared system prompt, user context, prefix pool).
     pub sessions: Option<Sessions>,
+    /// Where to receive the server's OTLP spans during the run (`--otlp-listen`): each record
+    /// then carries its server timings. The bundled server exports to it by itself.
+    pub otlp_listen: Option<String>,
     /// Test-only: each SSE event's handling blocks its thread this long (a throttled client).
     #[doc(hidden)]
     pub event_delay: std::time::Duration,
@@ -162,6 +166,7 @@ impl LlmConfig {
             shape: crate::load::Shape::default(),
             server_metrics: None,
             sessions: g.sessions.clone(),
+            otlp_listen: None,
             event_delay: Duration::ZERO,
         })
     }
@@ -176,6 +181,8 @@ pub struct Outcome {
     pub client_cpu_fraction: f64,
     /// What the client measured of itself: CPU, send lag, event-handling lag.
     pub client: client_limit::ClientLoad,
+    /// Whether the server's spans were received (`--otlp-listen`), so the join is reported.
+    pub spans_received: bool,
 }
 
 /// The conversations of the run.
@@ -225,6 +232,10 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         .build()
         .context("cannot start the client runtime")?;
     runtime.block_on(async {
+        let spans = match &config.otlp_listen {
+            Some(addr) => Some(span_join::SpanReceiver::start(addr).await?),
+            None => None,
+        };
         let mut server = None;
         let (base, server_metrics) = match &config.url {
             Some(url) => {
@@ -232,7 +243,11 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
                 (base, config.server_metrics.clone())
             }
             None => {
-                let options = ServerOptions { models: vec![config.model.clone()], ..ServerOptions::default() };
+                let options = ServerOptions {
+                    models: vec![config.model.clone()],
+                    otlp_traces_endpoint: spans.as_ref().map(|s| s.url()),
+                    ..ServerOptions::default()
+                };
                 let running = serve::start(ServeConfig { options, ..ServeConfig::default() })
                     .await
                     .context("cannot start the bundled server")?;
@@ -268,8 +283,12 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         let cpu_before = crate::measure::cpu::process_cpu_ns();
         let wall = Instant::now();
         let run_info = export::RunInfo::now(config.input_config(&tokenizer.name()));
-        let records =
+        let mut records =
             runner::run(runner, conversations, config.schedule, config.amount, config.seed, &config.shape).await;
+        let spans_received = spans.is_some();
+        if let Some(spans) = spans {
+            spans.join(&mut records).await;
+        }
         let cpu = (crate::measure::cpu::process_cpu_ns() - cpu_before) as f64 / 1e9;
         let cores = crate::measure::cpu::available_cores() as f64;
         let client_cpu_fraction = cpu / (wall.elapsed().as_secs_f64() * cores).max(1e-9);
@@ -289,7 +308,7 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
             handling_lag_p99_us: summary.handling_lag_p99_us as f64,
             wake_lag_p99_us: wake_lag.value_at_quantile(0.99) as f64,
         };
-        Ok(Outcome { records, summary, server_counters, client_cpu_fraction, client })
+        Ok(Outcome { records, summary, server_counters, client_cpu_fraction, client, spans_received })
     })
 }
 

@@ -180,7 +180,15 @@ fn slos(g: &Generative) -> anyhow::Result<Option<Slos>> {
 /// A level's outcome from records kept on disk (one run's, or every shard's of one level).
 fn stored(records: Vec<Record>, client: ClientLoad, slos: Option<&Slos>, streaming: bool) -> Outcome {
     let summary = summarize(&records, slos, streaming);
-    Outcome { records, summary, server_counters: Vec::new(), client_cpu_fraction: client.cpu_fraction, client }
+    let spans_received = records.iter().any(|r| r.server.is_some());
+    Outcome {
+        records,
+        summary,
+        server_counters: Vec::new(),
+        client_cpu_fraction: client.cpu_fraction,
+        client,
+        spans_received,
+    }
 }
 
 /// Whether `dir` is a generative sweep's results folder (its plan says so).

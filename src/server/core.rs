@@ -55,6 +55,8 @@ pub struct ServerOptions {
     pub tls: Option<TlsFiles>,
     /// Where generative models write one JSON line per request (`--record-requests`).
     pub record_requests: Option<PathBuf>,
+    /// Where generative models send one OpenTelemetry span per request (OTLP/HTTP).
+    pub otlp_traces_endpoint: Option<String>,
 }
 
 /// Default `--max-connections`, per protocol.
@@ -74,6 +76,7 @@ impl Default for ServerOptions {
             restricted: RestrictedApi::default(),
             tls: None,
             record_requests: None,
+            otlp_traces_endpoint: None,
         }
     }
 }
@@ -100,12 +103,9 @@ impl InferenceServer {
     pub fn new(options: ServerOptions) -> ServerResult<Arc<Self>> {
         let repository = ModelRepository::open(options.model_repository.clone(), &options.models)?;
         let shm = SharedMemoryManager::with_limit(options.max_shm_bytes);
-        let request_log = match &options.record_requests {
-            None => None,
-            Some(path) => Some(Arc::new(RequestLog::create(path).map_err(|e| {
-                ServerError::invalid_arg(format!("--record-requests: cannot create '{}': {e}", path.display()))
-            })?)),
-        };
+        let request_log = RequestLog::open(options.record_requests.as_deref(), options.otlp_traces_endpoint.as_deref())
+            .map_err(ServerError::invalid_arg)?
+            .map(Arc::new);
         let body_budget = crate::server::body_budget::BodyBudget::new(options.max_body_bytes_in_flight);
         Ok(Arc::new(InferenceServer {
             body_budget,

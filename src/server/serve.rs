@@ -143,7 +143,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         max_connections: cfg.options.max_connections,
         repair_authority: grpc,
         preface_timeout: grpc.then_some(connections.header_read_timeout),
-        stamp_arrivals: !grpc && cfg.options.record_requests.is_some(),
+        stamp_arrivals: !grpc && (cfg.options.record_requests.is_some() || cfg.options.otlp_traces_endpoint.is_some()),
     };
 
     let http_app =
@@ -272,6 +272,11 @@ pub struct ServeArgs {
     /// `temperature` and `top_p` are accepted and change nothing.
     #[arg(long, value_name = "FILE")]
     pub record_requests: Option<PathBuf>,
+    /// Generative models export one OpenTelemetry span per finished request to this OTLP/HTTP
+    /// collector (protobuf; a URL with no path gets /v1/traces): vLLM's `llm_request` span and
+    /// attribute names, `gen_ai.request.id` being the request's X-Request-ID.
+    #[arg(long, value_name = "URL")]
+    pub otlp_traces_endpoint: Option<String>,
 }
 
 impl ServeArgs {
@@ -317,6 +322,7 @@ impl ServeArgs {
                 restricted: RestrictedApi::new(self.restricted_api.clone()).map_err(anyhow::Error::msg)?,
                 tls,
                 record_requests: self.record_requests.clone(),
+                otlp_traces_endpoint: self.otlp_traces_endpoint.clone(),
             },
             connections,
         })

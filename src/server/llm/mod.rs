@@ -23,6 +23,7 @@ use crate::tokenize::{Tokenizer, DEFAULT_TOKENIZER};
 pub mod batcher;
 pub mod cost;
 pub mod kv;
+pub mod otlp;
 pub mod record;
 pub mod telemetry;
 pub mod text;
@@ -290,6 +291,7 @@ impl LlmEngine {
         let first_read_ns = Arc::new(AtomicU64::new(0));
         let submission = batcher::Submission {
             request_id: params.request_id,
+            model: self.name.clone(),
             prompt_len: tokens.len(),
             hashes: kv::block_hashes(&tokens, self.settings.block_size),
             target,

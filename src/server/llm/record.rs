@@ -23,6 +23,8 @@ pub fn monotonic_ns() -> u64 {
 pub struct RequestRecord {
     /// `x-request-id` when the client sent one, else the response's own id.
     pub id: String,
+    /// The model that served it (several may share one file).
+    pub model: String,
     pub arrival_ns: u64,
     /// First admitted into the running batch (`None`: it never was).
     pub admitted_ns: Option<u64>,
@@ -51,22 +53,40 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// An open `--record-requests` file.
+/// Where finished requests go: the `--record-requests` file, the `--otlp-traces-endpoint`
+/// collector as spans, or both.
 pub struct RequestLog {
-    file: Mutex<std::io::BufWriter<std::fs::File>>,
+    file: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
+    spans: Option<super::otlp::SpanExport>,
 }
 
 impl RequestLog {
-    pub fn create(path: &Path) -> std::io::Result<RequestLog> {
-        let file = std::fs::File::create(path)?;
-        Ok(RequestLog { file: Mutex::new(std::io::BufWriter::new(file)) })
+    /// A log for whichever of the two is asked for; `None` for neither. Errors name the flag.
+    pub fn open(record: Option<&Path>, otlp_endpoint: Option<&str>) -> Result<Option<RequestLog>, String> {
+        if record.is_none() && otlp_endpoint.is_none() {
+            return Ok(None);
+        }
+        let file = match record {
+            None => None,
+            Some(path) => Some(
+                std::fs::File::create(path)
+                    .map_err(|e| format!("--record-requests: cannot create '{}': {e}", path.display()))?,
+            ),
+        };
+        let spans = otlp_endpoint.map(super::otlp::SpanExport::start).transpose()?;
+        Ok(Some(RequestLog { file: file.map(|f| Mutex::new(std::io::BufWriter::new(f))), spans }))
     }
 
-    /// Appends one line and flushes it, so a reader sees every finished request.
+    /// Appends `record` and flushes it, so a reader sees every finished request; queues its
+    /// span.
     pub fn write(&self, record: &RequestRecord) {
+        if let Some(spans) = &self.spans {
+            spans.send(record);
+        }
+        let Some(file) = &self.file else { return };
         let mut line = serde_json::to_vec(record).expect("a record serializes");
         line.push(b'\n');
-        let mut file = self.file.lock();
+        let mut file = file.lock();
         if let Err(e) = file.write_all(&line).and_then(|_| file.flush()) {
             tracing::warn!("--record-requests: cannot write a record: {e}");
         }
@@ -81,9 +101,10 @@ mod tests {
     fn one_json_line_per_record() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.jsonl");
-        let log = RequestLog::create(&path).unwrap();
+        let log = RequestLog::open(Some(&path), None).unwrap().unwrap();
         let record = RequestRecord {
             id: "a".into(),
+            model: "llm".into(),
             arrival_ns: 1,
             admitted_ns: Some(2),
             first_chunk_ns: Some(3),
@@ -104,5 +125,13 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["chunk_ns"], serde_json::json!([3, 4]));
         assert_eq!(lines[1]["finish_reason"], "length");
+        assert_eq!(lines[0]["model"], "llm");
+    }
+
+    #[test]
+    fn neither_flag_opens_nothing_and_a_bad_endpoint_names_its_flag() {
+        assert!(RequestLog::open(None, None).unwrap().is_none());
+        let err = RequestLog::open(None, Some("ftp://x")).err().unwrap();
+        assert!(err.starts_with("--otlp-traces-endpoint"), "{err}");
     }
 }
