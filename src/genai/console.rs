@@ -146,6 +146,7 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
     if let Some(cache) = cache_note(&outcome.records) {
         notes.push(cache);
     }
+    notes.extend(outcome.server_notes.iter().cloned());
     let gaps = &summary.gaps;
     if !gaps.per_chunk.is_empty() {
         notes.push(format!(
