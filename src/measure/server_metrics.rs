@@ -392,19 +392,28 @@ fn gauge(points: &[(u64, &Point)], slices: &[Slice]) -> Option<SeriesParts> {
     Some((Stats::Gauge(stats), None, timeslices))
 }
 
-/// A histogram's change between two scrapes: per-bucket counts, sum and count (a count that
-/// went down is a restart: the later scrape counts from zero).
-fn histogram_step(before: &Point, after: &Point) -> Option<(Vec<(f64, f64)>, f64, f64)> {
+/// A histogram's change up to one scrape: cumulative counts per bound, sum and count.
+#[derive(Clone, Debug, Default)]
+struct Change {
+    at_ns: u64,
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
+    count: f64,
+}
+
+/// A histogram's change between two scrapes (a count that went down is a restart: the later
+/// scrape counts from zero).
+fn histogram_step(before: &Point, (at_ns, after): (u64, &Point)) -> Option<Change> {
     let (Point::Histogram { buckets: b0, sum: s0, count: c0 }, Point::Histogram { buckets: b1, sum: s1, count: c1 }) =
         (before, after)
     else {
         return None;
     };
     if c1 < c0 || b0.len() != b1.len() {
-        return Some((b1.clone(), *s1, *c1));
+        return Some(Change { at_ns, buckets: b1.clone(), sum: *s1, count: *c1 });
     }
     let buckets = b0.iter().zip(b1).map(|(a, b)| (b.0, increase(a.1, b.1))).collect();
-    Some((buckets, s1 - s0, c1 - c0))
+    Some(Change { at_ns, buckets, sum: s1 - s0, count: c1 - c0 })
 }
 
 /// The `q` quantile (0..1) of cumulative bucket counts, interpolated linearly within a bucket
@@ -430,31 +439,27 @@ pub fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
     Some(lower)
 }
 
-fn add_steps(steps: &[&(u64, Vec<(f64, f64)>, f64, f64)]) -> Option<(Vec<(f64, f64)>, f64, f64)> {
-    let mut buckets = steps.first()?.1.clone();
-    for b in buckets.iter_mut() {
-        b.1 = 0.0;
-    }
-    let (mut sum, mut count) = (0.0, 0.0);
+fn add_steps(steps: &[&Change]) -> Option<Change> {
+    let mut total =
+        Change { buckets: steps.first()?.buckets.iter().map(|b| (b.0, 0.0)).collect(), ..Change::default() };
     for step in steps {
-        if step.1.len() == buckets.len() {
-            for (b, s) in buckets.iter_mut().zip(&step.1) {
+        if step.buckets.len() == total.buckets.len() {
+            for (b, s) in total.buckets.iter_mut().zip(&step.buckets) {
                 b.1 += s.1;
             }
         }
-        sum += step.2;
-        count += step.3;
+        total.sum += step.sum;
+        total.count += step.count;
     }
-    Some((buckets, sum, count))
+    Some(total)
 }
 
 fn histogram(points: &[(u64, &Point)], slices: &[Slice]) -> Option<SeriesParts> {
     let (first, last) = (points.first()?.0, points.last()?.0);
-    let steps: Vec<(u64, Vec<(f64, f64)>, f64, f64)> =
-        points.windows(2).filter_map(|w| histogram_step(w[0].1, w[1].1).map(|(b, s, c)| (w[1].0, b, s, c))).collect();
+    let steps: Vec<Change> = points.windows(2).filter_map(|w| histogram_step(w[0].1, w[1])).collect();
     let seconds = (last - first) as f64 / 1e9;
     let per_second = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
-    let (buckets, sum, count) = add_steps(&steps.iter().collect::<Vec<_>>()).unwrap_or((Vec::new(), 0.0, 0.0));
+    let Change { buckets, sum, count, .. } = add_steps(&steps.iter().collect::<Vec<_>>()).unwrap_or_default();
     let stats = HistogramStats {
         count: count as u64,
         sum,
@@ -468,8 +473,8 @@ fn histogram(points: &[(u64, &Point)], slices: &[Slice]) -> Option<SeriesParts> 
     };
     let by_bound = buckets.iter().map(|(le, n)| (bound_name(*le), *n as u64)).collect();
     let timeslices = slice_figures(slices, |slice| {
-        let inside: Vec<_> = steps.iter().filter(|s| in_slice(slices, s.0, slice)).collect();
-        let (buckets, sum, count) = add_steps(&inside)?;
+        let inside: Vec<&Change> = steps.iter().filter(|s| in_slice(slices, s.at_ns, slice)).collect();
+        let Change { buckets, sum, count, .. } = add_steps(&inside)?;
         let mut figures =
             BTreeMap::from([("count", count), ("sum", sum), ("avg", if count > 0.0 { sum / count } else { 0.0 })]);
         for (name, q) in [("p50_estimate", 0.5), ("p90_estimate", 0.9), ("p99_estimate", 0.99)] {
