@@ -59,7 +59,8 @@ pub struct LlmArgs {
     /// A header for every request, `Name:Value`.
     #[arg(short = 'H', long = "header")]
     pub header: Vec<String>,
-    /// Prometheus URL to read the server's vLLM counters from after the run (with -u).
+    /// The server's own Prometheus URL, scraped in place of the target's `/metrics` (a metrics
+    /// port of its own, as Triton's 8002).
     #[arg(long = "server-metrics-url")]
     pub server_metrics_url: Option<String>,
     /// Receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces) on HOST:PORT during
@@ -69,6 +70,20 @@ pub struct LlmArgs {
     /// by itself.
     #[arg(long = "otlp-listen", value_name = "HOST:PORT")]
     pub otlp_listen: Option<String>,
+    /// Split the run into slices of this many seconds: profile_export_aiperf_timeslices.csv/json.
+    #[arg(long = "slice-duration", value_name = "SECONDS")]
+    pub slice_duration: Option<f64>,
+    /// Scrape the server's Prometheus metrics during the run (on by default: the target's
+    /// `/metrics`) and these endpoints too (host:port, host:port/path or URLs):
+    /// server_metrics_export.json/csv.
+    #[arg(long = "server-metrics", num_args = 0.., value_name = "URL")]
+    pub server_metrics: Option<Vec<String>>,
+    /// Seconds between scrapes (AIPerf's AIPERF_SERVER_METRICS_COLLECTION_INTERVAL).
+    #[arg(long = "server-metrics-interval", value_name = "SECONDS", default_value_t = 0.333)]
+    pub server_metrics_interval: f64,
+    /// Scrape no server metrics.
+    #[arg(long = "no-server-metrics", conflicts_with_all = ["server_metrics", "server_metrics_url"])]
+    pub no_server_metrics: bool,
     /// Test-only: block each SSE event's handling this many µs (a throttled client).
     #[arg(long = "throttle-event-handler-us", hide = true, default_value_t = 0)]
     pub throttle_event_handler_us: u64,
@@ -168,8 +183,26 @@ impl LlmArgs {
         config.shape = shape;
         config.server_metrics = self.server_metrics_url.clone();
         config.otlp_listen = self.otlp_listen.clone();
+        config.server_metrics = self.server_metrics_url.as_deref().map(crate::client::scrape::metrics_url);
+        config.timeline = self.timeline()?;
         config.event_delay = Duration::from_micros(self.throttle_event_handler_us);
         Ok(config)
+    }
+
+    /// `--slice-duration` and the `--server-metrics` flags.
+    fn timeline(&self) -> Result<crate::genai::Timeline, String> {
+        let seconds = |flag: &str, s: f64| {
+            Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| bad(format!("{flag} must be a positive number of seconds")))
+        };
+        Ok(crate::genai::Timeline {
+            slice: self.slice_duration.map(|s| seconds("--slice-duration", s)).transpose()?,
+            scrape: !self.no_server_metrics,
+            extra_urls: self.server_metrics.clone().unwrap_or_default(),
+            interval: seconds("--server-metrics-interval", self.server_metrics_interval)?,
+        })
     }
 
     /// A mooncake trace replays at its own timestamps unless a load is given.
@@ -404,6 +437,26 @@ mod tests {
             let err = config(&full).unwrap_err();
             assert!(err.contains(needle), "{argv:?}: {err}");
         }
+    }
+
+    #[test]
+    fn aiperfs_timeline_flags_resolve() {
+        let c = config(&["-m", "x", "--slice-duration", "0.5", "--server-metrics", "node1:8081", "h:9/m"]).unwrap();
+        assert_eq!(c.timeline.slice, Some(Duration::from_millis(500)));
+        assert!(c.timeline.scrape, "on by default");
+        assert_eq!(c.timeline.extra_urls, vec!["node1:8081".to_string(), "h:9/m".to_string()]);
+        assert_eq!(c.timeline.interval, Duration::from_millis(333));
+        let bare = config(&["-m", "x", "--server-metrics"]).unwrap();
+        assert!(bare.timeline.scrape && bare.timeline.extra_urls.is_empty());
+        let off = config(&["-m", "x", "--no-server-metrics"]).unwrap();
+        assert!(!off.timeline.scrape);
+        let own = config(&["-m", "x", "--server-metrics-url", "127.0.0.1:8002"]).unwrap();
+        assert_eq!(own.server_metrics.as_deref(), Some("http://127.0.0.1:8002/metrics"));
+        assert!(config(&["-m", "x", "--slice-duration", "0"]).unwrap_err().contains("--slice-duration"));
+        assert!(config(&["-m", "x", "--server-metrics-interval=-1"])
+            .unwrap_err()
+            .contains("--server-metrics-interval"));
+        assert!(config(&["-m", "x", "--no-server-metrics", "--server-metrics", "a:1"]).is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod deadline;
 pub mod grpc;
 pub mod http;
 pub mod inprocess;
+pub mod scrape;
 pub mod shm;
 pub mod tls;
 

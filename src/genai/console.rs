@@ -149,6 +149,7 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
     if outcome.spans_received {
         notes.push(super::span_join::note(&outcome.records));
     }
+    notes.extend(outcome.server_notes.iter().cloned());
     let gaps = &summary.gaps;
     if !gaps.per_chunk.is_empty() {
         notes.push(format!(

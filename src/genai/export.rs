@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde_json::{json, Map, Value};
 
-use super::metrics::{display_value, MetricValue, Record, Stats, Summary};
+use super::metrics::{display_value, Metric, MetricValue, Record, Stats, Summary};
 
 pub const CSV_FILE: &str = "profile_export_aiperf.csv";
 pub const JSON_FILE: &str = "profile_export_aiperf.json";
@@ -147,10 +147,10 @@ pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, s
 }
 
 /// AIPerf's statistic columns, in its order.
-const STAT_KEYS: [&str; 14] =
+pub const STAT_KEYS: [&str; 14] =
     ["avg", "min", "max", "sum", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "std"];
 
-fn stat(stats: &Stats, key: &str) -> f64 {
+pub fn stat(stats: &Stats, key: &str) -> f64 {
     match key {
         "avg" => stats.avg,
         "min" => stats.min,
@@ -264,15 +264,7 @@ pub fn json(summary: &Summary, run: &RunInfo, start: Instant, end: Instant) -> V
     out.insert("perfbench_version".into(), env!("CARGO_PKG_VERSION").into());
     out.insert("input_config".into(), run.input_config.clone());
     for metric in &summary.metrics {
-        let value = match &metric.value {
-            MetricValue::Distribution(stats) => {
-                let mut v = serde_json::to_value(stats).expect("plain numbers");
-                v["unit"] = metric.unit.into();
-                v
-            }
-            MetricValue::Single(avg) => json!({"unit": metric.unit, "avg": avg}),
-        };
-        out.insert(metric.tag.into(), value);
+        out.insert(metric.tag.into(), metric_json(metric));
     }
     let errors: Vec<Value> =
         summary.errors.iter().map(|(kind, count)| json!({"error_details": {"type": kind}, "count": count})).collect();
@@ -282,6 +274,18 @@ pub fn json(summary: &Summary, run: &RunInfo, start: Instant, end: Instant) -> V
     out.insert("end_time".into(), time(end).into());
     out.insert("was_cancelled".into(), false.into());
     Value::Object(out)
+}
+
+/// One metric as the JSON files hold it: its unit and statistics (`avg` alone for a run-level one).
+pub fn metric_json(metric: &Metric) -> Value {
+    match &metric.value {
+        MetricValue::Distribution(stats) => {
+            let mut v = serde_json::to_value(stats).expect("plain numbers");
+            v["unit"] = metric.unit.into();
+            v
+        }
+        MetricValue::Single(avg) => json!({"unit": metric.unit, "avg": avg}),
+    }
 }
 
 /// One line of `profile_export.jsonl`.

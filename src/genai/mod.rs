@@ -17,10 +17,12 @@ pub mod pa_data;
 pub mod pa_openai;
 pub mod pacing;
 pub mod runner;
+pub mod server_export;
 pub mod session;
 pub mod span_join;
 pub mod sse;
 pub mod sweep;
+pub mod timeslices;
 pub mod wire;
 
 use std::path::PathBuf;
@@ -71,9 +73,12 @@ pub struct LlmConfig {
     pub seed: u64,
     /// How the load changes over time (ramps, a rate series): `load`'s, as a tensor run's.
     pub shape: crate::load::Shape,
-    /// A Prometheus endpoint to read the server's counters from after the run (the bundled
-    /// server's own without `-u`).
+    /// The server's own Prometheus endpoint, in place of the target's `/metrics` (the bundled
+    /// server's metrics port without `-u`, `--server-metrics-url`): the first one scraped, and
+    /// the one whose counters (prefix cache) the table shows.
     pub server_metrics: Option<String>,
+    /// Time slices and the server-metrics scrape (`--slice-duration`, `--server-metrics`).
+    pub timeline: Timeline,
     /// Synthetic sessions (`--conversation-*`, shared system prompt, user context, prefix pool).
     pub sessions: Option<Sessions>,
     /// Where to receive the server's OTLP spans during the run (`--otlp-listen`): each record
@@ -165,10 +170,50 @@ impl LlmConfig {
             seed: g.random_seed,
             shape: crate::load::Shape::default(),
             server_metrics: None,
+            timeline: Timeline::default(),
             sessions: g.sessions.clone(),
             otlp_listen: None,
             event_delay: Duration::ZERO,
         })
+    }
+}
+
+/// `--slice-duration` and `--server-metrics`, as AIPerf takes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    pub slice: Option<Duration>,
+    /// Scrape the target's metrics (`--no-server-metrics` turns it off).
+    pub scrape: bool,
+    /// More endpoints to scrape (`--server-metrics URL...`).
+    pub extra_urls: Vec<String>,
+    /// `--server-metrics-interval`: AIPerf's `AIPERF_SERVER_METRICS_COLLECTION_INTERVAL`, 333 ms.
+    pub interval: Duration,
+}
+
+impl Default for Timeline {
+    fn default() -> Timeline {
+        Timeline { slice: None, scrape: true, extra_urls: Vec::new(), interval: Duration::from_millis(333) }
+    }
+}
+
+impl Timeline {
+    /// The URLs to scrape: the server's own (or the target's `/metrics` over HTTP), then the
+    /// extra ones, each once.
+    fn urls(&self, own: Option<&str>, base: &str) -> Vec<String> {
+        if !self.scrape {
+            return Vec::new();
+        }
+        let target = own
+            .map(String::from)
+            .or_else(|| base.starts_with("http").then(|| format!("{}/metrics", base.trim_end_matches('/'))));
+        let mut urls: Vec<String> = target.into_iter().collect();
+        for url in &self.extra_urls {
+            let url = crate::client::scrape::metrics_url(url);
+            if !urls.contains(&url) {
+                urls.push(url);
+            }
+        }
+        urls
     }
 }
 
@@ -178,6 +223,8 @@ pub struct Outcome {
     pub summary: Summary,
     /// `name value` lines of the server's Prometheus counters worth showing (prefix cache).
     pub server_counters: Vec<(String, f64)>,
+    /// One line per scraped endpoint: scrapes, failures and the last failure's reason.
+    pub server_notes: Vec<String>,
     pub client_cpu_fraction: f64,
     /// What the client measured of itself: CPU, send lag, event-handling lag.
     pub client: client_limit::ClientLoad,
@@ -283,8 +330,13 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         let cpu_before = crate::measure::cpu::process_cpu_ns();
         let wall = Instant::now();
         let run_info = export::RunInfo::now(config.input_config(&tokenizer.name()));
+        let scraper = crate::client::scrape::Scraper::start(
+            &config.timeline.urls(server_metrics.as_deref(), &base),
+            config.timeline.interval,
+        );
         let mut records =
             runner::run(runner, conversations, config.schedule, config.amount, config.seed, &config.shape).await;
+        let fetches = scraper.finish().await;
         let spans_received = spans.is_some();
         if let Some(spans) = spans {
             spans.join(&mut records).await;
@@ -293,34 +345,64 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         let cores = crate::measure::cpu::available_cores() as f64;
         let client_cpu_fraction = cpu / (wall.elapsed().as_secs_f64() * cores).max(1e-9);
         let wake_lag = probe.finish().await;
-        let server_counters = match &server_metrics {
-            Some(url) => read_counters(url).await.unwrap_or_default(),
-            None => Vec::new(),
+        let server_counters = match (&server_metrics, fetches.first()) {
+            (Some(url), Some(own)) if &own.url == url => last_counters(own),
+            (Some(url), _) => read_counters(url).await.unwrap_or_default(),
+            (None, _) => Vec::new(),
         };
         if let Some(server) = server {
             server.shutdown().await;
         }
         let summary = metrics::summarize(&records, config.goodput.as_ref(), config.streaming);
         export::write_all(&config.artifact_dir, &summary, &records, &run_info)?;
+        let slices = match config.timeline.slice {
+            Some(duration) => timeslices::write(
+                &config.artifact_dir,
+                &records,
+                &run_info,
+                duration,
+                config.goodput.as_ref(),
+                config.streaming,
+            )?,
+            None => Vec::new(),
+        };
+        let mut server_notes = Vec::new();
+        if !fetches.is_empty() {
+            let endpoints = server_export::summarize(&fetches, &run_info, &slices);
+            let measured = records.iter().filter(|r| !r.warmup);
+            let start = measured.clone().map(|r| r.start).min().unwrap_or(run_info.origin);
+            let end = measured.map(|r| r.end).max().unwrap_or(start);
+            let span = (run_info.unix_ns(start) as u64, run_info.unix_ns(end) as u64);
+            server_export::write(&config.artifact_dir, &endpoints, &run_info, span)?;
+            server_notes = server_export::notes(&endpoints);
+        }
         let client = client_limit::ClientLoad {
             cpu_fraction: client_cpu_fraction,
             send_lag_p99_us: summary.send_lag_p99_us as f64,
             handling_lag_p99_us: summary.handling_lag_p99_us as f64,
             wake_lag_p99_us: wake_lag.value_at_quantile(0.99) as f64,
         };
-        Ok(Outcome { records, summary, server_counters, client_cpu_fraction, client, spans_received })
+        Ok(Outcome { records, summary, server_counters, server_notes, client_cpu_fraction, client, spans_received })
     })
 }
 
 /// The server's generative counters (vLLM's names) from its Prometheus text.
 async fn read_counters(url: &str) -> anyhow::Result<Vec<(String, f64)>> {
     let text = reqwest::Client::builder().no_proxy().build()?.get(url).send().await?.text().await?;
-    Ok(text
-        .lines()
+    Ok(counters(&text))
+}
+
+/// The counters of the last scrape that answered.
+fn last_counters(scraped: &crate::client::scrape::Fetches) -> Vec<(String, f64)> {
+    scraped.fetches.iter().rev().find_map(|f| f.body.as_ref().ok()).map(|text| counters(text)).unwrap_or_default()
+}
+
+fn counters(text: &str) -> Vec<(String, f64)> {
+    text.lines()
         .filter(|l| l.starts_with("vllm:prefix_cache_") || l.starts_with("vllm:prompt_tokens_total"))
         .filter_map(|l| {
             let (name, value) = l.rsplit_once(' ')?;
             Some((name.to_string(), value.parse().ok()?))
         })
-        .collect())
+        .collect()
 }

@@ -185,6 +185,7 @@ fn stored(records: Vec<Record>, client: ClientLoad, slos: Option<&Slos>, streami
         records,
         summary,
         server_counters: Vec::new(),
+        server_notes: Vec::new(),
         client_cpu_fraction: client.cpu_fraction,
         client,
         spans_received,
