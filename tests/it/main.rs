@@ -20,6 +20,7 @@ mod llm_client;
 mod llm_endpoints;
 mod llm_prefix;
 mod llm_sessions;
+mod llm_traces;
 mod pa_openai;
 mod plan;
 mod profile;
