@@ -2,8 +2,9 @@
 //! --record-requests`, whose lines say when each request arrived and finished (CLOCK_MONOTONIC):
 //! - `dag_jsonl`: every request arrives after each of its parents' last token plus its own
 //!   delay, and the checker that says so catches a child sent early;
-//! - `--fixed-schedule` with `--replay-speedup`: each session's first turn is meant to leave at
-//!   its timestamp divided by the speedup, and arrives no earlier;
+//! - `--fixed-schedule` with `--replay-speedup`: requests arrive in the timestamps' order, each
+//!   no earlier than its timestamp divided by the speedup after the first, a delay after the
+//!   answer before it (lower bounds only; the division itself is `dataset`'s unit test);
 //! - a bad line is one clear error naming it.
 
 use std::collections::HashMap;
@@ -220,41 +221,31 @@ fn a_fixed_schedule_sends_at_the_timestamps_divided_by_the_speedup() {
     let server = server_lines(&record);
     let records = exported(&artifacts);
     assert_eq!(records.len(), 5);
-    // (conversation, turn) → (intended instant, arrival at the server), ns of CLOCK_MONOTONIC
-    // for the arrival and of the client's export clock for the intent.
+    // (conversation, turn) → how the server saw it.
     let mut by_key = HashMap::new();
     for r in &records {
         let m = &r["metadata"];
-        let intended = m["request_start_ns"].as_u64().unwrap() - m["send_lag_ns"].as_u64().unwrap();
         let seen = server[m["x_request_id"].as_str().unwrap()];
-        by_key.insert(
-            (m["conversation_id"].as_str().unwrap().to_string(), m["turn_index"].as_u64().unwrap()),
-            (intended, seen),
-        );
+        by_key.insert((m["conversation_id"].as_str().unwrap().to_string(), m["turn_index"].as_u64().unwrap()), seen);
     }
     let key = |c: &str, t: u64| by_key[&(c.to_string(), t)];
     let (a0, b0, c0, a1, b1) = (key("0", 0), key("1", 0), key("2", 0), key("0", 1), key("1", 1));
     let ms = 1_000_000;
-    // The schedule's instants are exact: timestamps / 2.
-    for ((intended, _), offset) in [(b0, 100), (c0, 200)] {
-        assert_eq!((intended - a0.0 + ms / 2) / ms, offset, "first turns leave at their timestamp / 2");
-    }
-    assert!(a1.0 - a0.0 >= 300 * ms, "a later turn leaves at its own timestamp / 2 at the earliest");
     // At the server: the order of the timestamps, and each first turn no earlier than its
     // instant after the first one's (less that one's own send lag, and 20 ms for its bytes to
     // reach the server: a lower bound only).
-    let arrivals = [a0.1.arrival_ns, b0.1.arrival_ns, c0.1.arrival_ns, a1.1.arrival_ns];
+    let arrivals = [a0.arrival_ns, b0.arrival_ns, c0.arrival_ns, a1.arrival_ns];
     assert!(arrivals.windows(2).all(|w| w[0] < w[1]), "{arrivals:?}");
     let first_lag = records
         .iter()
         .find(|r| r["metadata"]["conversation_id"] == "0" && r["metadata"]["turn_index"] == 0)
         .and_then(|r| r["metadata"]["send_lag_ns"].as_u64())
         .unwrap();
-    for ((_, seen), offset) in [(b0, 100), (c0, 200), (a1, 300)] {
-        let gap = seen.arrival_ns - a0.1.arrival_ns;
+    for (seen, offset) in [(b0, 100), (c0, 200), (a1, 300)] {
+        let gap = seen.arrival_ns - a0.arrival_ns;
         assert!(gap + first_lag + 20 * ms >= offset * ms, "arrived {gap} ns after the first, meant {offset} ms");
     }
-    assert!(b1.1.arrival_ns >= b0.1.finish_ns + 50 * ms, "b's delay, halved, after its answer");
+    assert!(b1.arrival_ns >= b0.finish_ns + 50 * ms, "b's delay, halved, after its answer");
 }
 
 #[test]
