@@ -132,6 +132,9 @@ impl LlmArgs {
         let first = self.concurrency_levels()?.first().copied();
         let series = self.shape.request_rate_series.is_some();
         let open = self.request_rate.is_some() || series;
+        if g.trace_timing.fixed_schedule && (open || first.is_some()) {
+            return Err(bad("--fixed-schedule sends at the file's timestamps: no --concurrency or --request-rate"));
+        }
         let closed = !open && (first.is_some() || !self.is_trace());
         crate::plan::validate::check_shape_of(&self.shape, open, closed).map_err(|e| e.to_string())?;
         let shape = crate::run::prepare::load_shape(&self.shape).map_err(|e| e.error.to_string())?;
@@ -205,8 +208,15 @@ impl LlmArgs {
         })
     }
 
-    /// A mooncake trace replays at its own timestamps unless a load is given.
+    /// `--fixed-schedule`; and a mooncake trace replays at its own timestamps unless a load is
+    /// given or its delays are ignored.
     fn is_trace(&self) -> bool {
+        if self.generative.fixed_schedule == Some(true) {
+            return true;
+        }
+        if self.generative.ignore_trace_delays == Some(true) {
+            return false;
+        }
         let Some(path) = &self.generative.input_file else { return false };
         let Ok(text) = std::fs::read_to_string(path) else { return false };
         let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();

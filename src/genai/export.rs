@@ -29,6 +29,8 @@ struct StoredRecord {
     session: usize,
     conversation: usize,
     turn: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    branch: Option<String>,
     start_ns: u128,
     launched_ns: u128,
     intended_ns: Option<u128>,
@@ -77,6 +79,7 @@ pub fn write_records(
                 session: r.session,
                 conversation: r.conversation,
                 turn: r.turn,
+                branch: r.branch.clone(),
                 start_ns: ns(r.start),
                 launched_ns: ns(r.launched),
                 intended_ns: r.intended.map(ns),
@@ -125,6 +128,7 @@ pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, s
                 session: r.session,
                 conversation: r.conversation,
                 turn: r.turn,
+                branch: r.branch,
                 start: at(r.start_ns),
                 launched: at(r.launched_ns),
                 intended: r.intended_ns.map(at),
@@ -333,7 +337,8 @@ pub fn record_line(record: &Record, run: &RunInfo) -> Value {
             // AIPerf's: the session's number in the run; its conversation of the inputs.
             "session_num": record.session,
             "x_request_id": record.request_id,
-            "conversation_id": record.conversation.to_string(),
+            // A graph's request names its session, as AIPerf's DAG records do.
+            "conversation_id": record.branch.clone().unwrap_or_else(|| record.conversation.to_string()),
             "turn_index": record.turn,
             "request_start_ns": run.unix_ns(record.start) as u64,
             "request_end_ns": run.unix_ns(record.end) as u64,

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
@@ -12,6 +13,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 use serde_json::Value;
+
+use super::dag::Graph;
 
 /// Counts tokens: the one tokenizer the run counts with.
 pub trait Tokenizer: Send + Sync {
@@ -30,6 +33,11 @@ pub struct Turn {
     pub passages: Vec<String>,
     /// Think time before it is sent, from the end of the answer before it.
     pub delay: Duration,
+    /// A trace's timestamp for it, from the start of the run: under `--fixed-schedule` a later
+    /// turn leaves then (or once the answer before it is in, if that is later).
+    pub at: Option<Duration>,
+    /// Body fields of its own (a dataset line's `extra`), merged over `--extra-inputs`.
+    pub extra: serde_json::Map<String, Value>,
 }
 
 impl Turn {
@@ -49,6 +57,8 @@ pub struct Conversation {
     pub system: Option<String>,
     /// A user message of this session's own after it (`--user-context-prompt-length`).
     pub context: Option<String>,
+    /// An agent's requests that wait for each other (`dag_jsonl`), sent in place of `turns`.
+    pub graph: Option<Arc<Graph>>,
 }
 
 /// A normal distribution of lengths, clamped to at least 1 (AIPerf's mean/stddev pairs).
@@ -258,10 +268,18 @@ fn conversation(value: &Value) -> anyhow::Result<Conversation> {
 /// Reads `--input-file`: a mooncake trace when its first line has `input_length`, else prompts.
 pub fn read_file(path: &Path, synthetic: &Synthetic) -> anyhow::Result<Vec<Conversation>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    read_guessed(&text, synthetic).with_context(|| format!("{}", path.display()))
+}
+
+/// A file of no named type: a mooncake trace when its first line has `input_length`, else prompts.
+pub fn read_guessed(text: &str, synthetic: &Synthetic) -> anyhow::Result<Vec<Conversation>> {
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
     let is_trace = serde_json::from_str::<Value>(first).ok().is_some_and(|v| v.get("input_length").is_some());
-    let read = if is_trace { mooncake(&text, synthetic) } else { jsonl(&text) };
-    read.with_context(|| format!("{}", path.display()))
+    if is_trace {
+        mooncake(text, synthetic)
+    } else {
+        jsonl(text)
+    }
 }
 
 #[cfg(test)]

@@ -90,6 +90,9 @@ pub struct Record {
     /// The conversation of the inputs the session sends (AIPerf's `conversation_id`).
     pub conversation: usize,
     pub turn: usize,
+    /// The session of an agent's graph it belongs to (`dag_jsonl`'s `session_id`), which
+    /// `turn` counts within; `None` outside a graph.
+    pub branch: Option<String>,
     /// When the request was sent (just before its bytes were written): TTFT and latency count
     /// from here.
     pub start: Instant,
@@ -134,6 +137,7 @@ impl Record {
             session: 0,
             conversation: 0,
             turn: 0,
+            branch: None,
             start,
             launched: start,
             intended,
@@ -509,6 +513,7 @@ pub(crate) mod tests {
             session: 0,
             conversation: 0,
             turn: 0,
+            branch: None,
             start: at(start_ms),
             launched: at(start_ms),
             intended: None,

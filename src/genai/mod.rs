@@ -6,8 +6,12 @@
 //! request, `metrics` adds the records up as AIPerf does, `export` writes AIPerf's files and
 //! `console` prints the table and report.html. Without `-u` the bundled server runs in-process.
 
+pub mod agent;
+pub mod budget;
 pub mod client_limit;
 pub mod console;
+pub mod dag;
+pub mod dataset;
 pub mod endpoint;
 pub mod export;
 pub mod inputs;
@@ -35,7 +39,7 @@ use self::endpoint::{BodyOptions, EndpointType};
 use self::inputs::{Conversation, Length, Synthetic, Tokenizer};
 use self::metrics::{Slos, Summary};
 use self::runner::{Amount, Runner, Schedule, Target};
-use crate::plan::generative::{parse_extra_inputs, Generative, Sessions, TokenLength};
+use crate::plan::generative::{parse_extra_inputs, DatasetType, Generative, Sessions, TokenLength, TraceTiming};
 use crate::server::serve::{self, ServeConfig};
 use crate::server::ServerOptions;
 
@@ -44,8 +48,9 @@ use crate::server::ServerOptions;
 pub enum Prompts {
     /// `--synthetic-input-tokens-mean/-stddev` from the bundled corpus, `count` distinct ones.
     Synthetic { input: Length, count: usize },
-    /// `--input-file`: JSONL prompts or a mooncake trace.
-    File(PathBuf),
+    /// `--input-file`, read as `--custom-dataset-type` says (guessed without it), its
+    /// timestamps and delays as `--fixed-schedule`, `--replay-speedup`, `--ignore-trace-delays` say.
+    File { path: PathBuf, kind: Option<DatasetType>, timing: TraceTiming },
     /// `--endpoint-type cohere-rankings`: `count` synthetic queries, each with its passages.
     Rankings { count: usize, query: Length, passages: Length, passage: Length },
 }
@@ -84,6 +89,9 @@ pub struct LlmConfig {
     /// Where to receive the server's OTLP spans during the run (`--otlp-listen`): each record
     /// then carries its server timings. The bundled server exports to it by itself.
     pub otlp_listen: Option<String>,
+    /// This process as shard `index` of `count`: it sends every `count`-th session of a file
+    /// from `index`, each whole (`dataset::shard_part`).
+    pub file_part: Option<(u64, u64)>,
     /// Test-only: each SSE event's handling blocks its thread this long (a throttled client).
     #[doc(hidden)]
     pub event_delay: std::time::Duration,
@@ -138,7 +146,7 @@ impl LlmConfig {
             None => requests.map_or(100, |n| n + warmup),
         });
         let prompts = match (&g.input_file, &g.rankings) {
-            (Some(path), _) => Prompts::File(path.clone()),
+            (Some(path), _) => Prompts::File { path: path.clone(), kind: g.dataset_type, timing: g.trace_timing },
             (None, Some(r)) => Prompts::Rankings {
                 count,
                 query: length(r.query_tokens),
@@ -173,6 +181,7 @@ impl LlmConfig {
             timeline: Timeline::default(),
             sessions: g.sessions.clone(),
             otlp_listen: None,
+            file_part: None,
             event_delay: Duration::ZERO,
         })
     }
@@ -241,18 +250,34 @@ pub fn conversations(config: &LlmConfig, tokenizer: &dyn Tokenizer) -> anyhow::R
             Some(shape) => session::synthesize(&synthetic, *count, *input, config.output_tokens, shape, config.seed),
             None => synthetic.conversations(*count, *input, config.output_tokens, config.seed),
         },
-        Prompts::File(path) => inputs::read_file(path, &synthetic)?,
+        Prompts::File { path, kind, timing } => {
+            let all = dataset::read(path, *kind, &synthetic, *timing)?;
+            match config.file_part {
+                Some((index, count)) => dataset::shard_part(all, index, count),
+                None => all,
+            }
+        }
         Prompts::Rankings { count, query, passages, passage } => {
             synthetic.rankings(*count, *query, *passages, *passage, config.seed)
         }
     };
     // `--output-tokens-mean` also sets turns that name no length of their own.
-    if let (Some(output), Prompts::File(_)) = (config.output_tokens, &config.prompts) {
+    if let (Some(output), Prompts::File { .. }) = (config.output_tokens, &config.prompts) {
         use rand::SeedableRng;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed);
-        for turn in conversations.iter_mut().flat_map(|c| c.turns.iter_mut()) {
-            turn.max_tokens = turn.max_tokens.or(Some(output.sample(&mut rng) as u32));
+        for c in &mut conversations {
+            for turn in &mut c.turns {
+                turn.max_tokens = turn.max_tokens.or(Some(output.sample(&mut rng) as u32));
+            }
+            if let Some(graph) = &mut c.graph {
+                for node in &mut Arc::make_mut(graph).nodes {
+                    node.max_tokens = node.max_tokens.or(Some(output.sample(&mut rng) as u32));
+                }
+            }
         }
+    }
+    if conversations.is_empty() {
+        anyhow::bail!("this shard's part of the input file is empty: fewer sessions than shards");
     }
     Ok(conversations)
 }

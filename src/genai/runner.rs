@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
+use super::agent;
+use super::budget::RequestBudget;
 use super::endpoint::{self, BodyOptions, EndpointType, Message, Piece, DOCUMENT_ROLE};
 use super::inputs::{Conversation, Tokenizer};
 use super::kserve;
@@ -114,8 +116,20 @@ impl Runner {
         max_tokens: Option<u32>,
         intended: Option<Instant>,
     ) -> (Record, String) {
-        let options =
+        self.send_with(messages, max_tokens, &serde_json::Map::new(), intended).await
+    }
+
+    /// [`Runner::send`] with body fields of the request's own, merged over `--extra-inputs`.
+    async fn send_with(
+        &self,
+        messages: &[Message],
+        max_tokens: Option<u32>,
+        extra: &serde_json::Map<String, serde_json::Value>,
+        intended: Option<Instant>,
+    ) -> (Record, String) {
+        let mut options =
             BodyOptions { max_tokens: max_tokens.or(self.target.body.max_tokens), ..self.target.body.clone() };
+        options.extra.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         let body = serde_json::to_vec(&endpoint::body(self.target.endpoint, messages, &options)).expect("JSON");
         let tokenizer = &self.target.tokenizer;
         let prompt_tokens = || messages.iter().map(|m| tokenizer.count(&m.content) as u64).sum::<u64>();
@@ -352,10 +366,33 @@ impl Runner {
         if !count.start_session() {
             return;
         }
+        let label = |record: &mut Record, turn: usize| {
+            record.session = index;
+            record.conversation = index % conversations.len();
+            record.turn = turn;
+            record.warmup = warmup;
+        };
+        if let Some(graph) = &conversation.graph {
+            let origin = first_intended.unwrap_or_else(Instant::now);
+            let send = |node: usize, messages: Vec<Message>, intended| async move {
+                let step = &graph.nodes[node];
+                if !count.take() {
+                    return None;
+                }
+                Some(self.send_with(&messages, step.max_tokens, &step.extra, intended).await)
+            };
+            for (node, mut record) in agent::run(graph, origin, first_intended, send).await {
+                label(&mut record, graph.nodes[node].turn);
+                record.branch = Some(graph.nodes[node].session.clone());
+                out.lock().push(record);
+            }
+            return;
+        }
         let mut messages: Vec<Message> = session::opening(conversation);
+        let mut intended = first_intended;
         for (turn, step) in conversation.turns.iter().enumerate() {
-            if turn > 0 && !step.delay.is_zero() {
-                tokio::time::sleep(step.delay).await;
+            if turn > 0 {
+                intended = session::wait_for_turn(conversation, step, first_intended).await;
             }
             if !count.take() {
                 return;
@@ -363,12 +400,8 @@ impl Runner {
             messages.push(Message { role: "user", content: step.text.clone() });
             // A rankings query's passages (none for the other endpoints).
             messages.extend(step.passages.iter().map(|p| Message { role: DOCUMENT_ROLE, content: p.clone() }));
-            let intended = if turn == 0 { first_intended } else { None };
-            let (mut record, reply) = self.send(&messages, step.max_tokens, intended).await;
-            record.session = index;
-            record.conversation = index % conversations.len();
-            record.turn = turn;
-            record.warmup = warmup;
+            let (mut record, reply) = self.send_with(&messages, step.max_tokens, &step.extra, intended).await;
+            label(&mut record, turn);
             let failed = !record.ok();
             out.lock().push(record);
             if failed {
@@ -390,39 +423,6 @@ struct ChunkText {
 /// gRPC), so a server's log joins with our records.
 fn new_request_id() -> String {
     format!("{:032x}", rand::random::<u128>())
-}
-
-/// How many requests (and sessions) may still start, and until when.
-struct RequestBudget {
-    left: AtomicUsize,
-    until: Option<Instant>,
-    /// Sessions that may still start (`--conversation-num`); a started one sends all its turns
-    /// within the request budget.
-    sessions_left: AtomicUsize,
-}
-
-impl RequestBudget {
-    fn new(requests: Option<usize>, until: Option<Instant>) -> RequestBudget {
-        let left = AtomicUsize::new(requests.unwrap_or(usize::MAX));
-        RequestBudget { left, until, sessions_left: AtomicUsize::new(usize::MAX) }
-    }
-    fn with_sessions(self, sessions: Option<usize>) -> RequestBudget {
-        RequestBudget { sessions_left: AtomicUsize::new(sessions.unwrap_or(usize::MAX)), ..self }
-    }
-    fn start_session(&self) -> bool {
-        self.sessions_left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
-    }
-    fn take(&self) -> bool {
-        if self.until.is_some_and(|u| Instant::now() >= u) {
-            return false;
-        }
-        self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
-    }
-    fn exhausted(&self) -> bool {
-        self.left.load(Ordering::Acquire) == 0
-            || self.sessions_left.load(Ordering::Acquire) == 0
-            || self.until.is_some_and(|u| Instant::now() >= u)
-    }
 }
 
 /// Runs the warm-up, then the measured load; returns every record (warm-up ones marked).

@@ -9,7 +9,7 @@
 //! carries the opening messages, every earlier user turn and the answers the server returned.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -83,6 +83,35 @@ fn think_time(k: usize, shape: &Sessions, rng: &mut impl Rng) -> Duration {
     let delay = TokenLength { mean: shape.delay_ms.mean.trunc(), stddev: shape.delay_ms.stddev };
     let ms = positive_normal_integer(delay, rng) as f64 * shape.delay_ratio;
     Duration::from_secs_f64(ms / 1000.0)
+}
+
+/// Waits before a later turn: on a fixed schedule (the first turn sent at `first_intended`)
+/// until its timestamp, if it has one and that is still ahead, else its think time. Returns
+/// the instant it was meant to leave when a timestamp set it.
+pub async fn wait_for_turn(
+    conversation: &Conversation,
+    step: &Turn,
+    first_intended: Option<Instant>,
+) -> Option<Instant> {
+    let scheduled = match (first_intended, conversation.at, step.at) {
+        (Some(first), Some(at0), Some(at)) => Some(first + at.saturating_sub(at0)),
+        _ => None,
+    };
+    match scheduled {
+        Some(due) => {
+            // Past due once the answer before it came in: it leaves now, and only the wait
+            // after that counts as send lag.
+            let ready = Instant::now();
+            tokio::time::sleep_until(due.into()).await;
+            Some(due.max(ready))
+        }
+        None => {
+            if !step.delay.is_zero() {
+                tokio::time::sleep(step.delay).await;
+            }
+            None
+        }
+    }
 }
 
 /// What every request of the session starts with: the shared system prompt, then the user's

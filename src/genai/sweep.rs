@@ -127,6 +127,8 @@ pub fn run(
             level.amount.requests = level.amount.requests.map(|n| part.share(n as u64) as usize);
             // A session stays whole, within one shard.
             level.amount.sessions = level.amount.sessions.map(|n| part.share(n as u64) as usize);
+            // A file's sessions (turns, an agent's graph) go whole to one shard each.
+            level.file_part = Some((part.index, part.count));
             level.seed = config.seed.wrapping_add(part.index);
         }
         std::fs::create_dir_all(&level.artifact_dir)?;

@@ -61,6 +61,60 @@ impl fmt::Display for EndpointType {
     }
 }
 
+/// `--custom-dataset-type`: how `--input-file` is read, with AIPerf 0.13's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum DatasetType {
+    /// One turn a line (`text`/`texts`, `timestamp` or `delay`, `output_length`, `session_id`).
+    #[value(name = "single_turn", alias = "single-turn")]
+    #[serde(rename = "single_turn")]
+    SingleTurn,
+    /// One session a line: `session_id` and `turns`, each a single_turn line.
+    #[value(name = "multi_turn", alias = "multi-turn")]
+    #[serde(rename = "multi_turn")]
+    MultiTurn,
+    /// Mooncake's trace: `timestamp`, `input_length`, `output_length`, `hash_ids`.
+    #[value(name = "mooncake_trace", alias = "mooncake-trace")]
+    #[serde(rename = "mooncake_trace")]
+    MooncakeTrace,
+    /// An agent's sessions a line each (`session_id`, `turns` of `messages`), children
+    /// started by `spawns`/`forks` and joined by the parent's next turn.
+    #[value(name = "dag_jsonl", alias = "dag-jsonl")]
+    #[serde(rename = "dag_jsonl")]
+    DagJsonl,
+}
+
+impl DatasetType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DatasetType::SingleTurn => "single_turn",
+            DatasetType::MultiTurn => "multi_turn",
+            DatasetType::MooncakeTrace => "mooncake_trace",
+            DatasetType::DagJsonl => "dag_jsonl",
+        }
+    }
+}
+
+/// How a file's timestamps and delays are kept (`--fixed-schedule`, `--replay-speedup`,
+/// `--ignore-trace-delays`), resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceTiming {
+    /// Send each entry at its timestamp (open loop) rather than under a concurrency or rate.
+    #[serde(default)]
+    pub fixed_schedule: bool,
+    /// Timestamps and delays are divided by this.
+    pub speedup: f64,
+    /// Timestamps and delays dropped: as fast as the load allows.
+    #[serde(default)]
+    pub ignore_delays: bool,
+}
+
+impl Default for TraceTiming {
+    fn default() -> TraceTiming {
+        TraceTiming { fixed_schedule: false, speedup: 1.0, ignore_delays: false }
+    }
+}
+
 /// AIPerf's defaults.
 pub const DEFAULT_INPUT_TOKENS_MEAN: f64 = 550.0;
 pub const DEFAULT_BLOCK_SIZE: usize = 512;
@@ -114,6 +168,24 @@ pub struct GenerativeSettings {
     #[arg(long = "input-file")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_file: Option<PathBuf>,
+    /// How --input-file is read: single_turn, multi_turn, mooncake_trace or dag_jsonl
+    /// (AIPerf's); unset: a mooncake trace when the first line has `input_length`, else prompts.
+    #[arg(long = "custom-dataset-type", value_enum)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_dataset_type: Option<DatasetType>,
+    /// Send each entry of --input-file at its `timestamp` (ms; later turns at theirs, or their
+    /// `delay` after the answer before), whatever is in flight; how late each left is kept.
+    #[arg(long = "fixed-schedule", num_args = 0, default_missing_value = "true")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed_schedule: Option<bool>,
+    /// Divide the file's timestamps and delays by this (2: twice as fast) [default: 1].
+    #[arg(long = "replay-speedup")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_speedup: Option<f64>,
+    /// Drop the file's timestamps and delays: each turn leaves as soon as the load allows.
+    #[arg(long = "ignore-trace-delays", num_args = 0, default_missing_value = "true")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_trace_delays: Option<bool>,
     /// Tokens per `hash_id` block of a mooncake trace [default: 512].
     #[arg(long = "prompt-input-tokens-block-size", visible_alias = "isl-block-size")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +299,12 @@ pub struct Generative {
     pub num_dataset_entries: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_file: Option<PathBuf>,
+    /// `--custom-dataset-type` (`None`: guessed from the file's first line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_type: Option<DatasetType>,
+    /// The file's timestamps and delays: kept, scaled or dropped.
+    #[serde(default, skip_serializing_if = "is_default_timing")]
+    pub trace_timing: TraceTiming,
     pub block_size: usize,
     /// `--extra-inputs` as given (each checked to parse).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -251,6 +329,10 @@ pub struct Generative {
     /// AIPerf's session flags, when any is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Sessions>,
+}
+
+fn is_default_timing(timing: &TraceTiming) -> bool {
+    *timing == TraceTiming::default()
 }
 
 /// Synthetic sessions (AIPerf's `--conversation-*` and prefix-prompt flags), resolved.
@@ -347,6 +429,7 @@ pub fn resolve(
     }
     let rankings = resolve_rankings(s, endpoint_type)?;
     let sessions = resolve_sessions(s, endpoint_type)?;
+    let trace_timing = resolve_trace_timing(s, endpoint_type)?;
     let extra_inputs = s.extra_inputs.clone().unwrap_or_default();
     parse_extra_inputs(&extra_inputs).map_err(invalid)?;
     if let Some(goodput) = &s.goodput {
@@ -359,6 +442,8 @@ pub fn resolve(
         output_tokens,
         num_dataset_entries: s.num_dataset_entries,
         input_file: s.input_file.clone(),
+        dataset_type: s.custom_dataset_type,
+        trace_timing,
         block_size,
         extra_inputs,
         tokenizer: s.tokenizer.clone().unwrap_or_else(|| crate::tokenize::DEFAULT_TOKENIZER.to_string()),
@@ -372,6 +457,44 @@ pub fn resolve(
         rankings,
         sessions,
     }))
+}
+
+/// `--custom-dataset-type`, `--fixed-schedule`, `--replay-speedup` and `--ignore-trace-delays`:
+/// each needs an `--input-file`, and a dropped schedule cannot also be kept.
+fn resolve_trace_timing(s: &GenerativeSettings, endpoint_type: EndpointType) -> Result<TraceTiming, PlanError> {
+    let timing = TraceTiming {
+        fixed_schedule: s.fixed_schedule.unwrap_or(false),
+        speedup: s.replay_speedup.unwrap_or(1.0),
+        ignore_delays: s.ignore_trace_delays.unwrap_or(false),
+    };
+    if s.input_file.is_none() {
+        let given = [
+            (s.custom_dataset_type.is_some(), "--custom-dataset-type"),
+            (timing.fixed_schedule, "--fixed-schedule"),
+            (s.replay_speedup.is_some(), "--replay-speedup"),
+            (timing.ignore_delays, "--ignore-trace-delays"),
+        ];
+        if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+            return Err(invalid(format!("{flag} needs an --input-file to read")));
+        }
+    }
+    if !(timing.speedup.is_finite() && timing.speedup > 0.0) {
+        return Err(invalid("--replay-speedup must be a positive number"));
+    }
+    if timing.fixed_schedule && timing.ignore_delays {
+        return Err(invalid("--fixed-schedule sends at the file's timestamps; --ignore-trace-delays drops them"));
+    }
+    if s.custom_dataset_type == Some(DatasetType::DagJsonl) {
+        if timing.fixed_schedule {
+            return Err(invalid("--custom-dataset-type dag_jsonl has delays, no timestamps: no --fixed-schedule"));
+        }
+        if !matches!(endpoint_type, EndpointType::Chat) {
+            return Err(invalid(format!(
+                "--custom-dataset-type dag_jsonl sends chat messages: --endpoint-type chat, not {endpoint_type}"
+            )));
+        }
+    }
+    Ok(timing)
 }
 
 /// The session flags (AIPerf's, with its refusals), `None` when none is given.
@@ -592,6 +715,55 @@ mod tests {
             assert!(err.contains(needle), "{settings:?}: {err}");
         }
         assert!(resolve(&chat, Some(0), None).unwrap_err().to_string().contains("--request-count"));
+    }
+
+    #[test]
+    fn trace_flags_need_a_file_and_agree_with_each_other() {
+        let file = GenerativeSettings {
+            endpoint_type: Some(EndpointType::Chat),
+            input_file: Some("t.jsonl".into()),
+            ..Default::default()
+        };
+        let timed = GenerativeSettings {
+            custom_dataset_type: Some(DatasetType::MultiTurn),
+            fixed_schedule: Some(true),
+            replay_speedup: Some(4.0),
+            ..file.clone()
+        };
+        let g = resolve(&timed, None, None).unwrap().unwrap();
+        assert_eq!(g.dataset_type, Some(DatasetType::MultiTurn));
+        assert_eq!(g.trace_timing, TraceTiming { fixed_schedule: true, speedup: 4.0, ignore_delays: false });
+        let plan: Generative = toml::from_str(&toml::to_string(&g).unwrap()).unwrap();
+        assert_eq!(plan, g, "the plan file keeps them");
+        assert_eq!(resolve(&file, None, None).unwrap().unwrap().trace_timing, TraceTiming::default());
+        let chat = GenerativeSettings { input_file: None, ..file.clone() };
+        for (settings, needle) in [
+            (
+                GenerativeSettings { fixed_schedule: Some(true), ..chat.clone() },
+                "--fixed-schedule needs an --input-file",
+            ),
+            (GenerativeSettings { replay_speedup: Some(2.0), ..chat }, "--replay-speedup needs"),
+            (GenerativeSettings { replay_speedup: Some(0.0), ..file.clone() }, "positive"),
+            (GenerativeSettings { ignore_trace_delays: Some(true), ..timed.clone() }, "drops them"),
+            (
+                GenerativeSettings { custom_dataset_type: Some(DatasetType::DagJsonl), ..timed.clone() },
+                "no --fixed-schedule",
+            ),
+            (
+                GenerativeSettings {
+                    custom_dataset_type: Some(DatasetType::DagJsonl),
+                    endpoint_type: Some(EndpointType::Completions),
+                    ..file.clone()
+                },
+                "--endpoint-type chat",
+            ),
+        ] {
+            let err = resolve(&settings, None, None).unwrap_err().to_string();
+            assert!(err.contains(needle), "{settings:?}: {err}");
+        }
+        use clap::ValueEnum;
+        assert_eq!(DatasetType::from_str("dag-jsonl", false), Ok(DatasetType::DagJsonl), "the issue's spelling");
+        assert_eq!(DatasetType::from_str("dag_jsonl", false), Ok(DatasetType::DagJsonl), "AIPerf's");
     }
 
     #[test]

@@ -68,7 +68,11 @@ pub(super) async fn run(
     let dir = sweep.output.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).map_err(RunError::bad_input)?;
     std::fs::write(dir.join(PLAN_FILE), folder_plan).map_err(RunError::bad_input)?;
-    let mut schedules = schedules(&sweep.load).map_err(RunError::bad_input)?;
+    let mut schedules = match g.trace_timing.fixed_schedule {
+        // One level: the file at its timestamps.
+        true => vec![Schedule::Trace],
+        false => schedules(&sweep.load).map_err(RunError::bad_input)?,
+    };
     let kept = if resume {
         finished(&dir, &schedules, g, sweep.call.streaming).map_err(RunError::bad_input)?
     } else {

@@ -21,6 +21,7 @@ mod llm_endpoints;
 mod llm_prefix;
 mod llm_sessions;
 mod llm_timeline;
+mod llm_traces;
 mod pa_openai;
 mod plan;
 mod profile;
