@@ -21,6 +21,7 @@ use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
 use super::pacing::{self, Pacing};
 use super::session;
 use super::sse::{SseEvent, SseReader};
+use super::watch;
 use super::wire::Http;
 use crate::client::grpc::GrpcClient;
 use crate::client::RequestSpec;
@@ -51,6 +52,8 @@ pub struct Amount {
 pub struct Target {
     pub url: String,
     pub endpoint: EndpointType,
+    /// The models of the load (each session's, in `body`'s place): one, or a mix.
+    pub mix: load::Mix,
     pub body: BodyOptions,
     pub headers: Vec<(String, String)>,
     pub tokenizer: Arc<dyn Tokenizer>,
@@ -65,6 +68,8 @@ pub struct Runner {
     event_delay: Duration,
     /// The open loop's schedule while one runs: each read launches what is due (see `pacing`).
     pacing: RwLock<Option<Arc<Pacing>>>,
+    /// `--over-saturation`: watches the open loop's levels and keeps its verdict.
+    pub watch: watch::Watcher,
 }
 
 impl Runner {
@@ -89,7 +94,8 @@ impl Runner {
             EndpointType::Kserve => Some(kserve::client(&target.url, concurrency, &target.headers)?),
             _ => None,
         };
-        Ok(Runner { http, grpc, target, event_delay: Duration::ZERO, pacing: RwLock::new(None) })
+        let pacing = RwLock::new(None);
+        Ok(Runner { http, grpc, target, event_delay: Duration::ZERO, pacing, watch: Default::default() })
     }
 
     /// Makes every event's handling block its worker thread for `delay`: a deliberately slow
@@ -114,8 +120,22 @@ impl Runner {
         max_tokens: Option<u32>,
         intended: Option<Instant>,
     ) -> (Record, String) {
-        let options =
-            BodyOptions { max_tokens: max_tokens.or(self.target.body.max_tokens), ..self.target.body.clone() };
+        self.send_to(&self.target.body.model, messages, max_tokens, intended).await
+    }
+
+    /// [`Runner::send`] to `model` (one of a mix's).
+    async fn send_to(
+        &self,
+        model: &str,
+        messages: &[Message],
+        max_tokens: Option<u32>,
+        intended: Option<Instant>,
+    ) -> (Record, String) {
+        let options = BodyOptions {
+            model: model.to_string(),
+            max_tokens: max_tokens.or(self.target.body.max_tokens),
+            ..self.target.body.clone()
+        };
         let body = serde_json::to_vec(&endpoint::body(self.target.endpoint, messages, &options)).expect("JSON");
         let tokenizer = &self.target.tokenizer;
         let prompt_tokens = || messages.iter().map(|m| tokenizer.count(&m.content) as u64).sum::<u64>();
@@ -353,6 +373,8 @@ impl Runner {
             return;
         }
         let mut messages: Vec<Message> = session::opening(conversation);
+        // A session stays with its model: its history is that model's answers.
+        let model = self.target.mix.model(index as u64);
         for (turn, step) in conversation.turns.iter().enumerate() {
             if turn > 0 && !step.delay.is_zero() {
                 tokio::time::sleep(step.delay).await;
@@ -364,7 +386,8 @@ impl Runner {
             // A rankings query's passages (none for the other endpoints).
             messages.extend(step.passages.iter().map(|p| Message { role: DOCUMENT_ROLE, content: p.clone() }));
             let intended = if turn == 0 { first_intended } else { None };
-            let (mut record, reply) = self.send(&messages, step.max_tokens, intended).await;
+            let (mut record, reply) = self.send_to(model, &messages, step.max_tokens, intended).await;
+            record.model = self.target.mix.is_mixed().then(|| model.to_string());
             record.session = index;
             record.conversation = index % conversations.len();
             record.turn = turn;
@@ -399,12 +422,14 @@ struct RequestBudget {
     /// Sessions that may still start (`--conversation-num`); a started one sends all its turns
     /// within the request budget.
     sessions_left: AtomicUsize,
+    /// Set by the over-saturation stop: the requests in flight are abandoned too.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl RequestBudget {
     fn new(requests: Option<usize>, until: Option<Instant>) -> RequestBudget {
         let left = AtomicUsize::new(requests.unwrap_or(usize::MAX));
-        RequestBudget { left, until, sessions_left: AtomicUsize::new(usize::MAX) }
+        RequestBudget { left, until, sessions_left: AtomicUsize::new(usize::MAX), stopped: Default::default() }
     }
     fn with_sessions(self, sessions: Option<usize>) -> RequestBudget {
         RequestBudget { sessions_left: AtomicUsize::new(sessions.unwrap_or(usize::MAX)), ..self }
@@ -417,6 +442,11 @@ impl RequestBudget {
             return false;
         }
         self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
+    }
+    /// No request may start, those in flight are abandoned (the over-saturation stop's enforce).
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.left.store(0, Ordering::Release);
     }
     fn exhausted(&self) -> bool {
         self.left.load(Ordering::Acquire) == 0
@@ -452,7 +482,10 @@ pub async fn run(
         Schedule::Rate { per_second, poisson } => {
             let times = open_schedule(per_second, poisson, seed, shape).and_then(|s| rate_offsets(&s));
             let times = times.expect("the rate and its shape were checked with the config");
-            open_loop(&runner, &conversations, times, &budget, &next, &out).await
+            let stop = budget.clone();
+            let watching = runner.watch.start(next.clone(), out.clone(), Box::new(move || stop.stop()));
+            open_loop(&runner, &conversations, times, &budget, &next, &out).await;
+            runner.watch.finish(watching).await;
         }
         Schedule::Trace => {
             let times: Vec<Duration> = conversations.iter().map(|c| c.at.unwrap_or_default()).collect();
@@ -555,6 +588,9 @@ async fn open_loop(
     paced(runner, Instant::now(), times, launch).await;
     let tasks = std::mem::take(&mut *tasks.lock());
     for task in tasks {
+        if budget.stopped.load(Ordering::Acquire) {
+            task.abort();
+        }
         let _ = task.await;
     }
 }
@@ -647,8 +683,9 @@ mod tests {
 
     fn runner(url: String) -> Runner {
         let body = BodyOptions { model: "m".into(), streaming: true, ..Default::default() };
+        let mix = load::Mix::single("m");
         let target =
-            Target { url, endpoint: EndpointType::Chat, body, headers: Vec::new(), tokenizer: Arc::new(Words) };
+            Target { url, endpoint: EndpointType::Chat, mix, body, headers: Vec::new(), tokenizer: Arc::new(Words) };
         Runner::new(target, 1).unwrap()
     }
 

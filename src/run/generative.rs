@@ -180,7 +180,14 @@ fn slos(g: &Generative) -> anyhow::Result<Option<Slos>> {
 /// A level's outcome from records kept on disk (one run's, or every shard's of one level).
 fn stored(records: Vec<Record>, client: ClientLoad, slos: Option<&Slos>, streaming: bool) -> Outcome {
     let summary = summarize(&records, slos, streaming);
-    Outcome { records, summary, server_counters: Vec::new(), client_cpu_fraction: client.cpu_fraction, client }
+    Outcome {
+        records,
+        summary,
+        server_counters: Vec::new(),
+        client_cpu_fraction: client.cpu_fraction,
+        client,
+        saturation: None,
+    }
 }
 
 /// Whether `dir` is a generative sweep's results folder (its plan says so).

@@ -22,6 +22,8 @@ use crate::server::stats::{ComputeTimes, ModelStats};
 /// A request as the engine thread receives it, checked and planned by the front of the engine.
 pub struct Submission {
     pub request_id: String,
+    /// The model's name, for `--record-requests`.
+    pub model: String,
     pub prompt_len: usize,
     pub hashes: Vec<u64>,
     /// Tokens to generate (0: prefill only, as for embeddings).
@@ -298,6 +300,7 @@ impl Batcher {
         if let Some(log) = &seq.sub.log {
             log.write(&RequestRecord {
                 id: std::mem::take(&mut seq.sub.request_id),
+                model: std::mem::take(&mut seq.sub.model),
                 arrival_ns: arrival,
                 admitted_ns: seq.admitted_ns,
                 first_chunk_ns: seq.chunk_ns.first().copied(),
@@ -362,6 +365,7 @@ mod tests {
         let (events, rx) = unbounded_channel();
         b.enqueue(Submission {
             request_id: String::new(),
+            model: String::new(),
             prompt_len,
             hashes: vec![],
             target,

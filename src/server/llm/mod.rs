@@ -290,6 +290,7 @@ impl LlmEngine {
         let first_read_ns = Arc::new(AtomicU64::new(0));
         let submission = batcher::Submission {
             request_id: params.request_id,
+            model: self.name.clone(),
             prompt_len: tokens.len(),
             hashes: kv::block_hashes(&tokens, self.settings.block_size),
             target,

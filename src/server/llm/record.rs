@@ -23,6 +23,8 @@ pub fn monotonic_ns() -> u64 {
 pub struct RequestRecord {
     /// `x-request-id` when the client sent one, else the response's own id.
     pub id: String,
+    /// The model that served it (several may share one file).
+    pub model: String,
     pub arrival_ns: u64,
     /// First admitted into the running batch (`None`: it never was).
     pub admitted_ns: Option<u64>,
@@ -84,6 +86,7 @@ mod tests {
         let log = RequestLog::create(&path).unwrap();
         let record = RequestRecord {
             id: "a".into(),
+            model: "llm".into(),
             arrival_ns: 1,
             admitted_ns: Some(2),
             first_chunk_ns: Some(3),
