@@ -425,7 +425,7 @@ impl Plan {
 pub(crate) fn check_over_saturation(asked: bool, open_loop: bool) -> Result<(), PlanError> {
     if asked && !open_loop {
         return Err(invalid(
-            "--over-saturation watches an open loop (--request-rate or --request-rate-series): a closed loop's \
+            "--over-saturation watches an open loop (--request-rate, --request-rate-range or a rate series): a closed loop's \
              requests in flight cannot grow",
         ));
     }
