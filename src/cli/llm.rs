@@ -21,7 +21,8 @@ pub enum ArrivalPattern {
 
 #[derive(Args, Debug, Clone)]
 pub struct LlmArgs {
-    /// Model name (sent as `model`; the bundled server loads it without -u).
+    /// Model name (sent as `model`; the bundled server loads it without -u), or several, `a,b`:
+    /// one load whose sessions --model-selection-strategy spreads over them, a row per model.
     #[arg(short = 'm', long = "model", visible_alias = "model-names", alias = "model-name")]
     pub model: String,
     /// Server address (host:port or a URL). Without it, the bundled server runs in-process.
@@ -155,6 +156,11 @@ impl LlmArgs {
             (None, None) => Schedule::Concurrency(1),
             (Some(_), Some(_)) => unreachable!("clap: --concurrency conflicts with --request-rate"),
         };
+        crate::plan::validate::check_over_saturation(
+            g.over_saturation.is_some(),
+            matches!(schedule, Schedule::Rate { .. }),
+        )
+        .map_err(|e| e.to_string())?;
         // A trace replays whole unless a count is given.
         if schedule == Schedule::Trace && self.request_count.is_none() {
             g.request_count = None;

@@ -181,6 +181,7 @@ pub fn notes(outcome: &Outcome, tokenizer: &str) -> Vec<String> {
     for (name, value) in &outcome.server_counters {
         notes.push(format!("Server: {name} {value}"));
     }
+    notes.extend(saturation_note(outcome));
     notes
 }
 
@@ -200,16 +201,78 @@ fn cache_note(records: &[super::metrics::Record]) -> Option<String> {
     ))
 }
 
-pub fn print(outcome: &Outcome, title: &str, tokenizer: &str) -> String {
-    let (headers, rows) = table(outcome);
+/// A mix's table (`-m a,b`): a row per model, then the total, rates over the run's duration.
+pub fn model_table(outcome: &Outcome) -> Option<(Vec<String>, Vec<Vec<String>>)> {
+    let summary = &outcome.summary;
+    let streaming = summary.get("time_to_first_token").is_some();
+    let parts = super::by_model::split(&outcome.records, summary, None, streaming);
+    if parts.is_empty() {
+        return None;
+    }
+    let headers = [
+        "Model",
+        "Requests",
+        "Errors",
+        "Share (%)",
+        "Requests/s",
+        "Output tokens/s",
+        "Latency p50 (ms)",
+        "Latency p99 (ms)",
+        "TTFT p50 (ms)",
+    ];
+    let total = single(summary, "request_count");
+    let row = |name: &str, s: &Summary| {
+        let stat = |tag, pick: fn(&Stats) -> f64| match s.get(tag) {
+            Some(MetricValue::Distribution(d)) => format!("{:.2}", pick(d)),
+            _ => "N/A".into(),
+        };
+        let requests = single(s, "request_count");
+        vec![
+            name.to_string(),
+            format!("{requests:.0}"),
+            format!("{:.0}", single(s, "error_request_count")),
+            format!("{:.1}", if total > 0.0 { 100.0 * requests / total } else { 0.0 }),
+            format!("{:.2}", single(s, "request_throughput")),
+            format!("{:.2}", single(s, "output_token_throughput")),
+            stat("request_latency", |d| d.p50),
+            stat("request_latency", |d| d.p99),
+            stat("time_to_first_token", |d| d.p50),
+        ]
+    };
+    let mut rows: Vec<Vec<String>> = parts.iter().map(|p| row(&p.model, &p.summary)).collect();
+    rows.push(row("all", summary));
+    Some((headers.iter().map(|h| h.to_string()).collect(), rows))
+}
+
+fn single(summary: &Summary, tag: &str) -> f64 {
+    match summary.get(tag) {
+        Some(MetricValue::Single(v)) => *v,
+        _ => 0.0,
+    }
+}
+
+/// The over-saturation stop's line, when it watched the run.
+pub fn saturation_note(outcome: &Outcome) -> Option<String> {
+    let s = outcome.saturation?;
+    let slopes = match (s.last.in_flight, s.last.latency) {
+        (Some(f), Some(l)) => format!(" (in flight {:+.2}/s, latency {:+.3} s/s)", f.slope, l.slope),
+        (Some(f), None) => format!(" (in flight {:+.2}/s)", f.slope),
+        _ => String::new(),
+    };
+    Some(match s.at_s {
+        Some(at) => format!("SATURATED: in-flight requests and latency kept rising; marked at {at:.1} s{slopes}"),
+        None => format!("Over-saturation: not marked over {} windows{slopes}", s.windows),
+    })
+}
+
+/// `rows` under `headers`, each column as wide as its widest cell.
+fn aligned(headers: &[String], rows: &[Vec<String>], out: &mut String) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let mut out = String::new();
-    let _ = writeln!(out, "{title}");
     let line = |cells: &[String], out: &mut String| {
         let mut text = String::new();
         for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
@@ -221,9 +284,20 @@ pub fn print(outcome: &Outcome, title: &str, tokenizer: &str) -> String {
         }
         let _ = writeln!(out, "{}", text.trim_end());
     };
-    line(&headers, &mut out);
-    for row in &rows {
-        line(row, &mut out);
+    line(headers, out);
+    for row in rows {
+        line(row, out);
+    }
+}
+
+pub fn print(outcome: &Outcome, title: &str, tokenizer: &str) -> String {
+    let (headers, rows) = table(outcome);
+    let mut out = String::new();
+    let _ = writeln!(out, "{title}");
+    aligned(&headers, &rows, &mut out);
+    if let Some((headers, rows)) = model_table(outcome) {
+        let _ = writeln!(out, "Per model (rates over the run's duration):");
+        aligned(&headers, &rows, &mut out);
     }
     for note in notes(outcome, tokenizer) {
         let _ = writeln!(out, "{note}");
@@ -272,6 +346,19 @@ pub fn write_html(
         }],
         notes: notes(outcome, tokenizer),
     };
+    let mut page = page;
+    if let Some((headers, rows)) = model_table(outcome) {
+        let n = rows.len();
+        page.tables.push(HtmlTable {
+            id: "llm-models".into(),
+            caption: "Per model (rates over the run's duration)".into(),
+            numeric: headers.iter().enumerate().map(|(i, _)| i > 0).collect(),
+            headers,
+            rows,
+            sortable: false,
+            row_classes: vec![String::new(); n],
+        });
+    }
     std::fs::write(dir.join(REPORT_HTML), render_page(&page)?)?;
     Ok(())
 }

@@ -49,6 +49,8 @@ struct StoredRecord {
     token_source: Option<super::metrics::TokenSource>,
     error: Option<(super::metrics::ErrorKind, String)>,
     request_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
     warmup: bool,
     handling_lag_ns: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +95,7 @@ pub fn write_records(
                 token_source: r.token_source,
                 error: r.error.clone(),
                 request_id: r.request_id.clone(),
+                model: r.model.clone(),
                 warmup: r.warmup,
                 handling_lag_ns: r.handling_lag.as_nanos() as u64,
                 server: r.server,
@@ -141,6 +144,7 @@ pub fn read_records(dir: &Path, run: &RunInfo) -> anyhow::Result<(Vec<Record>, s
                 token_source: r.token_source,
                 error: r.error,
                 request_id: r.request_id,
+                model: r.model,
                 warmup: r.warmup,
                 handling_lag: std::time::Duration::from_nanos(r.handling_lag_ns),
                 server: r.server,
@@ -332,7 +336,7 @@ pub fn record_line(record: &Record, run: &RunInfo) -> Value {
         };
         json!({"code": code, "type": kind.to_string(), "message": message})
     });
-    json!({
+    let mut line = json!({
         "metadata": {
             // AIPerf's: the session's number in the run; its conversation of the inputs.
             "session_num": record.session,
@@ -348,7 +352,12 @@ pub fn record_line(record: &Record, run: &RunInfo) -> Value {
         },
         "metrics": metrics,
         "error": error,
-    })
+    });
+    // A mix's records name their model (AIPerf's `model_name`); a one-model run's stay as they were.
+    if let Some(model) = &record.model {
+        line["metadata"]["model_name"] = json!(model);
+    }
+    line
 }
 
 /// Writes the three files into `dir`.

@@ -114,6 +114,8 @@ pub struct Record {
     pub token_source: Option<TokenSource>,
     pub error: Option<(ErrorKind, String)>,
     pub request_id: String,
+    /// The model it was sent to, when the load had several (`-m a,b`).
+    pub model: Option<String>,
     pub warmup: bool,
     /// The longest any of its events waited for the client once its bytes were read (see
     /// `client_limit`).
@@ -150,6 +152,7 @@ impl Record {
             token_source: None,
             error: None,
             request_id: String::new(),
+            model: None,
             warmup: false,
             handling_lag: Duration::ZERO,
             server: None,
@@ -344,6 +347,7 @@ pub enum MetricValue {
 }
 
 /// Gaps between events, in µs, as HDR histograms (3 significant digits).
+#[derive(Clone)]
 pub struct GapHistograms {
     /// One count per gap between content responses.
     pub per_chunk: Histogram<u64>,
@@ -368,6 +372,7 @@ impl GapHistograms {
 }
 
 /// Everything a run's records add up to (warm-up records left out).
+#[derive(Clone)]
 pub struct Summary {
     pub metrics: Vec<Metric>,
     pub duration: Duration,
@@ -526,6 +531,7 @@ pub(crate) mod tests {
             token_source: Some(TokenSource::ServerUsage),
             error: None,
             request_id: String::new(),
+            model: None,
             warmup: false,
             handling_lag: Duration::ZERO,
             server: None,

@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod budget;
+pub mod by_model;
 pub mod client_limit;
 pub mod console;
 pub mod dag;
@@ -27,6 +28,7 @@ pub mod span_join;
 pub mod sse;
 pub mod sweep;
 pub mod timeslices;
+pub mod watch;
 pub mod wire;
 
 use std::path::PathBuf;
@@ -58,7 +60,12 @@ pub enum Prompts {
 /// One `perfbench llm` run, resolved from its flags.
 #[derive(Clone, Debug)]
 pub struct LlmConfig {
+    /// `-m` as given: one model, or several (`a,b`) that [`LlmConfig::mix`] picks among.
     pub model: String,
+    /// The models of the load and how each session picks one.
+    pub mix: crate::load::Mix,
+    /// `--over-saturation`: the stop of an open-loop level whose queue keeps growing.
+    pub over_saturation: Option<crate::load::OverSaturation>,
     /// `None`: the bundled server, in-process.
     pub url: Option<String>,
     pub endpoint_type: EndpointType,
@@ -101,7 +108,8 @@ impl LlmConfig {
     /// The settings as AIPerf's JSON `input_config`.
     pub fn input_config(&self, tokenizer: &str) -> serde_json::Value {
         serde_json::json!({
-            "model_names": [self.model],
+            "model_names": self.mix.names(),
+            "model_selection_strategy": self.mix.strategy().name(),
             "endpoint": {
                 "type": self.endpoint_type.name(),
                 "url": self.url,
@@ -155,8 +163,15 @@ impl LlmConfig {
             },
             (None, None) => Prompts::Synthetic { input: length(g.input_tokens), count },
         };
+        let mix = crate::load::Mix::new(model, g.model_selection, g.model_weights.as_deref(), g.random_seed)
+            .map_err(|e| e.to_string())?;
+        if mix.is_mixed() && g.endpoint_type == EndpointType::Generate && g.endpoint.is_none() {
+            return Err(format!("-m '{model}': the generate endpoint names its model in the path; one model per run"));
+        }
         Ok(LlmConfig {
             model: model.to_string(),
+            mix,
+            over_saturation: g.over_saturation,
             url,
             endpoint_type: g.endpoint_type,
             endpoint: g.endpoint.clone(),
@@ -239,6 +254,8 @@ pub struct Outcome {
     pub client: client_limit::ClientLoad,
     /// Whether the server's spans were received (`--otlp-listen`), so the join is reported.
     pub spans_received: bool,
+    /// The over-saturation stop's verdict on the level, when it watched it.
+    pub saturation: Option<watch::Saturation>,
 }
 
 /// The conversations of the run.
@@ -316,7 +333,7 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
             }
             None => {
                 let options = ServerOptions {
-                    models: vec![config.model.clone()],
+                    models: config.mix.names().to_vec(),
                     otlp_traces_endpoint: spans.as_ref().map(|s| s.url()),
                     ..ServerOptions::default()
                 };
@@ -334,13 +351,14 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         };
         let path = match &config.endpoint {
             Some(path) => format!("/{}", path.trim_start_matches('/')),
-            None => config.endpoint_type.path(&config.model, config.streaming),
+            None => config.endpoint_type.path(&config.mix.names()[0], config.streaming),
         };
         let target = Target {
             url: format!("{}{path}", base.trim_end_matches('/')),
             endpoint: config.endpoint_type,
+            mix: config.mix.clone(),
             body: BodyOptions {
-                model: config.model.clone(),
+                model: config.mix.names()[0].clone(),
                 streaming: config.streaming,
                 max_tokens: None,
                 extra: config.extra.clone(),
@@ -350,6 +368,7 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
         };
         let mut runner = Runner::new(target, concurrency)?;
         runner.throttle_events(config.event_delay);
+        runner.watch = watch::Watcher::new(config.over_saturation);
         let runner = Arc::new(runner);
         let probe = client_limit::LagProbe::start();
         let cpu_before = crate::measure::cpu::process_cpu_ns();
@@ -360,7 +379,9 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
             config.timeline.interval,
         );
         let mut records =
-            runner::run(runner, conversations, config.schedule, config.amount, config.seed, &config.shape).await;
+            runner::run(runner.clone(), conversations, config.schedule, config.amount, config.seed, &config.shape)
+                .await;
+        let saturation = runner.watch.verdict();
         let fetches = scraper.finish().await;
         let spans_received = spans.is_some();
         if let Some(spans) = spans {
@@ -407,7 +428,16 @@ pub fn profile(config: &LlmConfig, tokenizer: Arc<dyn Tokenizer>) -> anyhow::Res
             handling_lag_p99_us: summary.handling_lag_p99_us as f64,
             wake_lag_p99_us: wake_lag.value_at_quantile(0.99) as f64,
         };
-        Ok(Outcome { records, summary, server_counters, server_notes, client_cpu_fraction, client, spans_received })
+        Ok(Outcome {
+            records,
+            summary,
+            server_counters,
+            server_notes,
+            client_cpu_fraction,
+            client,
+            spans_received,
+            saturation,
+        })
     })
 }
 

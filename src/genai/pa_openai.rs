@@ -231,6 +231,7 @@ pub fn run(config: &PaOpenAi, payloads: &Payloads) -> anyhow::Result<(Vec<Level>
     let target = Target {
         url,
         endpoint: endpoint_type(&config.endpoint),
+        mix: crate::load::Mix::single(""),
         body: BodyOptions::default(),
         headers: config.headers.clone(),
         tokenizer: Arc::new(NoTokens),

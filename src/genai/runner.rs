@@ -23,6 +23,7 @@ use super::metrics::{Chunk, ErrorKind, Record, TokenSource};
 use super::pacing::{self, Pacing};
 use super::session;
 use super::sse::{SseEvent, SseReader};
+use super::watch;
 use super::wire::Http;
 use crate::client::grpc::GrpcClient;
 use crate::client::RequestSpec;
@@ -53,6 +54,8 @@ pub struct Amount {
 pub struct Target {
     pub url: String,
     pub endpoint: EndpointType,
+    /// The models of the load (each session's, in `body`'s place): one, or a mix.
+    pub mix: load::Mix,
     pub body: BodyOptions,
     pub headers: Vec<(String, String)>,
     pub tokenizer: Arc<dyn Tokenizer>,
@@ -67,6 +70,8 @@ pub struct Runner {
     event_delay: Duration,
     /// The open loop's schedule while one runs: each read launches what is due (see `pacing`).
     pacing: RwLock<Option<Arc<Pacing>>>,
+    /// `--over-saturation`: watches the open loop's levels and keeps its verdict.
+    pub watch: watch::Watcher,
 }
 
 impl Runner {
@@ -91,7 +96,8 @@ impl Runner {
             EndpointType::Kserve => Some(kserve::client(&target.url, concurrency, &target.headers)?),
             _ => None,
         };
-        Ok(Runner { http, grpc, target, event_delay: Duration::ZERO, pacing: RwLock::new(None) })
+        let pacing = RwLock::new(None);
+        Ok(Runner { http, grpc, target, event_delay: Duration::ZERO, pacing, watch: Default::default() })
     }
 
     /// Makes every event's handling block its worker thread for `delay`: a deliberately slow
@@ -116,19 +122,24 @@ impl Runner {
         max_tokens: Option<u32>,
         intended: Option<Instant>,
     ) -> (Record, String) {
-        self.send_with(messages, max_tokens, &serde_json::Map::new(), intended).await
+        self.send_with(&self.target.body.model, messages, max_tokens, &serde_json::Map::new(), intended).await
     }
 
-    /// [`Runner::send`] with body fields of the request's own, merged over `--extra-inputs`.
+    /// [`Runner::send`] to `model` (one of a mix's), with body fields of the request's own merged
+    /// over `--extra-inputs`.
     async fn send_with(
         &self,
+        model: &str,
         messages: &[Message],
         max_tokens: Option<u32>,
         extra: &serde_json::Map<String, serde_json::Value>,
         intended: Option<Instant>,
     ) -> (Record, String) {
-        let mut options =
-            BodyOptions { max_tokens: max_tokens.or(self.target.body.max_tokens), ..self.target.body.clone() };
+        let mut options = BodyOptions {
+            model: model.to_string(),
+            max_tokens: max_tokens.or(self.target.body.max_tokens),
+            ..self.target.body.clone()
+        };
         options.extra.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         let body = serde_json::to_vec(&endpoint::body(self.target.endpoint, messages, &options)).expect("JSON");
         let tokenizer = &self.target.tokenizer;
@@ -372,6 +383,8 @@ impl Runner {
             record.turn = turn;
             record.warmup = warmup;
         };
+        // A session stays with its model: its history is that model's answers.
+        let model = self.target.mix.model(index as u64);
         if let Some(graph) = &conversation.graph {
             let origin = first_intended.unwrap_or_else(Instant::now);
             let send = |node: usize, messages: Vec<Message>, intended| async move {
@@ -379,11 +392,12 @@ impl Runner {
                 if !count.take() {
                     return None;
                 }
-                Some(self.send_with(&messages, step.max_tokens, &step.extra, intended).await)
+                Some(self.send_with(model, &messages, step.max_tokens, &step.extra, intended).await)
             };
             for (node, mut record) in agent::run(graph, origin, first_intended, send).await {
                 label(&mut record, graph.nodes[node].turn);
                 record.branch = Some(graph.nodes[node].session.clone());
+                record.model = self.target.mix.is_mixed().then(|| model.to_string());
                 out.lock().push(record);
             }
             return;
@@ -400,8 +414,9 @@ impl Runner {
             messages.push(Message { role: "user", content: step.text.clone() });
             // A rankings query's passages (none for the other endpoints).
             messages.extend(step.passages.iter().map(|p| Message { role: DOCUMENT_ROLE, content: p.clone() }));
-            let (mut record, reply) = self.send_with(&messages, step.max_tokens, &step.extra, intended).await;
+            let (mut record, reply) = self.send_with(model, &messages, step.max_tokens, &step.extra, intended).await;
             label(&mut record, turn);
+            record.model = self.target.mix.is_mixed().then(|| model.to_string());
             let failed = !record.ok();
             out.lock().push(record);
             if failed {
@@ -452,7 +467,10 @@ pub async fn run(
         Schedule::Rate { per_second, poisson } => {
             let times = open_schedule(per_second, poisson, seed, shape).and_then(|s| rate_offsets(&s));
             let times = times.expect("the rate and its shape were checked with the config");
-            open_loop(&runner, &conversations, times, &budget, &next, &out).await
+            let stop = budget.clone();
+            let watching = runner.watch.start(next.clone(), out.clone(), Box::new(move || stop.stop()));
+            open_loop(&runner, &conversations, times, &budget, &next, &out).await;
+            runner.watch.finish(watching).await;
         }
         Schedule::Trace => {
             let times: Vec<Duration> = conversations.iter().map(|c| c.at.unwrap_or_default()).collect();
@@ -555,6 +573,9 @@ async fn open_loop(
     paced(runner, Instant::now(), times, launch).await;
     let tasks = std::mem::take(&mut *tasks.lock());
     for task in tasks {
+        if budget.stopped() {
+            task.abort();
+        }
         let _ = task.await;
     }
 }
@@ -647,8 +668,9 @@ mod tests {
 
     fn runner(url: String) -> Runner {
         let body = BodyOptions { model: "m".into(), streaming: true, ..Default::default() };
+        let mix = load::Mix::single("m");
         let target =
-            Target { url, endpoint: EndpointType::Chat, body, headers: Vec::new(), tokenizer: Arc::new(Words) };
+            Target { url, endpoint: EndpointType::Chat, mix, body, headers: Vec::new(), tokenizer: Arc::new(Words) };
         Runner::new(target, 1).unwrap()
     }
 

@@ -19,7 +19,9 @@ use super::metrics::{MetricValue, Stats, Summary};
 use super::runner::Schedule;
 use super::{profile, LlmConfig, Outcome};
 use crate::report::html::{render_page, HtmlTable, Page, REPORT_HTML};
-use crate::results::csv::{REASONING_COLUMNS, REQUEST_RATE_COLUMN, SESSION_COLUMNS, TOKEN_COLUMNS};
+use crate::results::csv::{
+    MODEL_COLUMN, MODEL_TOTAL, REASONING_COLUMNS, REQUEST_RATE_COLUMN, SATURATED_COLUMN, SESSION_COLUMNS, TOKEN_COLUMNS,
+};
 use crate::results::TokenFigures;
 
 /// The request columns before the token columns, after the load column.
@@ -158,8 +160,8 @@ struct Figures {
 }
 
 impl Figures {
-    fn of(level: &Level) -> Figures {
-        let summary: &Summary = &level.outcome.summary;
+    /// The figures of `summary`: the level's own, or one model's part of it.
+    fn of(level: &Level, summary: &Summary) -> Figures {
         let single = |tag| match summary.get(tag) {
             Some(MetricValue::Single(v)) => *v,
             _ => f64::NAN,
@@ -258,6 +260,35 @@ fn load_column(levels: &[Level]) -> &'static str {
     }
 }
 
+/// Whether any level sent to several models (`-m a,b`): a row per model beside the total.
+fn mixed(levels: &[Level]) -> bool {
+    levels.iter().any(|l| l.outcome.records.iter().any(|r| r.model.is_some()))
+}
+
+/// Whether the over-saturation stop watched any level: a `Saturated` column.
+fn watched(levels: &[Level]) -> bool {
+    levels.iter().any(|l| l.outcome.saturation.is_some())
+}
+
+fn saturated(level: &Level) -> &'static str {
+    match level.outcome.saturation {
+        Some(s) if s.saturated => "yes",
+        Some(_) => "no",
+        None => "",
+    }
+}
+
+/// A level's summaries: its own (`all`), then each model's when it had several.
+fn parts(level: &Level) -> Vec<(String, Summary)> {
+    let outcome = &level.outcome;
+    let streaming = outcome.summary.get("time_to_first_token").is_some();
+    let split = super::by_model::split(&outcome.records, &outcome.summary, None, streaming);
+    debug_assert_eq!(super::by_model::check_sums(&split, &outcome.summary), Ok(()), "split on one clock");
+    let mut all = vec![(MODEL_TOTAL.to_string(), outcome.summary.clone())];
+    all.extend(split.into_iter().map(|p| (p.model, p.summary)));
+    all
+}
+
 /// Whether any level's model reasoned (its summary has reasoning counts).
 fn reasoned(levels: &[Level]) -> bool {
     levels.iter().any(|l| l.outcome.summary.get("reasoning_token_count").is_some())
@@ -270,10 +301,17 @@ fn csv(levels: &[Level]) -> String {
     let mut headers = vec![load_column(levels)];
     headers
         .extend(REQUEST_COLUMNS.iter().chain(&TOKEN_COLUMNS).chain(reasoning).chain(sessions).chain(&CLIENT_COLUMNS));
+    let (mixed, watched) = (mixed(levels), watched(levels));
+    if mixed {
+        headers.push(MODEL_COLUMN);
+    }
+    if watched {
+        headers.push(SATURATED_COLUMN);
+    }
     let mut out = headers.join(",");
     out.push('\n');
-    for level in levels {
-        let f = Figures::of(level);
+    for (level, (model, summary)) in levels.iter().flat_map(|l| parts(l).into_iter().map(move |p| (l, p))) {
+        let f = Figures::of(level, &summary);
         let mut cells = vec![level.load(), cell(f.requests_per_s, 3)];
         cells.extend(f.latency_us.iter().map(|v| cell(*v, 3)));
         cells.extend([cell(f.requests, 0), cell(f.failed, 0)]);
@@ -286,6 +324,12 @@ fn csv(levels: &[Level]) -> String {
         }
         cells.extend([cell(f.cpu_pct, 3), cell(f.send_lag_p99_us, 3)]);
         cells.push(limited(level).into());
+        if mixed {
+            cells.push(model);
+        }
+        if watched {
+            cells.push(saturated(level).into());
+        }
         out.push_str(&cells.join(","));
         out.push('\n');
     }
@@ -328,11 +372,16 @@ fn table_headers(reasoning: bool, sessions: bool) -> Vec<&'static str> {
     headers
 }
 
-fn table_row(level: &Level, reasoning: bool, sessions: bool) -> Vec<String> {
-    let f = Figures::of(level);
+fn table_row(level: &Level, part: &(String, Summary), reasoning: bool, sessions: bool) -> Vec<String> {
+    let f = Figures::of(level, &part.1);
     let ms = |us: f64| cell(us / 1000.0, 3);
+    let label = match (part.0.as_str(), saturated(level)) {
+        (MODEL_TOTAL, "yes") => format!("{} (saturated)", level.label()),
+        (MODEL_TOTAL, _) => level.label(),
+        (model, _) => format!("{} · {model}", level.label()),
+    };
     let mut row = vec![
-        level.label(),
+        label,
         cell(f.requests, 0),
         cell(f.failed, 0),
         ms(f.tokens.ttft_p50_us),
@@ -366,6 +415,9 @@ fn notes(levels: &[Level]) -> Vec<String> {
         for (kind, n) in &level.outcome.summary.errors {
             notes.push(format!("Errors at {}: {kind}: {n}", level.label()));
         }
+        if let Some(note) = super::console::saturation_note(&level.outcome) {
+            notes.push(format!("{}: {note}", level.label()));
+        }
     }
     notes
 }
@@ -375,7 +427,8 @@ pub fn write_reports(dir: &Path, levels: &[Level], title: &str) -> anyhow::Resul
     std::fs::write(dir.join("report.csv"), csv(levels))?;
     let (reasoning, sessions) = (reasoned(levels), multi_turn(levels));
     let headers = table_headers(reasoning, sessions);
-    let rows: Vec<Vec<String>> = levels.iter().map(|l| table_row(l, reasoning, sessions)).collect();
+    let rows: Vec<Vec<String>> =
+        levels.iter().flat_map(|l| parts(l).into_iter().map(move |p| table_row(l, &p, reasoning, sessions))).collect();
     let notes = notes(levels);
     let mut md = format!("# {title}\n\n| {} |\n|{}\n", headers.join(" | "), "---|".repeat(headers.len()));
     for row in &rows {

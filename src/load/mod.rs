@@ -5,16 +5,20 @@
 pub mod engine;
 #[cfg(test)]
 pub mod fake;
+pub mod mix;
 pub mod pacer;
 pub mod periodic;
+pub mod saturation;
 pub mod sequence;
 pub mod shape;
 
 use std::time::Duration;
 
 pub use engine::{LoadSpec, ResponseCheck, RunningLoad, LATE_SLACK};
+pub use mix::{Mix, Strategy as ModelSelection};
 pub use pacer::{read_intervals, Distribution, Pacer, Schedule};
 pub use periodic::PeriodicSpec;
+pub use saturation::OverSaturation;
 pub use sequence::SequenceSpec;
 pub use shape::{read_rate_series, RateCurve, Shape};
 

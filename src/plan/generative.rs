@@ -11,6 +11,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::PlanError;
+use crate::load::{ModelSelection, OverSaturation};
 
 /// `validate::invalid`, here too: validate reads this module's types, so this one cannot read it.
 fn invalid(message: impl Into<String>) -> PlanError {
@@ -274,6 +275,21 @@ pub struct GenerativeSettings {
     #[arg(long = "prompt-prefix-length", visible_alias = "prefix-prompt-length")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_prefix_length: Option<usize>,
+    /// With several models (`-m a,b`): which one each session goes to, round-robin (AIPerf's
+    /// default), random (uniform, seeded by --random-seed) or weighted (by --model-weights).
+    #[arg(long = "model-selection-strategy", value_enum)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_selection_strategy: Option<ModelSelection>,
+    /// Each model's weight for the weighted strategy, `a:3,b:1` (implies it when no strategy is given).
+    #[arg(long = "model-weights")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_weights: Option<String>,
+    /// End an open-loop level early, marked `saturated`, once its requests in flight and their
+    /// latency keep rising (guidellm's over_saturation test; see docs/saturation.md). Optional
+    /// `min_seconds=S,min_latency=S,mode=enforce|monitor` [default: 30, 2.5, enforce].
+    #[arg(long = "over-saturation", num_args = 0..=1, default_missing_value = "", value_name = "KEY=VALUE,...")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_saturation: Option<OverSaturation>,
 }
 
 /// A length distribution in tokens (AIPerf's mean/stddev pairs).
@@ -329,6 +345,19 @@ pub struct Generative {
     /// AIPerf's session flags, when any is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Sessions>,
+    /// How a mix of models (`-m a,b`) picks each session's model.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub model_selection: ModelSelection,
+    /// `--model-weights` as given (the weighted strategy's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_weights: Option<String>,
+    /// The over-saturation stop of open-loop levels, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_saturation: Option<OverSaturation>,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 fn is_default_timing(timing: &TraceTiming) -> bool {
@@ -430,6 +459,20 @@ pub fn resolve(
     let rankings = resolve_rankings(s, endpoint_type)?;
     let sessions = resolve_sessions(s, endpoint_type)?;
     let trace_timing = resolve_trace_timing(s, endpoint_type)?;
+    let model_selection = match (s.model_selection_strategy, &s.model_weights) {
+        (None, Some(_)) => ModelSelection::Weighted,
+        (Some(strategy), _) => strategy,
+        (None, None) => ModelSelection::default(),
+    };
+    match (model_selection, &s.model_weights) {
+        (ModelSelection::Weighted, None) => {
+            return Err(invalid("--model-selection-strategy weighted needs --model-weights a:3,b:1"))
+        }
+        (ModelSelection::RoundRobin | ModelSelection::Random, Some(_)) => {
+            return Err(invalid(format!("--model-weights is for the weighted strategy, not {model_selection}")))
+        }
+        _ => {}
+    }
     let extra_inputs = s.extra_inputs.clone().unwrap_or_default();
     parse_extra_inputs(&extra_inputs).map_err(invalid)?;
     if let Some(goodput) = &s.goodput {
@@ -456,6 +499,9 @@ pub fn resolve(
         random_seed: s.random_seed.unwrap_or(0),
         rankings,
         sessions,
+        model_selection,
+        model_weights: s.model_weights.clone(),
+        over_saturation: s.over_saturation,
     }))
 }
 

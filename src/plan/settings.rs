@@ -571,6 +571,8 @@ pub fn resolve(kind: SweepKind, s: &Settings, target: &Target) -> Result<Sweep, 
             (s.input.shared_memory.is_some_and(|m| m != SharedMemoryKind::None), "--shared-memory"),
         ];
         validate::check_generative(kind, g.endpoint_type, s.call.protocol, one_prompt, &tensor_settings)?;
+        let open = s.load.request_rate.is_some() || s.load.shape.request_rate_series.is_some();
+        validate::check_over_saturation(g.over_saturation.is_some(), open)?;
     }
     let protocol: Protocol = match (s.call.protocol, &generative) {
         (Some(protocol), _) => protocol,

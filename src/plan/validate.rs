@@ -420,6 +420,18 @@ impl Plan {
     }
 }
 
+/// The over-saturation stop watches a queue that only an open loop can grow: a closed loop
+/// keeps its requests in flight fixed.
+pub(crate) fn check_over_saturation(asked: bool, open_loop: bool) -> Result<(), PlanError> {
+    if asked && !open_loop {
+        return Err(invalid(
+            "--over-saturation watches an open loop (--request-rate, --request-rate-range or a rate series): a closed loop's \
+             requests in flight cannot grow",
+        ));
+    }
+    Ok(())
+}
+
 /// A generative sweep's settings agree with the rest: an online sweep of one prompt per request
 /// (`one_prompt`), on the endpoint type's protocol, with none of the tensor settings in `given`.
 pub(super) fn check_generative(

@@ -145,6 +145,16 @@ pub const SESSION_COLUMNS: [&str; 9] = [
     "Cached Prompt Tokens (%)",
 ];
 
+/// A generative sweep's column naming the model of a row when a level sent to several (`-m
+/// a,b`): [`MODEL_TOTAL`] on the level's own row, a model's name on its part. Readers keep only
+/// the level's rows (a model's part is a breakdown, not a load point).
+pub const MODEL_COLUMN: &str = "Model";
+pub const MODEL_TOTAL: &str = "all";
+
+/// A generative sweep's column when the over-saturation stop watched its levels: yes or no.
+/// Tables read it as an unknown column (kept out of rows).
+pub const SATURATED_COLUMN: &str = "Saturated";
+
 /// The second column of `report.csv` when the sweep was open loop.
 pub const REQUEST_RATE_COLUMN: &str = "Request Rate";
 

@@ -193,6 +193,7 @@ fn stored(records: Vec<Record>, client: ClientLoad, slos: Option<&Slos>, streami
         client_cpu_fraction: client.cpu_fraction,
         client,
         spans_received,
+        saturation: None,
     }
 }
 

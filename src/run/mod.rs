@@ -340,7 +340,8 @@ fn server_options(model: &Model, repository: Option<PathBuf>, also: &[String]) -
     // A model defined by pbtxt text is not in the zoo: load a trivial zoo model, then it.
     let mut models = match model.config {
         Some(_) => vec!["identity".to_string()],
-        None => vec![model.name.clone()],
+        // A generative mix (`-m a,b`) loads each of its models.
+        None => model.name.split(',').map(|name| name.trim().to_string()).collect(),
     };
     models.extend(also.iter().filter(|name| **name != model.name).cloned());
     ServerOptions { model_repository: repository, models, ..ServerOptions::default() }

@@ -40,7 +40,8 @@ pub(crate) async fn twin() -> Llm {
 fn kserve_runner(url: String, streaming: bool) -> Runner {
     let tokenizer = Arc::new(Tokenizer::open("cl100k_base").unwrap());
     let body = BodyOptions { model: "llm".into(), streaming, ..Default::default() };
-    let target = Target { url, endpoint: EndpointType::Kserve, body, headers: Vec::new(), tokenizer };
+    let mix = perfbench::load::Mix::single(&body.model);
+    let target = Target { url, endpoint: EndpointType::Kserve, mix, body, headers: Vec::new(), tokenizer };
     Runner::new(target, 4).unwrap()
 }
 
@@ -108,8 +109,14 @@ async fn a_refused_kserve_request_is_a_server_error_and_the_next_one_is_served()
     // A model the server does not have: refused by name.
     let tokenizer = Arc::new(Tokenizer::open("cl100k_base").unwrap());
     let body = BodyOptions { model: "nope".into(), streaming: true, ..Default::default() };
-    let target =
-        Target { url: twin.server.grpc_url(), endpoint: EndpointType::Kserve, body, headers: Vec::new(), tokenizer };
+    let target = Target {
+        url: twin.server.grpc_url(),
+        endpoint: EndpointType::Kserve,
+        mix: perfbench::load::Mix::single(&body.model),
+        body,
+        headers: Vec::new(),
+        tokenizer,
+    };
     let (record, _) = Runner::new(target, 1).unwrap().send(&ask("hello"), Some(3), None).await;
     assert_eq!(record.error.map(|e| e.0), Some(ErrorKind::Server));
 }

@@ -56,7 +56,8 @@ fn tokenizer() -> Arc<Tokenizer> {
 
 fn runner(url: String, endpoint: EndpointType, streaming: bool) -> Runner {
     let body = BodyOptions { model: "llm".into(), streaming, ..Default::default() };
-    Runner::new(Target { url, endpoint, body, headers: Vec::new(), tokenizer: tokenizer() }, 2).unwrap()
+    let mix = perfbench::load::Mix::single(&body.model);
+    Runner::new(Target { url, endpoint, mix, body, headers: Vec::new(), tokenizer: tokenizer() }, 2).unwrap()
 }
 
 fn ask(text: &str) -> Vec<Message> {

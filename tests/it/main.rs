@@ -18,6 +18,7 @@ mod input;
 mod large_run;
 mod llm_client;
 mod llm_endpoints;
+mod llm_mix;
 mod llm_prefix;
 mod llm_sessions;
 mod llm_timeline;

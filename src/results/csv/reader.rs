@@ -37,6 +37,8 @@ pub enum Field {
     FailedKind(usize),
     /// One of [`TOKEN_COLUMNS`].
     Token(usize),
+    /// [`MODEL_COLUMN`](super::MODEL_COLUMN): a row of one model's part is left out.
+    Model,
 }
 
 /// Names the column, and the unit its header states if it states one.
@@ -86,6 +88,7 @@ fn classify(header: &str) -> Option<(Field, Option<Unit>)> {
         "client cpu (%)" => Field::Client(3),
         "client cores" => Field::Client(4),
         "held load" => Field::Client(5),
+        "model" => Field::Model,
         other => {
             let named = |columns: &[&str]| columns.iter().position(|c| c.eq_ignore_ascii_case(other));
             return named(&CI_COLUMNS)
@@ -195,7 +198,7 @@ pub fn parse_table(text: &str, default_unit: Unit, origin: &str) -> Result<Table
     let has_concurrency = seen.contains(&Field::Concurrency);
     let has_rate = seen.contains(&Field::RequestRate);
     let headers = df.columns().iter().map(|c| c.name().to_string()).collect();
-    let rows = rows.into_iter().map(|r| r.finish(has_rate && !has_concurrency)).collect();
+    let rows = rows.into_iter().filter(|r| !r.model_part).map(|r| r.finish(has_rate && !has_concurrency)).collect();
     Ok(Table { rows, headers, fields: seen })
 }
 
@@ -220,6 +223,8 @@ struct RowBuilder {
     avg_sequence_length: f64,
     client: crate::results::ClientLoad,
     tokens: Option<[f64; 8]>,
+    /// One model's part of a level (a mix's breakdown), not a level of its own.
+    model_part: bool,
 }
 
 impl Default for RowBuilder {
@@ -243,6 +248,7 @@ impl Default for RowBuilder {
             avg_sequence_length: 0.0,
             client: Default::default(),
             tokens: None,
+            model_part: false,
         }
     }
 }
@@ -315,6 +321,7 @@ impl RowBuilder {
                 let n = number()?;
                 self.tokens.get_or_insert([f64::NAN; 8])[i] = if i < 6 { unit.to_us(n) } else { n };
             }
+            Field::Model => self.model_part = !(value.is_empty() || value.eq_ignore_ascii_case(super::MODEL_TOTAL)),
         }
         Ok(())
     }
