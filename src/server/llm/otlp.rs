@@ -131,7 +131,7 @@ pub fn span(r: &RequestRecord, wall_offset_ns: u64) -> Span {
 }
 
 fn key_value(key: &str, value: Value) -> KeyValue {
-    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(value) }), ..Default::default() }
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(value) }) }
 }
 
 fn text(key: &str, value: &str) -> KeyValue {
