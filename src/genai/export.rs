@@ -54,7 +54,7 @@ struct StoredRecord {
     warmup: bool,
     handling_lag_ns: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    server: Option<super::span_join::ServerSpan>,
+    server: Option<super::metrics::ServerSpan>,
 }
 
 /// What a level keeps: its records and what the client measured of itself.

@@ -56,6 +56,16 @@ pub struct Chunk {
     pub reasoning: bool,
 }
 
+/// One request as the server timed it, in seconds (vLLM's span attributes; see `span_join`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ServerSpan {
+    pub time_to_first_token: Option<f64>,
+    pub request_latency: Option<f64>,
+    pub queue_time: Option<f64>,
+    pub prefill_time: Option<f64>,
+    pub decode_time: Option<f64>,
+}
+
 /// Why a request failed.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum ErrorKind {
@@ -121,7 +131,7 @@ pub struct Record {
     /// `client_limit`).
     pub handling_lag: Duration,
     /// The server's own timings of it, from its span (`--otlp-listen`).
-    pub server: Option<super::span_join::ServerSpan>,
+    pub server: Option<ServerSpan>,
 }
 
 impl Record {

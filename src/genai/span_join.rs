@@ -19,16 +19,7 @@ use parking_lot::Mutex;
 use prost::Message;
 
 use super::metrics::Record;
-
-/// One request as the server timed it, in seconds (vLLM's span attributes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ServerSpan {
-    pub time_to_first_token: Option<f64>,
-    pub request_latency: Option<f64>,
-    pub queue_time: Option<f64>,
-    pub prefill_time: Option<f64>,
-    pub decode_time: Option<f64>,
-}
+pub use super::metrics::ServerSpan;
 
 /// The request id and timings a span carries; `None` for a span that names no request.
 pub fn read_span(span: &Span) -> Option<(String, ServerSpan)> {

@@ -14,7 +14,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::cost::CostModel;
 use super::kv::{Holding, KvCache};
-use super::record::{RequestLog, RequestRecord};
+use super::record::RequestRecord;
+use super::request_log::RequestLog;
 use super::telemetry::Telemetry;
 use super::{Event, Finish, FinishReason};
 use crate::server::stats::{ComputeTimes, ModelStats};

@@ -25,11 +25,13 @@ pub mod cost;
 pub mod kv;
 pub mod otlp;
 pub mod record;
+pub mod request_log;
 pub mod telemetry;
 pub mod text;
 
 pub use batcher::StepRecord;
-pub use record::{monotonic_ns, RequestLog};
+pub use record::monotonic_ns;
+pub use request_log::RequestLog;
 pub use telemetry::Gauges;
 
 /// The `backend` of a generative model.
